@@ -1,0 +1,1377 @@
+//! The caching allocator: PyTorch's `DeviceCachingAllocator` (as of PyTorch 2.9,
+//! `c10/cuda/CUDACachingAllocator.cpp`), one per device, over a [`RawAllocator`].
+//!
+//! Blocks live in an arena and refer to their neighbours by index; the free
+//! blocks of each pool sit in a `BTreeMap` ordered by (stream, size, address),
+//! which is PyTorch's `BlockComparatorSize`, so the best-fit lookup is the same
+//! `lower_bound`. CUDA-graph private pools and IPC sharing are not modelled.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::AllocatorConfig;
+use super::consts::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
+use super::error::{AllocError, OutOfMemoryError};
+use super::expandable::ExpandableSegment;
+use super::raw::{EventId, MemInfo, RawAllocator, RawError, StreamId};
+use super::stats::{MemoryStats, PoolKind};
+use crate::hooks::{self, AllocatorAction, AllocatorEvent, Event, Hooks, Tag};
+
+/// "No block" in the arena's links.
+const NIL: u32 = u32::MAX;
+
+/// Source of allocator identities, so a handle is only accepted by its owner.
+static NEXT_ALLOCATOR_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A live allocation handed out by [`CachingAllocator::malloc`]. It is not `Clone`:
+/// giving it back to [`CachingAllocator::free`] consumes it, so it cannot be freed
+/// twice.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Allocation {
+    addr: u64,
+    size: u64,
+    requested: u64,
+    stream: StreamId,
+    pool: PoolKind,
+    tag: Option<Tag>,
+    block: u32,
+    owner: u32,
+}
+
+impl Allocation {
+    /// Device address of the first byte (0 for a 0-byte request).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// The block's size: the rounded request, or more when the block was not split.
+    /// This is what `allocated_bytes` counts.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// Bytes the caller asked for.
+    pub fn requested(&self) -> u64 {
+        self.requested
+    }
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+    pub fn pool(&self) -> PoolKind {
+        self.pool
+    }
+    pub fn tag(&self) -> Option<Tag> {
+        self.tag
+    }
+    /// Whether this is the null allocation of a 0-byte request.
+    pub fn is_null(&self) -> bool {
+        self.block == NIL
+    }
+}
+
+/// State of a block in a [`SegmentInfo`], as PyTorch's snapshot names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    ActiveAllocated,
+    ActivePendingFree,
+    Inactive,
+}
+
+/// One block of a segment in a [`CachingAllocator::snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockInfo {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    pub tag: Option<Tag>,
+}
+
+/// One segment (for expandable segments: one contiguous mapped range), as in
+/// `torch.cuda.memory_snapshot()`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub active_size: u64,
+    pub requested_size: u64,
+    pub stream: StreamId,
+    pub pool: PoolKind,
+    pub is_expandable: bool,
+    pub blocks: Vec<BlockInfo>,
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    addr: u64,
+    size: u64,
+    requested: u64,
+    stream: StreamId,
+    pool: PoolKind,
+    allocated: bool,
+    mapped: bool,
+    prev: u32,
+    next: u32,
+    event_count: u32,
+    stream_uses: Vec<StreamId>,
+    gc_count_base: i64,
+    tag: Option<Tag>,
+    /// Index into `State::expandable`, or NIL.
+    expandable: u32,
+    in_use: bool,
+}
+
+impl Block {
+    fn new(addr: u64, size: u64, stream: StreamId, pool: PoolKind) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            stream,
+            pool,
+            allocated: false,
+            mapped: true,
+            prev: NIL,
+            next: NIL,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            tag: None,
+            expandable: NIL,
+            in_use: true,
+        }
+    }
+
+    #[inline]
+    fn is_split(&self) -> bool {
+        self.prev != NIL || self.next != NIL
+    }
+
+    #[inline]
+    fn size_key(&self) -> SizeKey {
+        (self.stream, self.size, self.addr)
+    }
+
+    #[inline]
+    fn addr_key(&self) -> AddrKey {
+        (self.stream, self.addr)
+    }
+}
+
+/// (stream, size, address): PyTorch's `BlockComparatorSize`.
+type SizeKey = (StreamId, u64, u64);
+/// (stream, address): PyTorch's `BlockComparatorAddress`.
+type AddrKey = (StreamId, u64);
+
+/// The free blocks of one pool.
+#[derive(Debug, Default)]
+struct BlockPool {
+    /// Free, mapped blocks by (stream, size, address).
+    blocks: BTreeMap<SizeKey, u32>,
+    /// Unmapped ranges of expandable segments by (stream, address).
+    unmapped: BTreeMap<AddrKey, u32>,
+    get_free_blocks_call_count: i64,
+}
+
+/// Block storage with stable indices.
+#[derive(Debug, Default)]
+struct Arena {
+    slots: Vec<Block>,
+    vacant: Vec<u32>,
+}
+
+impl Arena {
+    #[inline]
+    fn insert(&mut self, block: Block) -> u32 {
+        if let Some(i) = self.vacant.pop() {
+            self.slots[i as usize] = block;
+            i
+        } else {
+            self.slots.push(block);
+            (self.slots.len() - 1) as u32
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, i: u32) {
+        self.slots[i as usize].in_use = false;
+        self.slots[i as usize].stream_uses = Vec::new();
+        self.vacant.push(i);
+    }
+
+    fn live(&self) -> impl Iterator<Item = (u32, &Block)> {
+        self.slots.iter().enumerate().filter(|(_, b)| b.in_use).map(|(i, b)| (i as u32, b))
+    }
+}
+
+impl std::ops::Index<u32> for Arena {
+    type Output = Block;
+    #[inline]
+    fn index(&self, i: u32) -> &Block {
+        &self.slots[i as usize]
+    }
+}
+
+impl std::ops::IndexMut<u32> for Arena {
+    #[inline]
+    fn index_mut(&mut self, i: u32) -> &mut Block {
+        &mut self.slots[i as usize]
+    }
+}
+
+/// What one `malloc` is looking for (PyTorch's `AllocParams`).
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    stream: StreamId,
+    pool: PoolKind,
+    /// Rounded size.
+    size: u64,
+    /// Segment size to ask of the device.
+    alloc_size: u64,
+}
+
+/// Everything behind the allocator's lock.
+#[derive(Debug)]
+struct State {
+    config: AllocatorConfig,
+    /// `config.max_split_size`, u64::MAX when unlimited (hot-path copy).
+    max_split_size: u64,
+    stats: MemoryStats,
+    arena: Arena,
+    small: BlockPool,
+    large: BlockPool,
+    /// Bytes obtained from the device (segments plus mapped pages).
+    total_allocated_memory: u64,
+    /// The per-process limit when a memory fraction below 1 is set.
+    allowed_memory_maximum: Option<u64>,
+    expandable: Vec<Option<ExpandableSegment>>,
+    /// Outstanding stream events per stream, oldest first.
+    pending_events: HashMap<StreamId, VecDeque<(EventId, u32)>>,
+    num_pending_events: usize,
+}
+
+/// Context for emitting events and talking to the device, outside the locked state.
+#[derive(Debug)]
+struct Device {
+    raw: Arc<dyn RawAllocator>,
+    hooks: Arc<Hooks>,
+    index: u32,
+    name: String,
+}
+
+impl Device {
+    #[inline]
+    fn emit(&self, action: AllocatorAction, block: &Block, requested: u64, rounded: u64) {
+        if self.hooks.is_active() {
+            self.emit_raw(action, block.stream, block.addr, requested, rounded, block.tag);
+        }
+    }
+
+    #[cold]
+    fn emit_raw(
+        &self,
+        action: AllocatorAction,
+        stream: StreamId,
+        addr: u64,
+        requested: u64,
+        rounded: u64,
+        tag: Option<Tag>,
+    ) {
+        self.hooks.emit(&Event::Allocator(AllocatorEvent {
+            action,
+            time_ns: hooks::now_ns(),
+            device: self.index,
+            stream,
+            addr,
+            requested_bytes: requested,
+            rounded_bytes: rounded,
+            tag,
+        }));
+    }
+
+    fn device_error(&self, source: RawError) -> AllocError {
+        AllocError::Device { device: self.name.clone(), source }
+    }
+}
+
+/// A caching allocator for one device. Safe to share between threads.
+#[derive(Debug)]
+pub struct CachingAllocator {
+    device: Device,
+    id: u32,
+    state: Mutex<State>,
+}
+
+/// Segment size for a rounded request (`get_allocation_size`).
+#[inline]
+fn allocation_size(size: u64, large_segment_size: u64) -> u64 {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        large_segment_size
+    } else {
+        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+impl CachingAllocator {
+    /// A caching allocator over `raw` with its own event hub and device index 0.
+    pub fn new(raw: Arc<dyn RawAllocator>, config: AllocatorConfig) -> Result<CachingAllocator, AllocError> {
+        CachingAllocator::with_hooks(raw, config, Hooks::new(), 0)
+    }
+
+    /// A caching allocator that emits its events to `hooks`, as device `device_index`.
+    pub fn with_hooks(
+        raw: Arc<dyn RawAllocator>,
+        config: AllocatorConfig,
+        hooks: Arc<Hooks>,
+        device_index: u32,
+    ) -> Result<CachingAllocator, AllocError> {
+        config.validate()?;
+        let total = raw.mem_info().total_bytes;
+        let allowed_memory_maximum = config.effective_memory_fraction().map(|f| (f * total as f64) as u64);
+        let name = raw.name().to_owned();
+        let state = State {
+            max_split_size: config.max_split_size_bytes(),
+            stats: MemoryStats::new(config.max_split_size),
+            config,
+            arena: Arena::default(),
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            total_allocated_memory: 0,
+            allowed_memory_maximum,
+            expandable: Vec::new(),
+            pending_events: HashMap::new(),
+            num_pending_events: 0,
+        };
+        Ok(CachingAllocator {
+            device: Device { raw, hooks, index: device_index, name },
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(state),
+        })
+    }
+
+    #[inline]
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic inside a subscriber must not make the allocator unusable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device's name (`cpu`, `cuda:0`, `simulated`).
+    pub fn device_name(&self) -> &str {
+        &self.device.name
+    }
+
+    /// The hub this allocator emits to.
+    pub fn hooks(&self) -> &Arc<Hooks> {
+        &self.device.hooks
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> AllocatorConfig {
+        self.lock().config.clone()
+    }
+
+    /// Free and total memory as the device reports them.
+    pub fn mem_info(&self) -> MemInfo {
+        self.device.raw.mem_info()
+    }
+
+    /// Allocates `size` bytes for use on `stream`. A 0-byte request returns a null
+    /// allocation without touching the allocator.
+    pub fn malloc(&self, size: u64, stream: StreamId, tag: Option<Tag>) -> Result<Allocation, AllocError> {
+        if size == 0 {
+            return Ok(Allocation {
+                addr: 0,
+                size: 0,
+                requested: 0,
+                stream,
+                pool: PoolKind::Small,
+                tag,
+                block: NIL,
+                owner: self.id,
+            });
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        let dev = &self.device;
+        if st.num_pending_events != 0 {
+            st.process_events(dev);
+        }
+        let rounded = st.config.round_size(size);
+        let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
+        let req = Request {
+            stream,
+            pool,
+            size: rounded,
+            alloc_size: allocation_size(rounded, st.config.large_segment_size),
+        };
+
+        let block = match st.get_free_block(&req) {
+            Some(b) => b,
+            None => match st.allocate_new(dev, &req)? {
+                Some(b) => b,
+                None => return Err(st.out_of_memory(dev, &req, size)),
+            },
+        };
+        let split = st.should_split(block, rounded);
+        let id = st.alloc_found_block(dev, block, &req, size, tag, split);
+        let b = &st.arena[id];
+        Ok(Allocation {
+            addr: b.addr,
+            size: b.size,
+            requested: size,
+            stream,
+            pool,
+            tag,
+            block: id,
+            owner: self.id,
+        })
+    }
+
+    /// Frees an allocation. Its bytes stop counting as allocated now; the block
+    /// returns to the pool now, or — when other streams used it — once their
+    /// work recorded at this point has completed.
+    pub fn free(&self, allocation: Allocation) -> Result<(), AllocError> {
+        if allocation.block == NIL && allocation.owner == self.id {
+            return Ok(());
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        let valid = allocation.owner == self.id
+            && (allocation.block as usize) < st.arena.slots.len()
+            && {
+                let b = &st.arena[allocation.block];
+                b.in_use && b.allocated && b.addr == allocation.addr
+            };
+        if !valid {
+            return Err(AllocError::InvalidFree { device: self.device.name.clone(), addr: allocation.addr });
+        }
+        st.free(&self.device, allocation.block);
+        Ok(())
+    }
+
+    /// Marks the allocation as used by `stream` (`Tensor.record_stream`): when it is
+    /// freed, its block is not reused before the work queued on `stream` until then
+    /// has completed. Uses on the allocation's own stream need nothing.
+    pub fn record_stream(&self, allocation: &Allocation, stream: StreamId) {
+        if allocation.block == NIL || allocation.owner != self.id || stream == allocation.stream {
+            return;
+        }
+        let mut st = self.lock();
+        let b = &mut st.arena[allocation.block];
+        if b.in_use && b.allocated && b.addr == allocation.addr && !b.stream_uses.contains(&stream) {
+            b.stream_uses.push(stream);
+        }
+    }
+
+    /// `torch.cuda.empty_cache()`: waits for outstanding stream events, then gives
+    /// every fully free segment (and every fully free page of expandable segments)
+    /// back to the device. Allocated memory is unchanged.
+    pub fn empty_cache(&self) {
+        let mut st = self.lock();
+        if self.device.hooks.is_active() {
+            self.device.emit_raw(AllocatorAction::EmptyCache, 0, 0, 0, 0, None);
+        }
+        st.release_cached_blocks(&self.device);
+    }
+
+    /// `torch.cuda.set_per_process_memory_fraction(f)`: new segments may not push
+    /// reserved memory past `f` × total. A fraction of 1 removes the limit.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(AllocError::InvalidFraction(fraction));
+        }
+        let total = self.device.raw.mem_info().total_bytes;
+        let mut st = self.lock();
+        st.config.per_process_memory_fraction = Some(fraction);
+        st.allowed_memory_maximum = (fraction < 1.0).then(|| (fraction * total as f64) as u64);
+        Ok(())
+    }
+
+    /// A copy of the statistics (`torch.cuda.memory_stats()`).
+    pub fn stats(&self) -> MemoryStats {
+        self.lock().stats.clone()
+    }
+
+    /// `torch.cuda.memory_allocated()`.
+    pub fn memory_allocated(&self) -> u64 {
+        self.lock().stats.memory_allocated()
+    }
+
+    /// `torch.cuda.memory_reserved()`.
+    pub fn memory_reserved(&self) -> u64 {
+        self.lock().stats.memory_reserved()
+    }
+
+    /// `torch.cuda.max_memory_allocated()`.
+    pub fn max_memory_allocated(&self) -> u64 {
+        self.lock().stats.max_memory_allocated()
+    }
+
+    /// `torch.cuda.max_memory_reserved()`.
+    pub fn max_memory_reserved(&self) -> u64 {
+        self.lock().stats.max_memory_reserved()
+    }
+
+    /// `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak_stats(&self) {
+        self.lock().stats.reset_peak();
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats()`.
+    pub fn reset_accumulated_stats(&self) {
+        self.lock().stats.reset_accumulated();
+    }
+
+    /// The largest free cached block (0 when none), as `cacheInfo` reports it.
+    pub fn largest_free_block(&self) -> u64 {
+        let st = self.lock();
+        let largest = |p: &BlockPool| p.blocks.keys().map(|k| k.1).max().unwrap_or(0);
+        largest(&st.small).max(largest(&st.large))
+    }
+
+    /// Every segment with its blocks, sorted by address (`torch.cuda.memory_snapshot()`).
+    /// For expandable segments each contiguous mapped range is one segment.
+    pub fn snapshot(&self) -> Vec<SegmentInfo> {
+        self.lock().snapshot()
+    }
+}
+
+impl Drop for CachingAllocator {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // Give every segment back, live blocks or not: the memory belongs to us.
+        let mut heads = Vec::new();
+        for (_, b) in st.arena.live() {
+            if b.expandable == NIL && b.prev == NIL {
+                let mut size = 0;
+                let mut cur = Some(b);
+                while let Some(c) = cur {
+                    size += c.size;
+                    cur = (c.next != NIL).then(|| &st.arena[c.next]);
+                }
+                heads.push((b.addr, size));
+            }
+        }
+        for (addr, size) in heads {
+            self.device.raw.free(addr, size);
+        }
+        for seg in st.expandable.iter_mut().flatten() {
+            seg.release_all(&*self.device.raw);
+        }
+    }
+}
+
+impl State {
+    #[inline]
+    fn pool_mut(&mut self, pool: PoolKind) -> &mut BlockPool {
+        match pool {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+    }
+
+    #[inline]
+    fn gc_enabled(&self) -> bool {
+        self.allowed_memory_maximum.is_some() && self.config.garbage_collection_threshold.is_some_and(|t| t > 0.0)
+    }
+
+    /// Puts a free mapped block into its pool (`insert_into_blocks`).
+    #[inline]
+    fn insert_free(&mut self, id: u32) {
+        let (pool, key) = {
+            let b = &self.arena[id];
+            (b.pool, b.size_key())
+        };
+        let p = self.pool_mut(pool);
+        let base = p.get_free_blocks_call_count;
+        p.blocks.insert(key, id);
+        self.arena[id].gc_count_base = base;
+    }
+
+    #[inline]
+    fn remove_free(&mut self, id: u32) {
+        let (pool, key) = {
+            let b = &self.arena[id];
+            (b.pool, b.size_key())
+        };
+        let removed = self.pool_mut(pool).blocks.remove(&key);
+        debug_assert_eq!(removed, Some(id));
+    }
+
+    fn insert_unmapped(&mut self, id: u32) {
+        let (pool, key) = {
+            let b = &self.arena[id];
+            (b.pool, b.addr_key())
+        };
+        self.pool_mut(pool).unmapped.insert(key, id);
+    }
+
+    fn remove_unmapped(&mut self, id: u32) {
+        let (pool, key) = {
+            let b = &self.arena[id];
+            (b.pool, b.addr_key())
+        };
+        let removed = self.pool_mut(pool).unmapped.remove(&key);
+        debug_assert_eq!(removed, Some(id));
+    }
+
+    fn should_split(&self, block: u32, size: u64) -> bool {
+        let b = &self.arena[block];
+        let remaining = b.size - size;
+        if b.pool == PoolKind::Small || self.config.expandable_segments {
+            remaining >= super::consts::MIN_BLOCK_SIZE
+        } else {
+            size < self.max_split_size && remaining > SMALL_SIZE
+        }
+    }
+
+    /// Best-fit lookup (`get_free_block`); removes the block from its pool.
+    fn get_free_block(&mut self, req: &Request) -> Option<u32> {
+        let gc = self.gc_enabled();
+        let expandable_on = self.config.expandable_segments;
+        let max_split = self.max_split_size;
+        let max_non_split_rounding = self.config.max_non_split_rounding;
+        let arena = &self.arena;
+        let pool = match req.pool {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        };
+        if gc {
+            pool.get_free_blocks_call_count += 1;
+        }
+        let mut iter = pool.blocks.range((req.stream, req.size, 0)..).map(|(_, &id)| id);
+        let mut id = iter.next()?;
+        if arena[id].stream != req.stream {
+            return None;
+        }
+        if arena[id].expandable != NIL {
+            if expandable_on {
+                // Best fit counts what an expandable block could grow to.
+                let expandable_size = |b: &Block| {
+                    b.size + if b.next != NIL && !arena[b.next].mapped { arena[b.next].size } else { 0 }
+                };
+                for next in iter {
+                    let nb = &arena[next];
+                    if arena[id].expandable != NIL
+                        && nb.stream == req.stream
+                        && expandable_size(nb) < expandable_size(&arena[id])
+                    {
+                        id = next;
+                    } else {
+                        break;
+                    }
+                }
+            } else {
+                // Expandable segments were turned off: only plain blocks qualify.
+                loop {
+                    id = iter.next()?;
+                    let b = &arena[id];
+                    if b.stream != req.stream {
+                        return None;
+                    }
+                    if b.expandable == NIL {
+                        break;
+                    }
+                }
+            }
+        }
+        let size = arena[id].size;
+        if req.size < max_split && size >= max_split {
+            return None;
+        }
+        if req.size >= max_split && size >= req.size.saturating_add(max_non_split_rounding) {
+            return None;
+        }
+        let key = arena[id].size_key();
+        pool.blocks.remove(&key);
+        Some(id)
+    }
+
+    /// Steps 3–4 of the malloc path: garbage collection, a new segment, and the two
+    /// release-and-retry attempts. `Ok(None)` is out of memory.
+    fn allocate_new(&mut self, dev: &Device, req: &Request) -> Result<Option<u32>, AllocError> {
+        if self.gc_enabled() {
+            self.garbage_collect_cached_blocks(dev);
+        }
+        if let Some(b) = self.alloc_block(dev, req, false)? {
+            return Ok(Some(b));
+        }
+        if self.release_available_cached_blocks(dev, req)
+            && let Some(b) = self.alloc_block(dev, req, false)?
+        {
+            return Ok(Some(b));
+        }
+        self.release_cached_blocks(dev);
+        self.alloc_block(dev, req, true)
+    }
+
+    fn out_of_memory(&mut self, dev: &Device, req: &Request, orig_size: u64) -> AllocError {
+        let info = dev.raw.mem_info();
+        if dev.hooks.is_active() {
+            dev.emit_raw(AllocatorAction::Oom, req.stream, info.free_bytes, orig_size, req.size, None);
+        }
+        self.stats.num_ooms += 1;
+        let allocated = self.stats.allocated_bytes.all.current as u64;
+        let reserved = self.stats.reserved_bytes.all.current as u64;
+        AllocError::OutOfMemory(Box::new(OutOfMemoryError {
+            device: dev.name.clone(),
+            stream: req.stream,
+            requested_bytes: orig_size,
+            rounded_bytes: req.size,
+            segment_bytes: req.alloc_size,
+            total_bytes: info.total_bytes,
+            free_bytes: info.free_bytes,
+            allowed_bytes: self.allowed_memory_maximum,
+            allocated_bytes: allocated,
+            reserved_unallocated_bytes: reserved.saturating_sub(allocated),
+        }))
+    }
+
+    /// Gets a new segment (or maps expandable pages). `Ok(None)`: no memory.
+    fn alloc_block(&mut self, dev: &Device, req: &Request, is_retry: bool) -> Result<Option<u32>, AllocError> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        let size = req.alloc_size;
+        if let Some(allowed) = self.allowed_memory_maximum
+            && self.total_allocated_memory + size > allowed
+        {
+            return Ok(None);
+        }
+        if self.config.expandable_segments {
+            return self.try_allocate_expandable_block(dev, req);
+        }
+        let addr = match dev.raw.malloc(size) {
+            Ok(addr) => addr,
+            Err(RawError::OutOfMemory) => return Ok(None),
+            Err(e) => return Err(dev.device_error(e)),
+        };
+        self.total_allocated_memory += size;
+        let id = self.arena.insert(Block::new(addr, size, req.stream, req.pool));
+        self.stats.segment.increase(req.pool, 1);
+        self.stats.reserved_bytes.increase(req.pool, size);
+        if size >= self.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        dev.emit(AllocatorAction::SegmentAlloc, &self.arena[id], size, size);
+        Ok(Some(id))
+    }
+
+    /// Hands out `block` for the request, splitting off the remainder when `split`.
+    fn alloc_found_block(
+        &mut self,
+        dev: &Device,
+        block: u32,
+        req: &Request,
+        orig_size: u64,
+        tag: Option<Tag>,
+        split: bool,
+    ) -> u32 {
+        let pool = req.pool;
+        let already_split = self.arena[block].is_split();
+        let expandable = self.arena[block].expandable != NIL;
+        let mut id = block;
+        if split {
+            let remaining = block;
+            let (addr, prev, seg) = {
+                let r = &self.arena[remaining];
+                (r.addr, r.prev, r.expandable)
+            };
+            let mut new = Block::new(addr, req.size, req.stream, pool);
+            new.expandable = seg;
+            new.prev = prev;
+            new.next = remaining;
+            id = self.arena.insert(new);
+            if prev != NIL {
+                self.arena[prev].next = id;
+            }
+            {
+                let r = &mut self.arena[remaining];
+                r.prev = id;
+                r.addr += req.size;
+                r.size -= req.size;
+            }
+            self.insert_free(remaining);
+            if !expandable {
+                if already_split {
+                    // An already-split inactive block shrinks by the handed-out size.
+                    self.stats.inactive_split_bytes.decrease(pool, req.size);
+                } else {
+                    // A new inactive split block appears.
+                    let rem = self.arena[remaining].size;
+                    self.stats.inactive_split_bytes.increase(pool, rem);
+                    self.stats.inactive_split.increase(pool, 1);
+                }
+            }
+        } else if already_split && !expandable {
+            // An already-split block becomes active whole.
+            let size = self.arena[block].size;
+            self.stats.inactive_split_bytes.decrease(pool, size);
+            self.stats.inactive_split.decrease(pool, 1);
+        }
+
+        let b = &mut self.arena[id];
+        b.allocated = true;
+        b.requested = orig_size;
+        b.tag = tag;
+        let size = b.size;
+        dev.emit(AllocatorAction::Alloc, b, orig_size, size);
+        let s = &mut self.stats;
+        s.allocation.increase(pool, 1);
+        s.allocated_bytes.increase(pool, size);
+        s.active.increase(pool, 1);
+        s.active_bytes.increase(pool, size);
+        s.requested_bytes.increase(pool, orig_size);
+        if size >= self.max_split_size {
+            s.oversize_allocations.increase(1);
+        }
+        id
+    }
+
+    fn free(&mut self, dev: &Device, id: u32) {
+        let (pool, size, requested) = {
+            let b = &mut self.arena[id];
+            b.allocated = false;
+            (b.pool, b.size, b.requested)
+        };
+        self.stats.allocation.decrease(pool, 1);
+        self.stats.allocated_bytes.decrease(pool, size);
+        dev.emit(AllocatorAction::FreeRequested, &self.arena[id], requested, size);
+        if size >= self.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        if self.arena[id].stream_uses.is_empty() {
+            self.free_block(dev, id);
+        } else {
+            self.insert_events(dev, id);
+        }
+    }
+
+    /// Records an event on every stream that used the block; the block is freed
+    /// when the last completes.
+    fn insert_events(&mut self, dev: &Device, id: u32) {
+        let streams = std::mem::take(&mut self.arena[id].stream_uses);
+        for s in streams {
+            let event = dev.raw.record_event(s);
+            self.arena[id].event_count += 1;
+            self.pending_events.entry(s).or_default().push_back((event, id));
+            self.num_pending_events += 1;
+        }
+    }
+
+    /// Frees the blocks whose streams' events have completed (`process_events`).
+    fn process_events(&mut self, dev: &Device) {
+        let streams: Vec<StreamId> = self.pending_events.keys().copied().collect();
+        for s in streams {
+            loop {
+                let Some(&(event, id)) = self.pending_events.get(&s).and_then(|q| q.front()) else {
+                    break;
+                };
+                if !dev.raw.event_completed(event) {
+                    break;
+                }
+                self.pending_events.get_mut(&s).map(VecDeque::pop_front);
+                self.num_pending_events -= 1;
+                self.event_done(dev, id);
+            }
+            if self.pending_events.get(&s).is_some_and(VecDeque::is_empty) {
+                self.pending_events.remove(&s);
+            }
+        }
+    }
+
+    fn event_done(&mut self, dev: &Device, id: u32) {
+        let b = &mut self.arena[id];
+        b.event_count -= 1;
+        if b.event_count == 0 {
+            self.free_block(dev, id);
+        }
+    }
+
+    /// Waits for every outstanding event and frees their blocks
+    /// (`synchronize_and_free_events`).
+    fn synchronize_and_free_events(&mut self, dev: &Device) {
+        self.stats.num_sync_all_streams += 1;
+        let pending = std::mem::take(&mut self.pending_events);
+        self.num_pending_events = 0;
+        for (_, queue) in pending {
+            for (event, id) in queue {
+                dev.raw.synchronize_event(event);
+                self.event_done(dev, id);
+            }
+        }
+    }
+
+    /// Returns a block to its pool, merging it with free neighbours (`free_block`).
+    fn free_block(&mut self, dev: &Device, id: u32) {
+        let (pool, original_size, requested) = {
+            let b = &self.arena[id];
+            debug_assert!(!b.allocated && b.event_count == 0 && b.stream_uses.is_empty());
+            (b.pool, b.size, b.requested)
+        };
+        dev.emit(AllocatorAction::FreeCompleted, &self.arena[id], requested, original_size);
+        self.arena[id].tag = None;
+
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        let (prev, next) = (self.arena[id].prev, self.arena[id].next);
+        for candidate in [prev, next] {
+            let subsumed = self.try_merge_blocks(id, candidate);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_bytes -= subsumed as i64;
+            }
+        }
+        self.insert_free(id);
+        let b = &self.arena[id];
+        if b.is_split() {
+            net_blocks += 1;
+            net_bytes += b.size as i64;
+        }
+        let expandable = b.expandable != NIL;
+        let s = &mut self.stats;
+        // Expandable segments are left out of inactive_split, as in PyTorch.
+        if !expandable {
+            if net_blocks > 0 {
+                s.inactive_split.increase(pool, net_blocks as u64);
+            } else if net_blocks < 0 {
+                s.inactive_split.decrease(pool, (-net_blocks) as u64);
+            }
+            if net_bytes > 0 {
+                s.inactive_split_bytes.increase(pool, net_bytes as u64);
+            } else if net_bytes < 0 {
+                s.inactive_split_bytes.decrease(pool, (-net_bytes) as u64);
+            }
+        }
+        s.active.decrease(pool, 1);
+        s.active_bytes.decrease(pool, original_size);
+        s.requested_bytes.decrease(pool, requested);
+    }
+
+    /// Merges free neighbour `src` into `dst`; returns the bytes subsumed (0: none).
+    fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
+        if src == NIL {
+            return 0;
+        }
+        {
+            let s = &self.arena[src];
+            if s.allocated || s.event_count > 0 || !s.stream_uses.is_empty() || s.mapped != self.arena[dst].mapped {
+                return 0;
+            }
+        }
+        if self.arena[src].mapped {
+            self.remove_free(src);
+        } else {
+            self.remove_unmapped(src);
+        }
+        let (s_addr, s_size, s_prev, s_next) = {
+            let s = &self.arena[src];
+            (s.addr, s.size, s.prev, s.next)
+        };
+        if self.arena[dst].prev == src {
+            // [src dst]
+            let d = &mut self.arena[dst];
+            d.addr = s_addr;
+            d.prev = s_prev;
+            if s_prev != NIL {
+                self.arena[s_prev].next = dst;
+            }
+        } else {
+            // [dst src]
+            self.arena[dst].next = s_next;
+            if s_next != NIL {
+                self.arena[s_next].prev = dst;
+            }
+        }
+        self.arena[dst].size += s_size;
+        self.arena.remove(src);
+        s_size
+    }
+
+    /// Frees cached oversize blocks to make room for a request
+    /// (`release_available_cached_blocks`). Only acts with a max_split_size.
+    fn release_available_cached_blocks(&mut self, dev: &Device, req: &Request) -> bool {
+        if self.config.max_split_size.is_none() {
+            return false;
+        }
+        let max_split = self.max_split_size;
+        let key_size = req.size.max(max_split);
+        let pool = match req.pool {
+            PoolKind::Small => &self.small,
+            PoolKind::Large => &self.large,
+        };
+        let found = pool
+            .blocks
+            .range((req.stream, key_size, 0)..)
+            .next()
+            .map(|(_, &id)| id)
+            .filter(|&id| self.arena[id].stream == req.stream && self.arena[id].expandable == NIL);
+        match found {
+            Some(id) => {
+                self.release_block(dev, id);
+                true
+            }
+            None => {
+                // No single block is large enough: free oversize blocks, largest first.
+                let mut victims = Vec::new();
+                let mut total = 0u64;
+                for (_, &id) in pool.blocks.range(..(req.stream, key_size, 0)).rev() {
+                    let b = &self.arena[id];
+                    if total >= key_size || b.size < max_split || b.stream != req.stream {
+                        break;
+                    }
+                    if b.expandable == NIL {
+                        total += b.size;
+                        victims.push(id);
+                    }
+                }
+                for id in victims {
+                    self.release_block(dev, id);
+                }
+                total >= key_size
+            }
+        }
+    }
+
+    /// Frees every fully free segment of both pools after waiting for outstanding
+    /// events (`release_cached_blocks`).
+    fn release_cached_blocks(&mut self, dev: &Device) -> bool {
+        self.synchronize_and_free_events(dev);
+        self.release_blocks(dev, PoolKind::Large);
+        self.release_blocks(dev, PoolKind::Small);
+        true
+    }
+
+    fn release_blocks(&mut self, dev: &Device, pool: PoolKind) {
+        let ids: Vec<u32> = self.pool_mut(pool).blocks.values().copied().collect();
+        let mut to_unmap = Vec::new();
+        for id in ids {
+            let b = &self.arena[id];
+            if b.expandable != NIL {
+                to_unmap.push(id);
+            } else if !b.is_split() {
+                self.release_block(dev, id);
+            }
+        }
+        for id in to_unmap {
+            self.unmap_block(dev, id);
+            let b = &self.arena[id];
+            if !b.is_split() {
+                self.release_expandable_segment(dev, id);
+            }
+        }
+    }
+
+    /// Gives a whole free segment back to the device (`release_block`).
+    fn release_block(&mut self, dev: &Device, id: u32) {
+        debug_assert!(self.arena[id].expandable == NIL && !self.arena[id].is_split());
+        self.remove_free(id);
+        let (addr, size, pool) = {
+            let b = &self.arena[id];
+            (b.addr, b.size, b.pool)
+        };
+        self.stats.num_device_free += 1;
+        dev.emit(AllocatorAction::SegmentFree, &self.arena[id], size, size);
+        dev.raw.free(addr, size);
+        self.total_allocated_memory -= size;
+        self.stats.segment.decrease(pool, 1);
+        self.stats.reserved_bytes.decrease(pool, size);
+        if size >= self.max_split_size {
+            self.stats.oversize_segments.decrease(1);
+        }
+        self.arena.remove(id);
+    }
+
+    /// Frees cached, unsplit large blocks that have waited at least the mean age
+    /// until enough is reclaimed (`garbage_collect_cached_blocks`).
+    fn garbage_collect_cached_blocks(&mut self, dev: &Device) {
+        let (Some(allowed), Some(threshold)) = (self.allowed_memory_maximum, self.config.garbage_collection_threshold)
+        else {
+            return;
+        };
+        let gc_threshold = (threshold * allowed as f64) as u64;
+        if self.total_allocated_memory <= gc_threshold {
+            return;
+        }
+        let target = self.total_allocated_memory - gc_threshold;
+        let now = self.large.get_free_blocks_call_count;
+        let age = |b: &Block| now - b.gc_count_base;
+        let mut total_age: i64 = 0;
+        let mut freeable: i64 = 0;
+        for &id in self.large.blocks.values() {
+            let b = &self.arena[id];
+            if !b.is_split() {
+                total_age += age(b);
+                freeable += 1;
+            }
+        }
+        if freeable == 0 {
+            return;
+        }
+        let mut reclaimed = 0u64;
+        let mut block_freed = true;
+        while reclaimed < target && block_freed && freeable > 0 {
+            let age_threshold = total_age as f64 / freeable as f64;
+            block_freed = false;
+            let ids: Vec<u32> = self.large.blocks.values().copied().collect();
+            for id in ids {
+                let b = &self.arena[id];
+                if !b.is_split() && b.expandable == NIL && age(b) as f64 >= age_threshold {
+                    block_freed = true;
+                    reclaimed += b.size;
+                    total_age -= age(b);
+                    freeable -= 1;
+                    self.release_block(dev, id);
+                }
+            }
+        }
+    }
+
+    // ----- expandable segments -----
+
+    fn try_allocate_expandable_block(&mut self, dev: &Device, req: &Request) -> Result<Option<u32>, AllocError> {
+        let size = req.size;
+        let mut candidate = self.find_expandable_block(dev, req.stream, req.pool, size)?;
+        if !self.arena[candidate].mapped {
+            let len = self.arena[candidate].size.min(size);
+            if !self.map_block(dev, candidate, len)? {
+                return Ok(None);
+            }
+        }
+        while self.arena[candidate].size < size {
+            // Invariant: free -> unmapped -> …; mapping merges into the free block.
+            let remaining = size - self.arena[candidate].size;
+            let next = self.arena[candidate].next;
+            let len = remaining.min(self.arena[next].size);
+            if !self.map_block(dev, next, len)? {
+                return Ok(None);
+            }
+            candidate = next;
+        }
+        self.remove_free(candidate);
+        Ok(Some(candidate))
+    }
+
+    fn allocatable(&self, id: u32) -> bool {
+        id != NIL && {
+            let b = &self.arena[id];
+            !b.allocated && b.event_count == 0 && b.stream_uses.is_empty()
+        }
+    }
+
+    /// The lowest-addressed run of free and unmapped blocks with room for `size`,
+    /// or a new segment's unmapped range (`find_expandable_block`).
+    fn find_expandable_block(
+        &mut self,
+        dev: &Device,
+        stream: StreamId,
+        pool: PoolKind,
+        size: u64,
+    ) -> Result<u32, AllocError> {
+        let candidates: Vec<u32> = {
+            let p = match pool {
+                PoolKind::Small => &self.small,
+                PoolKind::Large => &self.large,
+            };
+            p.unmapped.range((stream, 0)..(stream + 1, 0)).map(|(_, &id)| id).collect()
+        };
+        for mut c in candidates {
+            if self.allocatable(self.arena[c].prev) {
+                c = self.arena[c].prev;
+            }
+            let mut bytes = 0;
+            let mut b = c;
+            while bytes < size && self.allocatable(b) {
+                bytes += self.arena[b].size;
+                b = self.arena[b].next;
+            }
+            if bytes >= size {
+                return Ok(c);
+            }
+        }
+        let page = if pool == PoolKind::Small { SMALL_BUFFER } else { self.config.large_segment_size };
+        let total = dev.raw.mem_info().total_bytes;
+        let segment = ExpandableSegment::reserve(&*dev.raw, page, total + total / 8).map_err(|e| dev.device_error(e))?;
+        let (base, span) = (segment.base(), segment.size());
+        let slot = self.expandable.iter().position(Option::is_none).unwrap_or_else(|| {
+            self.expandable.push(None);
+            self.expandable.len() - 1
+        });
+        self.expandable[slot] = Some(segment);
+        let mut block = Block::new(base, span, stream, pool);
+        block.mapped = false;
+        block.expandable = slot as u32;
+        let id = self.arena.insert(block);
+        self.insert_unmapped(id);
+        Ok(id)
+    }
+
+    /// Maps the first `size` bytes (rounded up to pages) of unmapped block `id`
+    /// (`map_block`). `Ok(false)`: the device has no memory for it.
+    fn map_block(&mut self, dev: &Device, id: u32, size: u64) -> Result<bool, AllocError> {
+        let (addr, seg) = (self.arena[id].addr, self.arena[id].expandable);
+        let segment = self.expandable[seg as usize].as_mut().expect("a block's expandable segment is live");
+        let mapped = match segment.map(&*dev.raw, addr, size) {
+            Ok(Some(len)) => len,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(dev.device_error(e)),
+        };
+        self.remove_unmapped(id);
+        self.arena[id].mapped = true;
+        if mapped < self.arena[id].size {
+            let b = &self.arena[id];
+            let mut rest = Block::new(b.addr + mapped, b.size - mapped, b.stream, b.pool);
+            rest.mapped = false;
+            rest.expandable = seg;
+            rest.prev = id;
+            rest.next = b.next;
+            let next = b.next;
+            let rest_id = self.arena.insert(rest);
+            if next != NIL {
+                self.arena[next].prev = rest_id;
+            }
+            self.arena[id].next = rest_id;
+            self.arena[id].size = mapped;
+            self.insert_unmapped(rest_id);
+        }
+        let prev = self.arena[id].prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.arena[id].next;
+        self.try_merge_blocks(id, next);
+        self.insert_free(id);
+
+        let pool = self.arena[id].pool;
+        self.total_allocated_memory += mapped;
+        self.stats.reserved_bytes.increase(pool, mapped);
+        self.stats.num_device_alloc += 1;
+        if dev.hooks.is_active() {
+            dev.emit_raw(AllocatorAction::SegmentMap, self.arena[id].stream, addr, mapped, mapped, None);
+        }
+        Ok(true)
+    }
+
+    /// Unmaps the whole pages inside free block `id` (`unmap_block`).
+    fn unmap_block(&mut self, dev: &Device, id: u32) {
+        let (addr, size, seg, stream, pool) = {
+            let b = &self.arena[id];
+            (b.addr, b.size, b.expandable, b.stream, b.pool)
+        };
+        let segment = self.expandable[seg as usize].as_mut().expect("a block's expandable segment is live");
+        let Some((u_addr, u_size)) = segment.unmap(&*dev.raw, addr, size) else {
+            return;
+        };
+        self.remove_free(id);
+        let before = u_addr - addr;
+        if before > 0 {
+            let mut bf = Block::new(addr, before, stream, pool);
+            bf.expandable = seg;
+            bf.prev = self.arena[id].prev;
+            bf.next = id;
+            let bf_id = self.arena.insert(bf);
+            let prev = self.arena[id].prev;
+            if prev != NIL {
+                self.arena[prev].next = bf_id;
+            }
+            self.arena[id].prev = bf_id;
+            self.insert_free(bf_id);
+        }
+        let after = size - before - u_size;
+        if after > 0 {
+            let mut af = Block::new(u_addr + u_size, after, stream, pool);
+            af.expandable = seg;
+            af.prev = id;
+            af.next = self.arena[id].next;
+            let af_id = self.arena.insert(af);
+            let next = self.arena[id].next;
+            if next != NIL {
+                self.arena[next].prev = af_id;
+            }
+            self.arena[id].next = af_id;
+            self.insert_free(af_id);
+        }
+        {
+            let b = &mut self.arena[id];
+            b.addr = u_addr;
+            b.size = u_size;
+            b.mapped = false;
+        }
+        let prev = self.arena[id].prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.arena[id].next;
+        self.try_merge_blocks(id, next);
+        self.insert_unmapped(id);
+
+        self.total_allocated_memory -= u_size;
+        self.stats.reserved_bytes.decrease(pool, u_size);
+        self.stats.num_device_free += 1;
+        if dev.hooks.is_active() {
+            dev.emit_raw(AllocatorAction::SegmentUnmap, stream, u_addr, u_size, u_size, None);
+        }
+    }
+
+    /// Gives a fully unmapped expandable segment's address space back.
+    fn release_expandable_segment(&mut self, dev: &Device, id: u32) {
+        let (seg, mapped) = (self.arena[id].expandable, self.arena[id].mapped);
+        debug_assert!(!mapped);
+        self.remove_unmapped(id);
+        self.arena.remove(id);
+        if let Some(mut segment) = self.expandable[seg as usize].take() {
+            segment.release_all(&*dev.raw);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<SegmentInfo> {
+        let mut out = Vec::new();
+        for (_, head) in self.arena.live() {
+            if !head.mapped || (head.prev != NIL && self.arena[head.prev].mapped) {
+                continue;
+            }
+            let mut seg = SegmentInfo {
+                address: head.addr,
+                total_size: 0,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: 0,
+                stream: head.stream,
+                pool: head.pool,
+                is_expandable: head.expandable != NIL,
+                blocks: Vec::new(),
+            };
+            let mut cur = Some(head);
+            while let Some(b) = cur.filter(|b| b.mapped) {
+                let active = b.allocated || b.event_count > 0 || !b.stream_uses.is_empty();
+                seg.total_size += b.size;
+                if b.allocated {
+                    seg.allocated_size += b.size;
+                }
+                if active {
+                    seg.active_size += b.size;
+                    seg.requested_size += b.requested;
+                }
+                seg.blocks.push(BlockInfo {
+                    address: b.addr,
+                    size: b.size,
+                    requested_size: if active { b.requested } else { 0 },
+                    state: if b.allocated {
+                        BlockState::ActiveAllocated
+                    } else if active {
+                        BlockState::ActivePendingFree
+                    } else {
+                        BlockState::Inactive
+                    },
+                    tag: if active { b.tag } else { None },
+                });
+                cur = (b.next != NIL).then(|| &self.arena[b.next]);
+            }
+            out.push(seg);
+        }
+        out.sort_by_key(|s| s.address);
+        out
+    }
+}

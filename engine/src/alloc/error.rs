@@ -1,0 +1,90 @@
+//! The allocator's errors.
+
+use thiserror::Error;
+
+use super::config::ConfigError;
+use super::format::format_size;
+use super::raw::{RawError, StreamId};
+
+/// Everything the caching allocator can fail with.
+#[derive(Debug, Error)]
+pub enum AllocError {
+    /// No memory for the request even after releasing cached segments.
+    #[error(transparent)]
+    OutOfMemory(Box<OutOfMemoryError>),
+    /// `free` of an allocation this allocator does not hold live.
+    #[error("free of address {addr:#x} on {device}: not a live allocation of this allocator")]
+    InvalidFree { device: String, addr: u64 },
+    /// The device failed for a reason other than lack of memory.
+    #[error("{device}: {source}")]
+    Device {
+        device: String,
+        #[source]
+        source: RawError,
+    },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `set_memory_fraction` outside [0, 1].
+    #[error("invalid memory fraction {0}: it must lie between 0 and 1")]
+    InvalidFraction(f64),
+}
+
+impl AllocError {
+    /// The out-of-memory details, when this is an out-of-memory error.
+    pub fn as_oom(&self) -> Option<&OutOfMemoryError> {
+        match self {
+            AllocError::OutOfMemory(oom) => Some(oom),
+            _ => None,
+        }
+    }
+}
+
+/// The numbers PyTorch puts in its out-of-memory message, as typed fields.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutOfMemoryError {
+    /// The allocator's device name (`cpu`, `cuda:0`, `simulated`).
+    pub device: String,
+    pub stream: StreamId,
+    /// Bytes the caller asked for.
+    pub requested_bytes: u64,
+    /// The request after rounding.
+    pub rounded_bytes: u64,
+    /// The segment size that was asked of the device ("Tried to allocate").
+    pub segment_bytes: u64,
+    /// The device's total memory.
+    pub total_bytes: u64,
+    /// The device's free memory, as the device reports it.
+    pub free_bytes: u64,
+    /// The per-process limit, when a memory fraction below 1 is set.
+    pub allowed_bytes: Option<u64>,
+    /// Bytes allocated through this allocator.
+    pub allocated_bytes: u64,
+    /// Bytes reserved by this allocator but not allocated (cached).
+    pub reserved_unallocated_bytes: u64,
+}
+
+impl std::fmt::Display for OutOfMemoryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "vramlab: {dev} out of memory. Tried to allocate {seg}. Device {dev} has a total capacity of {total} of which {free} is free. ",
+            dev = self.device,
+            seg = format_size(self.segment_bytes),
+            total = format_size(self.total_bytes),
+            free = format_size(self.free_bytes),
+        )?;
+        if let Some(allowed) = self.allowed_bytes {
+            write!(f, "{} allowed; ", format_size(allowed))?;
+        }
+        write!(
+            f,
+            "Of the allocated memory {} is allocated by vramlab, and {} is reserved by vramlab but unallocated. \
+             If reserved but unallocated memory is large try setting expandable_segments:True in the allocator \
+             config to avoid fragmentation.",
+            format_size(self.allocated_bytes),
+            format_size(self.reserved_unallocated_bytes),
+        )
+    }
+}
+
+impl std::error::Error for OutOfMemoryError {}

@@ -1,0 +1,411 @@
+//! What the caching allocator asks of a device: plain malloc/free of segments,
+//! capacity and free memory, virtual ranges with page mapping for expandable
+//! segments, and stream events for cross-stream frees.
+//!
+//! Implementations here: [`HostMemory`] (real host memory, the CPU device) and
+//! [`SimulatedMemory`] (addresses only, no backing bytes: for replaying traces of
+//! devices larger than this machine, and for tests). The CUDA backend implements
+//! the same trait over `cuMemAlloc`/`cuMemFree`/`cuMemGetInfo`.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use thiserror::Error;
+
+use super::consts::{GIB, MIB};
+
+/// A stream of work on a device. Stream 0 is the default stream.
+pub type StreamId = u32;
+
+/// A recorded stream event, as handed out by [`RawAllocator::record_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventId(pub u64);
+
+/// Free and total memory of a device, as `cudaMemGetInfo` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemInfo {
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// Why a raw device operation failed.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum RawError {
+    /// The device has no room for the request (the allocator may release cached
+    /// segments and retry).
+    #[error("device out of memory")]
+    OutOfMemory,
+    /// The operation is not available on this device (e.g. virtual memory for
+    /// expandable segments).
+    #[error("{operation} is not supported by {device}")]
+    Unsupported { device: String, operation: &'static str },
+    /// Any other device error; the allocator passes it on unchanged.
+    #[error("{device}: {message}")]
+    Device { device: String, message: String },
+}
+
+/// A device's raw memory operations. All methods are called with the caching
+/// allocator's lock held.
+pub trait RawAllocator: Send + Sync + std::fmt::Debug {
+    /// The device's name in messages (`cpu`, `cuda:0`, `simulated`).
+    fn name(&self) -> &str;
+
+    /// Allocates `size` bytes (a segment). The address is at least 512-byte aligned.
+    fn malloc(&self, size: u64) -> Result<u64, RawError>;
+
+    /// Frees a segment returned by [`malloc`](Self::malloc) with its size.
+    fn free(&self, addr: u64, size: u64);
+
+    /// Free and total device memory.
+    fn mem_info(&self) -> MemInfo;
+
+    /// Reserves `size` bytes of address space without backing memory.
+    fn reserve_address_space(&self, size: u64) -> Result<u64, RawError> {
+        let _ = size;
+        Err(RawError::Unsupported { device: self.name().to_owned(), operation: "virtual memory" })
+    }
+
+    /// Releases a range from [`reserve_address_space`](Self::reserve_address_space);
+    /// every page in it has been unmapped.
+    fn release_address_space(&self, addr: u64, size: u64) {
+        let _ = (addr, size);
+    }
+
+    /// Backs `[addr, addr + size)` of a reserved range with memory, all or nothing.
+    /// `size` is a whole number of the caller's pages.
+    fn map(&self, addr: u64, size: u64) -> Result<(), RawError> {
+        let _ = (addr, size);
+        Err(RawError::Unsupported { device: self.name().to_owned(), operation: "virtual memory" })
+    }
+
+    /// Gives back the memory behind `[addr, addr + size)`; the range stays reserved.
+    fn unmap(&self, addr: u64, size: u64) {
+        let _ = (addr, size);
+    }
+
+    /// Records an event on `stream` marking the work queued so far.
+    /// Devices that run synchronously complete it at once.
+    fn record_event(&self, stream: StreamId) -> EventId {
+        let _ = stream;
+        EventId(0)
+    }
+
+    /// Whether the event has completed (`cudaEventQuery`).
+    fn event_completed(&self, event: EventId) -> bool {
+        let _ = event;
+        true
+    }
+
+    /// Waits for the event (`cudaEventSynchronize`).
+    fn synchronize_event(&self, event: EventId) {
+        let _ = event;
+    }
+}
+
+/// Capacity bookkeeping shared by the host implementations.
+#[derive(Debug)]
+struct Budget {
+    capacity: u64,
+    used: AtomicU64,
+}
+
+impl Budget {
+    fn take(&self, size: u64) -> Result<(), RawError> {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(size).filter(|&n| n <= self.capacity)
+            })
+            .map(|_| ())
+            .map_err(|_| RawError::OutOfMemory)
+    }
+
+    fn give(&self, size: u64) {
+        self.used.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    fn info(&self) -> MemInfo {
+        let used = self.used.load(Ordering::Relaxed);
+        MemInfo { free_bytes: self.capacity.saturating_sub(used), total_bytes: self.capacity }
+    }
+}
+
+/// Alignment of host segments: a page, more than the 512 bytes blocks need.
+const HOST_ALIGN: u64 = 4096;
+
+/// Real host memory for the CPU device, with a capacity: a CPU "device" of 4 GiB
+/// really runs out of memory at 4 GiB of segments.
+#[derive(Debug)]
+pub struct HostMemory {
+    budget: Budget,
+}
+
+impl HostMemory {
+    /// Host memory limited to `capacity_bytes` of segments.
+    pub fn with_capacity(capacity_bytes: u64) -> HostMemory {
+        HostMemory { budget: Budget { capacity: capacity_bytes, used: AtomicU64::new(0) } }
+    }
+
+    /// Host memory limited by the machine's physical memory.
+    pub fn physical() -> HostMemory {
+        HostMemory::with_capacity(physical_memory_bytes().unwrap_or(16 * GIB))
+    }
+}
+
+/// The machine's physical memory (`MemTotal` of /proc/meminfo), where known.
+pub fn physical_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn host_layout(size: u64) -> Option<std::alloc::Layout> {
+    std::alloc::Layout::from_size_align(usize::try_from(size).ok()?, HOST_ALIGN as usize).ok()
+}
+
+impl RawAllocator for HostMemory {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn malloc(&self, size: u64) -> Result<u64, RawError> {
+        let layout = host_layout(size).ok_or(RawError::OutOfMemory)?;
+        self.budget.take(size)?;
+        // SAFETY: the layout has a non-zero size (segments are at least 2 MiB).
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            self.budget.give(size);
+            return Err(RawError::OutOfMemory);
+        }
+        Ok(ptr as u64)
+    }
+
+    fn free(&self, addr: u64, size: u64) {
+        let layout = host_layout(size).expect("a segment's layout was valid when allocated");
+        // SAFETY: `addr` came from `malloc` with the same size and alignment.
+        unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
+        self.budget.give(size);
+    }
+
+    fn mem_info(&self) -> MemInfo {
+        self.budget.info()
+    }
+
+    #[cfg(unix)]
+    fn reserve_address_space(&self, size: u64) -> Result<u64, RawError> {
+        let len = usize::try_from(size).map_err(|_| RawError::OutOfMemory)?;
+        // SAFETY: an anonymous private mapping with no access; nothing aliases it.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(RawError::Device {
+                device: "cpu".into(),
+                message: format!("reserving {size} bytes of address space failed: {}", std::io::Error::last_os_error()),
+            });
+        }
+        Ok(ptr as u64)
+    }
+
+    #[cfg(unix)]
+    fn release_address_space(&self, addr: u64, size: u64) {
+        // SAFETY: the range was mapped by `reserve_address_space` and nothing uses it.
+        unsafe { libc::munmap(addr as *mut libc::c_void, size as usize) };
+    }
+
+    #[cfg(unix)]
+    fn map(&self, addr: u64, size: u64) -> Result<(), RawError> {
+        self.budget.take(size)?;
+        // SAFETY: the range lies inside a reservation made by `reserve_address_space`.
+        let rc = unsafe {
+            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE)
+        };
+        if rc != 0 {
+            self.budget.give(size);
+            return Err(RawError::OutOfMemory);
+        }
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    fn unmap(&self, addr: u64, size: u64) {
+        // SAFETY: the range lies inside a reservation and no live block uses it.
+        unsafe {
+            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
+            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
+        }
+        self.budget.give(size);
+    }
+}
+
+/// Address space only: hands out addresses without backing bytes, so a trace
+/// from an 80 GiB GPU replays on a laptop. Addresses are never reused. Stream
+/// events complete at once unless [`hold_events`](Self::hold_events) is set,
+/// which lets tests model work still running on another stream.
+#[derive(Debug)]
+pub struct SimulatedMemory {
+    budget: Budget,
+    next_addr: AtomicU64,
+    events: Mutex<SimEvents>,
+}
+
+#[derive(Debug, Default)]
+struct SimEvents {
+    hold: bool,
+    next: u64,
+    completed_through: u64,
+}
+
+/// Where simulated addresses start (a recognisable, 2 MiB-aligned value).
+const SIM_BASE: u64 = 0x7f00_0000_0000;
+
+impl SimulatedMemory {
+    /// A simulated device of `capacity_bytes`.
+    pub fn with_capacity(capacity_bytes: u64) -> SimulatedMemory {
+        SimulatedMemory {
+            budget: Budget { capacity: capacity_bytes, used: AtomicU64::new(0) },
+            next_addr: AtomicU64::new(SIM_BASE),
+            events: Mutex::new(SimEvents::default()),
+        }
+    }
+
+    /// A simulated device with no practical capacity limit (1 PiB).
+    pub fn unlimited() -> SimulatedMemory {
+        SimulatedMemory::with_capacity(1 << 50)
+    }
+
+    /// While held, recorded events stay pending until [`complete_events`](Self::complete_events).
+    pub fn hold_events(&self, hold: bool) {
+        let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        ev.hold = hold;
+        if !hold {
+            ev.completed_through = ev.next;
+        }
+    }
+
+    /// Completes every event recorded so far.
+    pub fn complete_events(&self) {
+        let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        ev.completed_through = ev.next;
+    }
+
+    fn take_addresses(&self, size: u64) -> u64 {
+        // Keep segments 2 MiB aligned, like the GPU driver does.
+        let span = size.div_ceil(2 * MIB) * 2 * MIB;
+        self.next_addr.fetch_add(span, Ordering::Relaxed)
+    }
+}
+
+impl RawAllocator for SimulatedMemory {
+    fn name(&self) -> &str {
+        "simulated"
+    }
+
+    fn malloc(&self, size: u64) -> Result<u64, RawError> {
+        self.budget.take(size)?;
+        Ok(self.take_addresses(size))
+    }
+
+    fn free(&self, _addr: u64, size: u64) {
+        self.budget.give(size);
+    }
+
+    fn mem_info(&self) -> MemInfo {
+        self.budget.info()
+    }
+
+    fn reserve_address_space(&self, size: u64) -> Result<u64, RawError> {
+        Ok(self.take_addresses(size))
+    }
+
+    fn map(&self, _addr: u64, size: u64) -> Result<(), RawError> {
+        self.budget.take(size)
+    }
+
+    fn unmap(&self, _addr: u64, size: u64) {
+        self.budget.give(size);
+    }
+
+    fn record_event(&self, _stream: StreamId) -> EventId {
+        let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        ev.next += 1;
+        if !ev.hold {
+            ev.completed_through = ev.next;
+        }
+        EventId(ev.next)
+    }
+
+    fn event_completed(&self, event: EventId) -> bool {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).completed_through >= event.0
+    }
+
+    fn synchronize_event(&self, event: EventId) {
+        let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        ev.completed_through = ev.completed_through.max(event.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_memory_enforces_capacity() {
+        let host = HostMemory::with_capacity(4 * MIB);
+        let a = host.malloc(2 * MIB).unwrap();
+        assert_eq!(a % HOST_ALIGN, 0);
+        // The memory is real: write to both ends.
+        unsafe {
+            *(a as *mut u8) = 1;
+            *((a + 2 * MIB - 1) as *mut u8) = 2;
+        }
+        let b = host.malloc(2 * MIB).unwrap();
+        assert_eq!(host.malloc(512), Err(RawError::OutOfMemory));
+        assert_eq!(host.mem_info(), MemInfo { free_bytes: 0, total_bytes: 4 * MIB });
+        host.free(a, 2 * MIB);
+        host.free(b, 2 * MIB);
+        assert_eq!(host.mem_info().free_bytes, 4 * MIB);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn host_virtual_memory_maps_and_unmaps() {
+        let host = HostMemory::with_capacity(8 * MIB);
+        let base = host.reserve_address_space(64 * MIB).unwrap();
+        host.map(base, 4 * MIB).unwrap();
+        unsafe { *((base + 4 * MIB - 1) as *mut u8) = 7 };
+        assert_eq!(host.map(base + 4 * MIB, 6 * MIB), Err(RawError::OutOfMemory));
+        assert_eq!(host.mem_info().free_bytes, 4 * MIB);
+        host.unmap(base, 4 * MIB);
+        assert_eq!(host.mem_info().free_bytes, 8 * MIB);
+        host.release_address_space(base, 64 * MIB);
+    }
+
+    #[test]
+    fn simulated_events_can_be_held() {
+        let sim = SimulatedMemory::unlimited();
+        let e = sim.record_event(1);
+        assert!(sim.event_completed(e));
+        sim.hold_events(true);
+        let e2 = sim.record_event(1);
+        assert!(!sim.event_completed(e2));
+        sim.complete_events();
+        assert!(sim.event_completed(e2));
+    }
+
+    #[test]
+    fn simulated_addresses_do_not_overlap() {
+        let sim = SimulatedMemory::with_capacity(GIB);
+        let a = sim.malloc(20 * MIB).unwrap();
+        let b = sim.malloc(2 * MIB).unwrap();
+        assert!(b >= a + 20 * MIB);
+        assert_eq!(sim.malloc(GIB), Err(RawError::OutOfMemory));
+    }
+}

@@ -1,0 +1,9 @@
+//! vramlab's instrumented engine.
+//!
+//! The part every other vramlab feature observes: [`alloc::CachingAllocator`], a
+//! faithful model of PyTorch's CUDA caching allocator over a device's raw memory,
+//! and [`hooks`], the single event mechanism through which the allocator (and,
+//! later, kernels, copies and phases) report what they do.
+
+pub mod alloc;
+pub mod hooks;
