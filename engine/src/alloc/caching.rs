@@ -16,9 +16,10 @@ use super::config::AllocatorConfig;
 use super::consts::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use super::error::{AllocError, OutOfMemoryError};
 use super::expandable::ExpandableSegment;
+use super::free_set::{self, FreeSet, MAX_KEY_SIZE, MAX_STREAM};
 use super::raw::{EventId, MemInfo, RawAllocator, RawError, StreamId};
 use super::stats::{MemoryStats, PoolKind};
-use crate::hooks::{self, AllocatorAction, AllocatorEvent, Event, Hooks, Tag};
+use crate::hooks::{AllocatorAction, AllocatorEvent, Emitter, Event, Hooks, Tag};
 
 /// "No block" in the arena's links.
 const NIL: u32 = u32::MAX;
@@ -151,8 +152,8 @@ impl Block {
     }
 
     #[inline]
-    fn size_key(&self) -> SizeKey {
-        (self.stream, self.size, self.addr)
+    fn size_key(&self) -> u128 {
+        free_set::key(self.stream, self.size, self.addr)
     }
 
     #[inline]
@@ -161,16 +162,14 @@ impl Block {
     }
 }
 
-/// (stream, size, address): PyTorch's `BlockComparatorSize`.
-type SizeKey = (StreamId, u64, u64);
 /// (stream, address): PyTorch's `BlockComparatorAddress`.
 type AddrKey = (StreamId, u64);
 
 /// The free blocks of one pool.
 #[derive(Debug, Default)]
 struct BlockPool {
-    /// Free, mapped blocks by (stream, size, address).
-    blocks: BTreeMap<SizeKey, u32>,
+    /// Free, mapped blocks by (stream, size, address): PyTorch's `BlockComparatorSize`.
+    blocks: FreeSet,
     /// Unmapped ranges of expandable segments by (stream, address).
     unmapped: BTreeMap<AddrKey, u32>,
     get_free_blocks_call_count: i64,
@@ -251,47 +250,20 @@ struct State {
     /// Outstanding stream events per stream, oldest first.
     pending_events: HashMap<StreamId, VecDeque<(EventId, u32)>>,
     num_pending_events: usize,
+    /// Events of the operation in progress, delivered when it ends.
+    emitter: Emitter,
+    device_index: u32,
 }
 
-/// Context for emitting events and talking to the device, outside the locked state.
+/// The device behind the allocator, outside the locked state.
 #[derive(Debug)]
 struct Device {
     raw: Arc<dyn RawAllocator>,
     hooks: Arc<Hooks>,
-    index: u32,
     name: String,
 }
 
 impl Device {
-    #[inline]
-    fn emit(&self, action: AllocatorAction, block: &Block, requested: u64, rounded: u64) {
-        if self.hooks.is_active() {
-            self.emit_raw(action, block.stream, block.addr, requested, rounded, block.tag);
-        }
-    }
-
-    #[cold]
-    fn emit_raw(
-        &self,
-        action: AllocatorAction,
-        stream: StreamId,
-        addr: u64,
-        requested: u64,
-        rounded: u64,
-        tag: Option<Tag>,
-    ) {
-        self.hooks.emit(&Event::Allocator(AllocatorEvent {
-            action,
-            time_ns: hooks::now_ns(),
-            device: self.index,
-            stream,
-            addr,
-            requested_bytes: requested,
-            rounded_bytes: rounded,
-            tag,
-        }));
-    }
-
     fn device_error(&self, source: RawError) -> AllocError {
         AllocError::Device { device: self.name.clone(), source }
     }
@@ -346,9 +318,11 @@ impl CachingAllocator {
             expandable: Vec::new(),
             pending_events: HashMap::new(),
             num_pending_events: 0,
+            emitter: Emitter::new(hooks.clone()),
+            device_index,
         };
         Ok(CachingAllocator {
-            device: Device { raw, hooks, index: device_index, name },
+            device: Device { raw, hooks, name },
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(state),
         })
@@ -395,41 +369,15 @@ impl CachingAllocator {
                 owner: self.id,
             });
         }
-        let mut st = self.lock();
-        let st = &mut *st;
-        let dev = &self.device;
-        if st.num_pending_events != 0 {
-            st.process_events(dev);
+        if stream > MAX_STREAM {
+            return Err(AllocError::InvalidStream { device: self.device.name.clone(), stream, max: MAX_STREAM });
         }
-        let rounded = st.config.round_size(size);
-        let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
-        let req = Request {
-            stream,
-            pool,
-            size: rounded,
-            alloc_size: allocation_size(rounded, st.config.large_segment_size),
-        };
-
-        let block = match st.get_free_block(&req) {
-            Some(b) => b,
-            None => match st.allocate_new(dev, &req)? {
-                Some(b) => b,
-                None => return Err(st.out_of_memory(dev, &req, size)),
-            },
-        };
-        let split = st.should_split(block, rounded);
-        let id = st.alloc_found_block(dev, block, &req, size, tag, split);
-        let b = &st.arena[id];
-        Ok(Allocation {
-            addr: b.addr,
-            size: b.size,
-            requested: size,
-            stream,
-            pool,
-            tag,
-            block: id,
-            owner: self.id,
-        })
+        let mut st = self.lock();
+        let result = st.malloc(&self.device, size, stream, tag);
+        st.emitter.flush();
+        drop(st);
+        let (id, addr, block_size, pool) = result?;
+        Ok(Allocation { addr, size: block_size, requested: size, stream, pool, tag, block: id, owner: self.id })
     }
 
     /// Frees an allocation. Its bytes stop counting as allocated now; the block
@@ -451,6 +399,7 @@ impl CachingAllocator {
             return Err(AllocError::InvalidFree { device: self.device.name.clone(), addr: allocation.addr });
         }
         st.free(&self.device, allocation.block);
+        st.emitter.flush();
         Ok(())
     }
 
@@ -473,10 +422,11 @@ impl CachingAllocator {
     /// back to the device. Allocated memory is unchanged.
     pub fn empty_cache(&self) {
         let mut st = self.lock();
-        if self.device.hooks.is_active() {
-            self.device.emit_raw(AllocatorAction::EmptyCache, 0, 0, 0, 0, None);
+        if st.emitter.is_active() {
+            st.emit_raw(AllocatorAction::EmptyCache, 0, 0, 0, 0, None);
         }
         st.release_cached_blocks(&self.device);
+        st.emitter.flush();
     }
 
     /// `torch.cuda.set_per_process_memory_fraction(f)`: new segments may not push
@@ -488,7 +438,7 @@ impl CachingAllocator {
         let total = self.device.raw.mem_info().total_bytes;
         let mut st = self.lock();
         st.config.per_process_memory_fraction = Some(fraction);
-        st.allowed_memory_maximum = (fraction < 1.0).then(|| (fraction * total as f64) as u64);
+        st.allowed_memory_maximum = (fraction < 1.0).then_some((fraction * total as f64) as u64);
         Ok(())
     }
 
@@ -530,7 +480,7 @@ impl CachingAllocator {
     /// The largest free cached block (0 when none), as `cacheInfo` reports it.
     pub fn largest_free_block(&self) -> u64 {
         let st = self.lock();
-        let largest = |p: &BlockPool| p.blocks.keys().map(|k| k.1).max().unwrap_or(0);
+        let largest = |p: &BlockPool| p.blocks.sizes().max().unwrap_or(0);
         largest(&st.small).max(largest(&st.large))
     }
 
@@ -567,6 +517,70 @@ impl Drop for CachingAllocator {
 }
 
 impl State {
+    /// The malloc path under the lock: (block, address, block size, pool).
+    fn malloc(
+        &mut self,
+        dev: &Device,
+        size: u64,
+        stream: StreamId,
+        tag: Option<Tag>,
+    ) -> Result<(u32, u64, u64, PoolKind), AllocError> {
+        if self.num_pending_events != 0 {
+            self.process_events(dev);
+        }
+        let rounded = self.config.round_size(size);
+        let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
+        let req = Request { stream, pool, size: rounded, alloc_size: allocation_size(rounded, self.config.large_segment_size) };
+        if req.alloc_size > MAX_KEY_SIZE {
+            // Larger than any device's address space: out of memory without asking.
+            return Err(self.out_of_memory(dev, &req, size));
+        }
+        let block = match self.get_free_block(&req) {
+            Some(b) => b,
+            None => match self.allocate_new(dev, &req)? {
+                Some(b) => b,
+                None => return Err(self.out_of_memory(dev, &req, size)),
+            },
+        };
+        let split = self.should_split(block, rounded);
+        let id = self.alloc_found_block(block, &req, size, tag, split);
+        let b = &self.arena[id];
+        Ok((id, b.addr, b.size, pool))
+    }
+
+    /// Buffers an allocator event about block `id` (when anybody listens).
+    #[inline]
+    fn emit(&mut self, action: AllocatorAction, id: u32, requested: u64, rounded: u64) {
+        if self.emitter.is_active() {
+            let b = &self.arena[id];
+            let (stream, addr, tag) = (b.stream, b.addr, b.tag);
+            self.emit_raw(action, stream, addr, requested, rounded, tag);
+        }
+    }
+
+    #[cold]
+    fn emit_raw(
+        &mut self,
+        action: AllocatorAction,
+        stream: StreamId,
+        addr: u64,
+        requested: u64,
+        rounded: u64,
+        tag: Option<Tag>,
+    ) {
+        let time_ns = self.emitter.batch_time_ns();
+        self.emitter.push(Event::Allocator(AllocatorEvent {
+            action,
+            time_ns,
+            device: self.device_index,
+            stream,
+            addr,
+            requested_bytes: requested,
+            rounded_bytes: rounded,
+            tag,
+        }));
+    }
+
     #[inline]
     fn pool_mut(&mut self, pool: PoolKind) -> &mut BlockPool {
         match pool {
@@ -599,7 +613,7 @@ impl State {
             let b = &self.arena[id];
             (b.pool, b.size_key())
         };
-        let removed = self.pool_mut(pool).blocks.remove(&key);
+        let removed = self.pool_mut(pool).blocks.remove(key);
         debug_assert_eq!(removed, Some(id));
     }
 
@@ -644,8 +658,7 @@ impl State {
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
-        let mut iter = pool.blocks.range((req.stream, req.size, 0)..).map(|(_, &id)| id);
-        let mut id = iter.next()?;
+        let (mut k, mut id) = pool.blocks.first_from(free_set::key(req.stream, req.size, 0))?;
         if arena[id].stream != req.stream {
             return None;
         }
@@ -655,13 +668,13 @@ impl State {
                 let expandable_size = |b: &Block| {
                     b.size + if b.next != NIL && !arena[b.next].mapped { arena[b.next].size } else { 0 }
                 };
-                for next in iter {
+                while let Some((nk, next)) = pool.blocks.first_after(k) {
                     let nb = &arena[next];
                     if arena[id].expandable != NIL
                         && nb.stream == req.stream
                         && expandable_size(nb) < expandable_size(&arena[id])
                     {
-                        id = next;
+                        (k, id) = (nk, next);
                     } else {
                         break;
                     }
@@ -669,7 +682,7 @@ impl State {
             } else {
                 // Expandable segments were turned off: only plain blocks qualify.
                 loop {
-                    id = iter.next()?;
+                    (k, id) = pool.blocks.first_after(k)?;
                     let b = &arena[id];
                     if b.stream != req.stream {
                         return None;
@@ -687,8 +700,7 @@ impl State {
         if req.size >= max_split && size >= req.size.saturating_add(max_non_split_rounding) {
             return None;
         }
-        let key = arena[id].size_key();
-        pool.blocks.remove(&key);
+        pool.blocks.remove(k);
         Some(id)
     }
 
@@ -712,8 +724,8 @@ impl State {
 
     fn out_of_memory(&mut self, dev: &Device, req: &Request, orig_size: u64) -> AllocError {
         let info = dev.raw.mem_info();
-        if dev.hooks.is_active() {
-            dev.emit_raw(AllocatorAction::Oom, req.stream, info.free_bytes, orig_size, req.size, None);
+        if self.emitter.is_active() {
+            self.emit_raw(AllocatorAction::Oom, req.stream, info.free_bytes, orig_size, req.size, None);
         }
         self.stats.num_ooms += 1;
         let allocated = self.stats.allocated_bytes.all.current as u64;
@@ -759,14 +771,13 @@ impl State {
             self.stats.oversize_segments.increase(1);
         }
         self.stats.num_device_alloc += 1;
-        dev.emit(AllocatorAction::SegmentAlloc, &self.arena[id], size, size);
+        self.emit(AllocatorAction::SegmentAlloc, id, size, size);
         Ok(Some(id))
     }
 
     /// Hands out `block` for the request, splitting off the remainder when `split`.
     fn alloc_found_block(
         &mut self,
-        dev: &Device,
         block: u32,
         req: &Request,
         orig_size: u64,
@@ -821,7 +832,7 @@ impl State {
         b.requested = orig_size;
         b.tag = tag;
         let size = b.size;
-        dev.emit(AllocatorAction::Alloc, b, orig_size, size);
+        self.emit(AllocatorAction::Alloc, id, orig_size, size);
         let s = &mut self.stats;
         s.allocation.increase(pool, 1);
         s.allocated_bytes.increase(pool, size);
@@ -842,12 +853,12 @@ impl State {
         };
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
-        dev.emit(AllocatorAction::FreeRequested, &self.arena[id], requested, size);
+        self.emit(AllocatorAction::FreeRequested, id, requested, size);
         if size >= self.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
         if self.arena[id].stream_uses.is_empty() {
-            self.free_block(dev, id);
+            self.free_block(id);
         } else {
             self.insert_events(dev, id);
         }
@@ -869,16 +880,13 @@ impl State {
     fn process_events(&mut self, dev: &Device) {
         let streams: Vec<StreamId> = self.pending_events.keys().copied().collect();
         for s in streams {
-            loop {
-                let Some(&(event, id)) = self.pending_events.get(&s).and_then(|q| q.front()) else {
-                    break;
-                };
+            while let Some(&(event, id)) = self.pending_events.get(&s).and_then(|q| q.front()) {
                 if !dev.raw.event_completed(event) {
                     break;
                 }
                 self.pending_events.get_mut(&s).map(VecDeque::pop_front);
                 self.num_pending_events -= 1;
-                self.event_done(dev, id);
+                self.event_done(id);
             }
             if self.pending_events.get(&s).is_some_and(VecDeque::is_empty) {
                 self.pending_events.remove(&s);
@@ -886,11 +894,11 @@ impl State {
         }
     }
 
-    fn event_done(&mut self, dev: &Device, id: u32) {
+    fn event_done(&mut self, id: u32) {
         let b = &mut self.arena[id];
         b.event_count -= 1;
         if b.event_count == 0 {
-            self.free_block(dev, id);
+            self.free_block(id);
         }
     }
 
@@ -903,19 +911,19 @@ impl State {
         for (_, queue) in pending {
             for (event, id) in queue {
                 dev.raw.synchronize_event(event);
-                self.event_done(dev, id);
+                self.event_done(id);
             }
         }
     }
 
     /// Returns a block to its pool, merging it with free neighbours (`free_block`).
-    fn free_block(&mut self, dev: &Device, id: u32) {
+    fn free_block(&mut self, id: u32) {
         let (pool, original_size, requested) = {
             let b = &self.arena[id];
             debug_assert!(!b.allocated && b.event_count == 0 && b.stream_uses.is_empty());
             (b.pool, b.size, b.requested)
         };
-        dev.emit(AllocatorAction::FreeCompleted, &self.arena[id], requested, original_size);
+        self.emit(AllocatorAction::FreeCompleted, id, requested, original_size);
         self.arena[id].tag = None;
 
         let mut net_blocks: i64 = 0;
@@ -1006,11 +1014,11 @@ impl State {
             PoolKind::Small => &self.small,
             PoolKind::Large => &self.large,
         };
+        let search = free_set::key(req.stream, key_size.min(MAX_KEY_SIZE), 0);
         let found = pool
             .blocks
-            .range((req.stream, key_size, 0)..)
-            .next()
-            .map(|(_, &id)| id)
+            .first_from(search)
+            .map(|(_, id)| id)
             .filter(|&id| self.arena[id].stream == req.stream && self.arena[id].expandable == NIL);
         match found {
             Some(id) => {
@@ -1021,7 +1029,9 @@ impl State {
                 // No single block is large enough: free oversize blocks, largest first.
                 let mut victims = Vec::new();
                 let mut total = 0u64;
-                for (_, &id) in pool.blocks.range(..(req.stream, key_size, 0)).rev() {
+                let mut cursor = search;
+                while let Some((k, id)) = pool.blocks.last_before(cursor) {
+                    cursor = k;
                     let b = &self.arena[id];
                     if total >= key_size || b.size < max_split || b.stream != req.stream {
                         break;
@@ -1049,7 +1059,7 @@ impl State {
     }
 
     fn release_blocks(&mut self, dev: &Device, pool: PoolKind) {
-        let ids: Vec<u32> = self.pool_mut(pool).blocks.values().copied().collect();
+        let ids = self.pool_mut(pool).blocks.ids();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = &self.arena[id];
@@ -1077,7 +1087,7 @@ impl State {
             (b.addr, b.size, b.pool)
         };
         self.stats.num_device_free += 1;
-        dev.emit(AllocatorAction::SegmentFree, &self.arena[id], size, size);
+        self.emit(AllocatorAction::SegmentFree, id, size, size);
         dev.raw.free(addr, size);
         self.total_allocated_memory -= size;
         self.stats.segment.decrease(pool, 1);
@@ -1104,7 +1114,7 @@ impl State {
         let age = |b: &Block| now - b.gc_count_base;
         let mut total_age: i64 = 0;
         let mut freeable: i64 = 0;
-        for &id in self.large.blocks.values() {
+        for id in self.large.blocks.ids() {
             let b = &self.arena[id];
             if !b.is_split() {
                 total_age += age(b);
@@ -1119,8 +1129,7 @@ impl State {
         while reclaimed < target && block_freed && freeable > 0 {
             let age_threshold = total_age as f64 / freeable as f64;
             block_freed = false;
-            let ids: Vec<u32> = self.large.blocks.values().copied().collect();
-            for id in ids {
+            for id in self.large.blocks.ids() {
                 let b = &self.arena[id];
                 if !b.is_split() && b.expandable == NIL && age(b) as f64 >= age_threshold {
                     block_freed = true;
@@ -1250,8 +1259,8 @@ impl State {
         self.total_allocated_memory += mapped;
         self.stats.reserved_bytes.increase(pool, mapped);
         self.stats.num_device_alloc += 1;
-        if dev.hooks.is_active() {
-            dev.emit_raw(AllocatorAction::SegmentMap, self.arena[id].stream, addr, mapped, mapped, None);
+        if self.emitter.is_active() {
+            self.emit_raw(AllocatorAction::SegmentMap, self.arena[id].stream, addr, mapped, mapped, None);
         }
         Ok(true)
     }
@@ -1310,8 +1319,8 @@ impl State {
         self.total_allocated_memory -= u_size;
         self.stats.reserved_bytes.decrease(pool, u_size);
         self.stats.num_device_free += 1;
-        if dev.hooks.is_active() {
-            dev.emit_raw(AllocatorAction::SegmentUnmap, stream, u_addr, u_size, u_size, None);
+        if self.emitter.is_active() {
+            self.emit_raw(AllocatorAction::SegmentUnmap, stream, u_addr, u_size, u_size, None);
         }
     }
 

@@ -22,6 +22,9 @@ pub enum AllocError {
         #[source]
         source: RawError,
     },
+    /// A stream id beyond what the allocator tracks.
+    #[error("stream {stream} on {device}: stream ids go up to {max}")]
+    InvalidStream { device: String, stream: StreamId, max: StreamId },
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// `set_memory_fraction` outside [0, 1].

@@ -8,8 +8,10 @@ pub mod consts;
 mod error;
 mod expandable;
 mod format;
+mod free_set;
 mod raw;
 mod stats;
+mod summary;
 
 pub use caching::{Allocation, BlockInfo, BlockState, CachingAllocator, SegmentInfo};
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
@@ -19,3 +21,4 @@ pub use raw::{
     EventId, HostMemory, MemInfo, RawAllocator, RawError, SimulatedMemory, StreamId, physical_memory_bytes,
 };
 pub use stats::{MemoryStats, PoolKind, STAT_ARRAY_NAMES, Stat, StatArray};
+pub use summary::memory_summary;
