@@ -127,11 +127,72 @@ pub struct AllocatorEvent {
     pub tag: Option<Tag>,
 }
 
+/// A kernel launch and, once known, its duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelEvent {
+    /// The operation (`matmul`, `conv2d_forward`, `relu`, …).
+    pub name: &'static str,
+    /// The algorithm that ran (`im2col_gemm`, `winograd_f2x3`, `gemm_rayon`, …).
+    pub algorithm: &'static str,
+    pub device: u32,
+    pub stream: u32,
+    /// Start on the [`now_ns`] clock (for a GPU, the host time of the launch).
+    pub start_ns: u64,
+    /// Time the kernel ran: device time from events on a GPU, wall time on the CPU.
+    pub duration_ns: u64,
+    /// Host time spent launching it (equal to `duration_ns` for synchronous CPU kernels).
+    pub launch_ns: u64,
+    /// Floating-point operations performed.
+    pub flops: u64,
+    /// Bytes read and written.
+    pub bytes: u64,
+}
+
+/// Which way a copy went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyKind {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+    HostToHost,
+}
+
+/// A memory copy between host and device or within a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyEvent {
+    pub kind: CopyKind,
+    pub device: u32,
+    pub stream: u32,
+    pub bytes: u64,
+    /// Whether the host side was pinned (page-locked) memory.
+    pub pinned: bool,
+    /// Whether the copy was queued without waiting for it (`non_blocking=True`).
+    pub non_blocking: bool,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+}
+
+/// Entering or leaving a named phase (`forward`, `backward`, `optimizer_step`, …).
+/// Phases nest; the name travels on both events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseEvent {
+    pub name: Arc<str>,
+    /// True on entry, false on exit.
+    pub begin: bool,
+    pub time_ns: u64,
+    /// The thread's phase depth after entering (≥ 1) or before leaving.
+    pub depth: u32,
+}
+
 /// Every kind of engine event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
     Allocator(AllocatorEvent),
+    Kernel(KernelEvent),
+    Copy(CopyEvent),
+    Phase(PhaseEvent),
 }
 
 /// Receives events. Called on the emitting thread with the emitter's lock held:
@@ -354,8 +415,9 @@ impl EventLog {
     pub fn allocator_events(&self) -> Vec<AllocatorEvent> {
         self.events()
             .into_iter()
-            .map(|e| match e {
-                Event::Allocator(a) => a,
+            .filter_map(|e| match e {
+                Event::Allocator(a) => Some(a),
+                _ => None,
             })
             .collect()
     }
@@ -363,7 +425,7 @@ impl EventLog {
 
 impl Subscriber for EventLog {
     fn on_event(&self, event: &Event) {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(*event);
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(event.clone());
     }
 }
 
