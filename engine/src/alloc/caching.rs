@@ -6,7 +6,7 @@
 //! which is PyTorch's `BlockComparatorSize`, so the best-fit lookup is the same
 //! `lower_bound`. CUDA-graph private pools and IPC sharing are not modelled.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -17,9 +17,13 @@ use super::consts::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use super::error::{AllocError, OutOfMemoryError};
 use super::expandable::ExpandableSegment;
 use super::free_set::{self, FreeSet, MAX_KEY_SIZE, MAX_STREAM};
+
 use super::raw::{EventId, MemInfo, RawAllocator, RawError, StreamId};
 use super::stats::{MemoryStats, PoolKind};
 use crate::hooks::{AllocatorAction, AllocatorEvent, Emitter, Event, Hooks, Tag};
+
+/// Requests of this size (1 EiB) or more are refused outright, as in PyTorch.
+pub const MAX_REQUEST: u64 = 1 << 60;
 
 /// "No block" in the arena's links.
 const NIL: u32 = u32::MAX;
@@ -248,7 +252,8 @@ struct State {
     allowed_memory_maximum: Option<u64>,
     expandable: Vec<Option<ExpandableSegment>>,
     /// Outstanding stream events per stream, oldest first.
-    pending_events: HashMap<StreamId, VecDeque<(EventId, u32)>>,
+    /// Ordered by stream so that processing order (and so the stats) is deterministic.
+    pending_events: BTreeMap<StreamId, VecDeque<(EventId, u32)>>,
     num_pending_events: usize,
     /// Events of the operation in progress, delivered when it ends.
     emitter: Emitter,
@@ -316,7 +321,7 @@ impl CachingAllocator {
             total_allocated_memory: 0,
             allowed_memory_maximum,
             expandable: Vec::new(),
-            pending_events: HashMap::new(),
+            pending_events: BTreeMap::new(),
             num_pending_events: 0,
             emitter: Emitter::new(hooks.clone()),
             device_index,
@@ -369,6 +374,10 @@ impl CachingAllocator {
                 owner: self.id,
             });
         }
+        if size >= MAX_REQUEST {
+            // PyTorch refuses these before its allocator sees them (`one_exa_bytes`).
+            return Err(AllocError::RequestTooLarge { device: self.device.name.clone(), requested_bytes: size });
+        }
         if stream > MAX_STREAM {
             return Err(AllocError::InvalidStream { device: self.device.name.clone(), stream, max: MAX_STREAM });
         }
@@ -389,12 +398,10 @@ impl CachingAllocator {
         }
         let mut st = self.lock();
         let st = &mut *st;
-        let valid = allocation.owner == self.id
-            && (allocation.block as usize) < st.arena.slots.len()
-            && {
-                let b = &st.arena[allocation.block];
-                b.in_use && b.allocated && b.addr == allocation.addr
-            };
+        let valid = allocation.owner == self.id && (allocation.block as usize) < st.arena.slots.len() && {
+            let b = &st.arena[allocation.block];
+            b.in_use && b.allocated && b.addr == allocation.addr
+        };
         if !valid {
             return Err(AllocError::InvalidFree { device: self.device.name.clone(), addr: allocation.addr });
         }
@@ -530,11 +537,12 @@ impl State {
         }
         let rounded = self.config.round_size(size);
         let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
-        let req = Request { stream, pool, size: rounded, alloc_size: allocation_size(rounded, self.config.large_segment_size) };
-        if req.alloc_size > MAX_KEY_SIZE {
-            // Larger than any device's address space: out of memory without asking.
-            return Err(self.out_of_memory(dev, &req, size));
-        }
+        let req = Request {
+            stream,
+            pool,
+            size: rounded,
+            alloc_size: allocation_size(rounded, self.config.large_segment_size),
+        };
         let block = match self.get_free_block(&req) {
             Some(b) => b,
             None => match self.allocate_new(dev, &req)? {
@@ -665,9 +673,8 @@ impl State {
         if arena[id].expandable != NIL {
             if expandable_on {
                 // Best fit counts what an expandable block could grow to.
-                let expandable_size = |b: &Block| {
-                    b.size + if b.next != NIL && !arena[b.next].mapped { arena[b.next].size } else { 0 }
-                };
+                let expandable_size =
+                    |b: &Block| b.size + if b.next != NIL && !arena[b.next].mapped { arena[b.next].size } else { 0 };
                 while let Some((nk, next)) = pool.blocks.first_after(k) {
                     let nb = &arena[next];
                     if arena[id].expandable != NIL
@@ -776,14 +783,7 @@ impl State {
     }
 
     /// Hands out `block` for the request, splitting off the remainder when `split`.
-    fn alloc_found_block(
-        &mut self,
-        block: u32,
-        req: &Request,
-        orig_size: u64,
-        tag: Option<Tag>,
-        split: bool,
-    ) -> u32 {
+    fn alloc_found_block(&mut self, block: u32, req: &Request, orig_size: u64, tag: Option<Tag>, split: bool) -> u32 {
         let pool = req.pool;
         let already_split = self.arena[block].is_split();
         let expandable = self.arena[block].expandable != NIL;
@@ -1206,7 +1206,8 @@ impl State {
         }
         let page = if pool == PoolKind::Small { SMALL_BUFFER } else { self.config.large_segment_size };
         let total = dev.raw.mem_info().total_bytes;
-        let segment = ExpandableSegment::reserve(&*dev.raw, page, total + total / 8).map_err(|e| dev.device_error(e))?;
+        let segment =
+            ExpandableSegment::reserve(&*dev.raw, page, total + total / 8).map_err(|e| dev.device_error(e))?;
         let (base, span) = (segment.base(), segment.size());
         let slot = self.expandable.iter().position(Option::is_none).unwrap_or_else(|| {
             self.expandable.push(None);

@@ -22,6 +22,9 @@ pub enum AllocError {
         #[source]
         source: RawError,
     },
+    /// A request of 1 EiB or more, which PyTorch refuses before allocating.
+    #[error("{device} out of memory: tried to allocate {requested_bytes} bytes, more than 1 EiB")]
+    RequestTooLarge { device: String, requested_bytes: u64 },
     /// A stream id beyond what the allocator tracks.
     #[error("stream {stream} on {device}: stream ids go up to {max}")]
     InvalidStream { device: String, stream: StreamId, max: StreamId },
@@ -33,6 +36,12 @@ pub enum AllocError {
 }
 
 impl AllocError {
+    /// Whether this is an out-of-memory error: no room on the device, or a request
+    /// of 1 EiB or more (PyTorch raises `OutOfMemoryError` for both).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, AllocError::OutOfMemory(_) | AllocError::RequestTooLarge { .. })
+    }
+
     /// The out-of-memory details, when this is an out-of-memory error.
     pub fn as_oom(&self) -> Option<&OutOfMemoryError> {
         match self {

@@ -11,11 +11,14 @@ use std::collections::BTreeMap;
 
 /// Highest stream id a key can hold.
 pub(crate) const MAX_STREAM: u32 = (1 << STREAM_BITS) - 1;
-/// Sizes must stay below this to fit a key (4 PiB).
-pub(crate) const MAX_KEY_SIZE: u64 = (1 << SIZE_BITS) - 1;
+/// Largest size a key can hold (about 2 EiB; the allocator refuses requests of
+/// 1 EiB or more, as PyTorch does, so every block fits).
+pub(crate) const MAX_KEY_SIZE: u64 = ((1 << SIZE_BITS) - 1) << SIZE_SHIFT;
 
 const STREAM_BITS: u32 = 12;
+/// Sizes are stored in 512-byte units: every block size is a multiple of 512.
 const SIZE_BITS: u32 = 52;
+const SIZE_SHIFT: u32 = 9;
 
 /// Above this many entries the vector spills into a B-tree …
 const SPILL_LEN: usize = 48;
@@ -25,8 +28,8 @@ const UNSPILL_LEN: usize = 16;
 /// (stream, size, address) packed so that `u128` order is the lexicographic order.
 #[inline]
 pub(crate) fn key(stream: u32, size: u64, addr: u64) -> u128 {
-    debug_assert!(stream <= MAX_STREAM && size <= MAX_KEY_SIZE);
-    ((stream as u128) << (SIZE_BITS + 64)) | ((size as u128) << 64) | addr as u128
+    debug_assert!(stream <= MAX_STREAM && size <= MAX_KEY_SIZE && size % 512 == 0);
+    ((stream as u128) << (SIZE_BITS + 64)) | (((size >> SIZE_SHIFT) as u128) << 64) | addr as u128
 }
 
 #[derive(Debug)]
@@ -126,7 +129,7 @@ impl FreeSet {
 
     /// The size part of the largest key (0 when empty), for `largest_free_block`.
     pub(crate) fn sizes(&self) -> impl Iterator<Item = u64> + '_ {
-        let size = |k: u128| (k >> 64) as u64 & MAX_KEY_SIZE;
+        let size = |k: u128| ((k >> 64) as u64 & ((1 << SIZE_BITS) - 1)) << SIZE_SHIFT;
         let (a, b) = match &self.repr {
             Repr::Sorted(v) => (Some(v.iter().map(move |e| size(e.0))), None),
             Repr::Tree(t) => (None, Some(t.keys().map(move |&k| size(k)))),
@@ -142,9 +145,9 @@ mod tests {
 
     #[test]
     fn key_order_is_stream_size_address() {
-        assert!(key(0, 10, 99) < key(0, 11, 0));
+        assert!(key(0, 10 * 512, 99) < key(0, 11 * 512, 0));
         assert!(key(0, MAX_KEY_SIZE, u64::MAX) < key(1, 0, 0));
-        assert!(key(2, 5, 1) < key(2, 5, 2));
+        assert!(key(2, 5 * 512, 1) < key(2, 5 * 512, 2));
     }
 
     proptest! {
@@ -154,7 +157,7 @@ mod tests {
             let mut set = FreeSet::default();
             let mut model = BTreeMap::new();
             for (i, (op, stream, size, addr)) in ops.into_iter().enumerate() {
-                let k = key(stream, size, addr);
+                let k = key(stream, size * 512, addr);
                 match op {
                     0 | 1 => {
                         if let std::collections::btree_map::Entry::Vacant(e) = model.entry(k) {

@@ -13,12 +13,10 @@ mod raw;
 mod stats;
 mod summary;
 
-pub use caching::{Allocation, BlockInfo, BlockState, CachingAllocator, SegmentInfo};
+pub use caching::{Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, SegmentInfo};
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
 pub use error::{AllocError, OutOfMemoryError};
 pub use format::format_size;
-pub use raw::{
-    EventId, HostMemory, MemInfo, RawAllocator, RawError, SimulatedMemory, StreamId, physical_memory_bytes,
-};
+pub use raw::{EventId, HostMemory, MemInfo, RawAllocator, RawError, SimulatedMemory, StreamId, physical_memory_bytes};
 pub use stats::{MemoryStats, PoolKind, STAT_ARRAY_NAMES, Stat, StatArray};
 pub use summary::memory_summary;

@@ -224,9 +224,8 @@ impl RawAllocator for HostMemory {
     fn map(&self, addr: u64, size: u64) -> Result<(), RawError> {
         self.budget.take(size)?;
         // SAFETY: the range lies inside a reservation made by `reserve_address_space`.
-        let rc = unsafe {
-            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE)
-        };
+        let rc =
+            unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE) };
         if rc != 0 {
             self.budget.give(size);
             return Err(RawError::OutOfMemory);

@@ -163,7 +163,10 @@ pub const STAT_ARRAY_NAMES: [&str; 9] = [
 
 impl MemoryStats {
     pub(crate) fn new(max_split_size: Option<u64>) -> Self {
-        MemoryStats { max_split_size: max_split_size.map_or(-1, |v| v as i64), ..Default::default() }
+        MemoryStats {
+            max_split_size: max_split_size.map_or(-1, |v| v.min(i64::MAX as u64) as i64),
+            ..Default::default()
+        }
     }
 
     /// The per-pool statistic with PyTorch's name `name` (see [`STAT_ARRAY_NAMES`]).
