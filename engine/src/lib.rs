@@ -7,3 +7,4 @@
 
 pub mod alloc;
 pub mod hooks;
+pub mod replay;

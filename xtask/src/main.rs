@@ -1,1 +1,31 @@
-fn main() {}
+//! vramlab's command line (`cargo xtask …`): the only part of vramlab that talks
+//! to the terminal. Commands so far: `replay`.
+//!
+//! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
+//! names the file and line), 2 for usage errors (clap's).
+
+mod cli;
+mod replay_cmd;
+mod size;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Replay(args) => replay_cmd::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Nothing sensible is left to do if stderr is gone too.
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The command line's shape: clap's derive definitions and the help text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_engine::replay::{MAX_BYTES, OnOom};
+
+use crate::size::{self, ACCEPTED_FORMS};
+
+const ABOUT: &str = "vramlab: measure what GPU performance guides claim, on your own hardware, and profile GPU memory";
+
+const LONG_ABOUT: &str = "\
+vramlab measures what every PyTorch GPU guide claims (pinned memory, mixed precision,
+autotuning, the caching allocator, when the GPU starts to win) on your own hardware, and
+profiles GPU memory while doing it: where memory goes, what the peak is and why.
+
+Its allocator is a faithful model of PyTorch's CUDA caching allocator, so its numbers read
+like torch.cuda.memory_stats().";
+
+const AFTER_HELP: &str = "\
+Example:
+  cargo xtask replay trace.jsonl --capacity 24GiB    would this run fit on a 24 GiB card?";
+
+const REPLAY_ABOUT: &str = "Replay an allocation trace through the caching allocator on a simulated device";
+
+const REPLAY_LONG_ABOUT: &str = "\
+Replay an allocation trace through vramlab's model of PyTorch's CUDA caching allocator on a
+simulated device (addresses only, no memory behind them: a trace from an 80 GiB GPU replays
+on a laptop), and report what torch.cuda.memory_stats() and memory_summary() would say at the
+end, the peaks, and every out-of-memory on the way. Change --capacity and --alloc-conf to ask
+what-if questions: would this run fit in 24 GiB? does expandable_segments:True avoid the
+fragmentation?
+
+Trace format (version 1): JSON Lines, one op per line; blank lines are skipped.
+  {\"op\":\"alloc\",\"id\":7,\"size\":1048576,\"stream\":0,\"tag\":\"activation\"}
+  {\"op\":\"free\",\"id\":7}
+  {\"op\":\"empty_cache\"}
+  {\"op\":\"reset_peak\"}
+id: any integer, unique among live allocations. size: bytes. stream (default 0) and tag are
+optional; tags: parameter, gradient, activation, optimizer_state, input, temporary, workspace.";
+
+const REPLAY_AFTER_HELP: &str = "\
+Examples:
+  cargo xtask replay run.jsonl
+  cargo xtask replay run.jsonl --capacity 24GiB --on-oom continue
+  cargo xtask replay run.jsonl --alloc-conf expandable_segments:True --json > replay.json
+  zcat run.jsonl.gz | cargo xtask replay -
+
+Exit status: 0 when the trace replayed (out-of-memory events are results, not failures);
+1 when the trace is malformed or unreadable (the message names the line); 2 for usage errors.";
+
+#[derive(Debug, Parser)]
+#[command(name = "xtask", bin_name = "cargo xtask", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+#[command(propagate_version = true, arg_required_else_help = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    #[command(about = REPLAY_ABOUT, long_about = REPLAY_LONG_ABOUT, after_help = REPLAY_AFTER_HELP)]
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The trace file, or '-' for standard input
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Memory of the simulated device, e.g. 24GiB, 512MiB, 1.5GiB or plain bytes [default: unlimited]
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity, allow_hyphen_values = true)]
+    pub capacity: Option<u64>,
+
+    /// Allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax, e.g.
+    /// 'expandable_segments:True,max_split_size_mb:128' [default: PyTorch's defaults]
+    #[arg(long, value_name = "STR", value_parser = AllocatorConfig::parse)]
+    pub alloc_conf: Option<AllocatorConfig>,
+
+    /// What to do when an allocation runs out of memory
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = OnOomArg::Stop)]
+    pub on_oom: OnOomArg,
+
+    /// Print one JSON object (the flattened memory_stats, the OOMs, the peaks) instead of the report
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOomArg {
+    /// End the replay at the first out-of-memory, as an uncaught PyTorch OOM would
+    Stop,
+    /// Record it and go on; later frees of the failed allocation are ignored
+    Continue,
+}
+
+impl From<OnOomArg> for OnOom {
+    fn from(arg: OnOomArg) -> OnOom {
+        match arg {
+            OnOomArg::Stop => OnOom::Stop,
+            OnOomArg::Continue => OnOom::Continue,
+        }
+    }
+}
+
+fn parse_capacity(s: &str) -> Result<u64, String> {
+    let bytes = size::parse_size(s).map_err(|e| e.to_string())?;
+    if bytes > MAX_BYTES {
+        return Err(format!("'{s}' is more than can be simulated: at most 1024TiB; expected {ACCEPTED_FORMS}"));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn capacity_limits() {
+        assert_eq!(parse_capacity("1024TiB"), Ok(MAX_BYTES));
+        assert!(parse_capacity("1025TiB").unwrap_err().contains("at most 1024TiB"));
+        assert!(parse_capacity("4GB").unwrap_err().contains("write GiB"));
+    }
+}

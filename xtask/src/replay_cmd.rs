@@ -1,0 +1,131 @@
+//! `cargo xtask replay`: runs [`vramlab_engine::replay`] on a file or standard
+//! input and prints the report, readable or as JSON.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, BufReader, Write};
+use std::path::Path;
+
+use anyhow::{Context, anyhow, bail};
+use serde::Serialize;
+use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_engine::replay::{self, OnOom, ReplayError, ReplayOptions, ReplayReport};
+
+use crate::cli::ReplayArgs;
+use crate::size::format_bytes;
+
+/// How many out-of-memory events the readable report lists one by one.
+const OOMS_LISTED: usize = 10;
+
+pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
+    let opts = ReplayOptions {
+        capacity_bytes: args.capacity,
+        config: args.alloc_conf.clone().unwrap_or_default(),
+        on_oom: args.on_oom.into(),
+    };
+    let from_stdin = args.file.as_os_str() == "-";
+    let name = if from_stdin { "<stdin>".to_owned() } else { args.file.display().to_string() };
+    let result =
+        if from_stdin { replay::replay(io::stdin().lock(), &opts) } else { replay::replay(open(&args.file)?, &opts) };
+    let report = result.map_err(|e| replay_error(&name, e))?;
+
+    let mut out = Vec::with_capacity(16 << 10);
+    if args.json {
+        let json = JsonReport {
+            trace: &name,
+            capacity_bytes: opts.capacity_bytes,
+            alloc_conf: opts.config.to_string(),
+            on_oom: opts.on_oom,
+            report: &report,
+        };
+        serde_json::to_writer_pretty(&mut out, &json).context("cannot serialize the report")?;
+        out.push(b'\n');
+    } else {
+        out = text_report(&name, &opts, &report).into_bytes();
+    }
+    write_stdout(&out)
+}
+
+fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        bail!("{} is a directory, not a trace file", path.display());
+    }
+    Ok(BufReader::with_capacity(1 << 18, file))
+}
+
+/// `FILE line N: what` for errors about the trace's content.
+fn replay_error(name: &str, e: ReplayError) -> anyhow::Error {
+    match e.line() {
+        Some(_) => anyhow!("{name} {e}"),
+        None => anyhow!("{e}"),
+    }
+}
+
+/// Writes everything to stdout; a reader that went away (`| head`) is not an error.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    let mut stdout = io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("cannot write the report"),
+        _ => Ok(()),
+    }
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    trace: &'a str,
+    capacity_bytes: Option<u64>,
+    /// The configuration in force, canonical `PYTORCH_CUDA_ALLOC_CONF` syntax ("" = default).
+    alloc_conf: String,
+    on_oom: OnOom,
+    #[serde(flatten)]
+    report: &'a ReplayReport,
+}
+
+fn config_text(config: &AllocatorConfig) -> String {
+    let text = config.to_string();
+    if text.is_empty() { "default (PyTorch's)".to_owned() } else { text }
+}
+
+fn bytes_exact(bytes: u64) -> String {
+    if bytes < 1024 { format_bytes(bytes) } else { format!("{} ({bytes} bytes)", format_bytes(bytes)) }
+}
+
+fn text_report(name: &str, opts: &ReplayOptions, r: &ReplayReport) -> String {
+    let mut s = String::new();
+    let capacity = opts.capacity_bytes.map_or_else(|| "unlimited".to_owned(), bytes_exact);
+    // Writing to a String cannot fail.
+    let _ = writeln!(s, "vramlab replay of {name}");
+    let _ = writeln!(s, "  simulated device   {capacity}");
+    let _ = writeln!(s, "  allocator config   {}", config_text(&opts.config));
+    let _ = writeln!(s, "  events replayed    {} ({} lines read)", r.events, r.lines);
+    let total_ooms = r.ooms.len() as u64 + r.ooms_not_recorded;
+    if total_ooms == 0 {
+        let _ = writeln!(s, "  out of memory      never");
+    } else {
+        let how = if r.stopped_early { "; the replay stopped there (--on-oom continue goes on)" } else { "" };
+        let _ = writeln!(s, "  out of memory      {total_ooms} time{}{how}", if total_ooms == 1 { "" } else { "s" });
+        for oom in r.ooms.iter().take(OOMS_LISTED) {
+            let _ = writeln!(
+                s,
+                "    line {} (event {}): alloc of {}\n      {}",
+                oom.line,
+                oom.event_index,
+                bytes_exact(oom.requested_bytes),
+                oom.error
+            );
+        }
+        if total_ooms > OOMS_LISTED as u64 {
+            let _ = writeln!(s, "    … and {} more (--json lists the first 1000)", total_ooms - OOMS_LISTED as u64);
+        }
+    }
+    let since = r.last_reset_peak_line.map(|l| format!(", since the reset_peak at line {l}")).unwrap_or_default();
+    let _ = writeln!(s, "  peak allocated     {}{since}", bytes_exact(r.peak_allocated_bytes));
+    let _ = writeln!(s, "  peak reserved      {}{since}", bytes_exact(r.peak_reserved_bytes));
+    let _ = writeln!(s, "  final allocated    {}", bytes_exact(r.current_allocated_bytes));
+    let _ = writeln!(s, "  final reserved     {}", bytes_exact(r.current_reserved_bytes));
+    let _ = writeln!(s, "  live allocations   {}", r.live_allocations);
+    s.push('\n');
+    s.push_str(&r.summary);
+    s
+}
