@@ -704,7 +704,7 @@ impl Iterator for SyntheticTrace {
         if (i as usize) < self.persistent {
             const KIB: u64 = 1 << 10;
             let size = 64 * KIB * (1 + self.below(1024));
-            let tag = if i % 2 == 0 { Tag::Parameter } else { Tag::OptimizerState };
+            let tag = if i.is_multiple_of(2) { Tag::Parameter } else { Tag::OptimizerState };
             self.next_id += 1;
             return Some(TraceOp::Alloc { id: self.next_id - 1, size, stream: 0, tag: Some(tag) });
         }

@@ -175,7 +175,7 @@ impl AllocatorConfig {
         let bad =
             |key: &str, value: String, reason: String| Err(ConfigError::BadValue { key: key.into(), value, reason });
         let large = self.large_segment_size;
-        if large <= MIN_LARGE_ALLOC || large % MIB != 0 {
+        if large <= MIN_LARGE_ALLOC || !large.is_multiple_of(MIB) {
             return bad(
                 "large_segment_size_mb",
                 mib_text(large),
@@ -217,7 +217,7 @@ impl AllocatorConfig {
 
 /// `bytes` as the `_mb` keys spell it: a count of MiB, or bytes where it is not whole.
 fn mib_text(bytes: u64) -> String {
-    if bytes % MIB == 0 { (bytes / MIB).to_string() } else { format!("{bytes} bytes") }
+    if bytes.is_multiple_of(MIB) { (bytes / MIB).to_string() } else { format!("{bytes} bytes") }
 }
 
 // ---------------------------------------------------------------------------------------------

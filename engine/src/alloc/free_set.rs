@@ -28,7 +28,7 @@ const UNSPILL_LEN: usize = 16;
 /// (stream, size, address) packed so that `u128` order is the lexicographic order.
 #[inline]
 pub(crate) fn key(stream: u32, size: u64, addr: u64) -> u128 {
-    debug_assert!(stream <= MAX_STREAM && size <= MAX_KEY_SIZE && size % 512 == 0);
+    debug_assert!(stream <= MAX_STREAM && size <= MAX_KEY_SIZE && size.is_multiple_of(512));
     ((stream as u128) << (SIZE_BITS + 64)) | (((size >> SIZE_SHIFT) as u128) << 64) | addr as u128
 }
 
