@@ -6,5 +6,9 @@
 //! later, kernels, copies and phases) report what they do.
 
 pub mod alloc;
+pub mod autotune;
+pub mod cpu_kernels;
+pub mod device;
 pub mod hooks;
 pub mod replay;
+pub mod tensor;

@@ -67,7 +67,7 @@ struct Filled {
 /// with `serial` in the first and last 8 bytes.
 fn fill(alloc: Allocation, byte: u8, serial: u64) -> Filled {
     let (ptr, len) = (alloc.addr() as *mut u8, alloc.size() as usize);
-    assert!(len >= 16 && alloc.addr() % 512 == 0, "block {alloc:?} too small or unaligned");
+    assert!(len >= 16 && alloc.addr().is_multiple_of(512), "block {alloc:?} too small or unaligned");
     // SAFETY: the allocator handed us [addr, addr + size) of real host memory,
     // which nothing else may use while the allocation is live.
     unsafe {

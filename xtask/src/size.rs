@@ -68,7 +68,7 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     let scale = 10u128.pow(fraction.len() as u32);
     let multiplier = u128::from(multiplier);
     let fraction_bytes = fraction_value * multiplier;
-    if fraction_bytes % scale != 0 {
+    if !fraction_bytes.is_multiple_of(scale) {
         return Err(err("not a whole number of bytes".into()));
     }
     let bytes =

@@ -1,0 +1,402 @@
+//! The autotuner: `torch.backends.cudnn.benchmark` and `.deterministic` for
+//! every op with a choice of algorithm.
+//!
+//! - [`TuneMode::Off`]: a fixed heuristic per shape (no timing).
+//! - [`TuneMode::Benchmark`]: the first call with a new key times every
+//!   applicable candidate (one warm-up, then [`Autotuner::timed_runs`] runs,
+//!   median) and caches the fastest.
+//! - [`TuneMode::Deterministic`]: only bitwise-reproducible algorithms — the
+//!   heuristic's choice when it is one, else the first reproducible candidate.
+//!
+//! The key is op, dtype, problem (shapes) and device identity. The cache can
+//! persist to a JSON file; an entry is used only when its device and its
+//! candidate set match the current ones, so a new machine or a new algorithm
+//! makes the tuner measure again. Every tuning is recorded ([`TuningRecord`]:
+//! each candidate's time, the choice, the time spent tuning) for suites to chart.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::cpu_kernels::{Algorithm, DType};
+use crate::device::Device;
+use crate::hooks::now_ns;
+
+/// How algorithms are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TuneMode {
+    /// `cudnn.benchmark = False`: a fixed heuristic per shape.
+    #[default]
+    Off,
+    /// `cudnn.benchmark = True`: measure every candidate once per key, keep the fastest.
+    Benchmark,
+    /// `cudnn.deterministic = True`: reproducible algorithms only.
+    Deterministic,
+}
+
+impl std::str::FromStr for TuneMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<TuneMode, String> {
+        match s {
+            "off" => Ok(TuneMode::Off),
+            "benchmark" => Ok(TuneMode::Benchmark),
+            "deterministic" => Ok(TuneMode::Deterministic),
+            other => Err(format!("unknown autotuner mode '{other}' (expected off, benchmark or deterministic)")),
+        }
+    }
+}
+
+/// One candidate's measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateTiming {
+    pub algorithm: String,
+    pub reproducible: bool,
+    /// Median of the timed runs.
+    pub median_ns: u64,
+    pub runs_ns: Vec<u64>,
+}
+
+/// What one tuning did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TuningRecord {
+    pub key: String,
+    pub op: String,
+    pub candidates: Vec<CandidateTiming>,
+    pub choice: String,
+    /// Wall time spent measuring, warm-ups included.
+    pub tuning_ns: u64,
+}
+
+/// A cached choice, as persisted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CacheEntry {
+    device: String,
+    /// The candidate set the choice was made from, by name.
+    candidates: Vec<String>,
+    choice: String,
+    timings_ns: Vec<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CacheFile {
+    version: u32,
+    entries: HashMap<String, CacheEntry>,
+}
+
+const CACHE_VERSION: u32 = 1;
+
+/// Autotuner errors (persistence only: tuning itself cannot fail beyond the op's own errors).
+#[derive(Debug, Error)]
+pub enum AutotuneError {
+    #[error("autotuner cache {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("autotuner cache {path} is not a vramlab autotuner cache: {source}")]
+    Format {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+#[derive(Debug, Default)]
+struct State {
+    mode: TuneMode,
+    timed_runs: usize,
+    cache: HashMap<String, CacheEntry>,
+    records: Vec<TuningRecord>,
+    path: Option<PathBuf>,
+}
+
+/// Chooses algorithms. One per process ([`global`]) is what ops use; tests may
+/// make their own.
+#[derive(Debug)]
+pub struct Autotuner {
+    state: Mutex<State>,
+}
+
+impl Default for Autotuner {
+    fn default() -> Self {
+        Autotuner { state: Mutex::new(State { timed_runs: 3, ..State::default() }) }
+    }
+}
+
+/// The process-wide autotuner the ops consult.
+pub fn global() -> &'static Autotuner {
+    static GLOBAL: OnceLock<Autotuner> = OnceLock::new();
+    GLOBAL.get_or_init(Autotuner::default)
+}
+
+/// A device's identity for the cache: the same key on another machine must miss.
+fn device_fingerprint(device: &Device) -> String {
+    let p = device.properties();
+    format!("{} {} ({} units)", p.id, p.name, p.compute_units)
+}
+
+impl Autotuner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn mode(&self) -> TuneMode {
+        self.lock().mode
+    }
+
+    pub fn set_mode(&self, mode: TuneMode) {
+        self.lock().mode = mode;
+    }
+
+    /// Timed runs per candidate (after one warm-up); default 3.
+    pub fn timed_runs(&self) -> usize {
+        self.lock().timed_runs
+    }
+
+    pub fn set_timed_runs(&self, runs: usize) {
+        self.lock().timed_runs = runs.max(1);
+    }
+
+    /// Every tuning so far, oldest first.
+    pub fn records(&self) -> Vec<TuningRecord> {
+        self.lock().records.clone()
+    }
+
+    /// Forgets every cached choice and record (the file, if any, is untouched).
+    pub fn clear(&self) {
+        let mut st = self.lock();
+        st.cache.clear();
+        st.records.clear();
+    }
+
+    /// Number of cached choices.
+    pub fn cached(&self) -> usize {
+        self.lock().cache.len()
+    }
+
+    /// Persists choices to `path`: loads it now if it exists, and rewrites it after
+    /// every new tuning.
+    pub fn persist_to(&self, path: impl AsRef<Path>) -> Result<(), AutotuneError> {
+        let path = path.as_ref().to_path_buf();
+        let mut st = self.lock();
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let file: CacheFile = serde_json::from_slice(&bytes)
+                    .map_err(|source| AutotuneError::Format { path: path.clone(), source })?;
+                if file.version == CACHE_VERSION {
+                    st.cache.extend(file.entries);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(AutotuneError::Io { path, source }),
+        }
+        st.path = Some(path);
+        Ok(())
+    }
+
+    fn save(st: &State) -> Result<(), AutotuneError> {
+        let Some(path) = &st.path else { return Ok(()) };
+        let file = CacheFile { version: CACHE_VERSION, entries: st.cache.clone() };
+        let json =
+            serde_json::to_vec_pretty(&file).map_err(|source| AutotuneError::Format { path: path.clone(), source })?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, json)
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .map_err(|source| AutotuneError::Io { path: path.clone(), source })
+    }
+
+    /// Picks the algorithm for `problem`. In benchmark mode a cache miss runs
+    /// `measure(candidate)` — which runs the op once with that algorithm and
+    /// returns its duration in ns — one warm-up plus `timed_runs` times per
+    /// candidate. Errors from `measure` propagate.
+    pub fn choose<A, E>(
+        &self,
+        device: &Device,
+        problem: &A::Problem,
+        dtype: DType,
+        mut measure: impl FnMut(A) -> Result<u64, E>,
+    ) -> Result<A, E>
+    where
+        A: Algorithm,
+        A::Problem: Debug,
+    {
+        let mode = self.mode();
+        match mode {
+            TuneMode::Off => return Ok(A::heuristic(problem)),
+            TuneMode::Deterministic => {
+                let h = A::heuristic(problem);
+                if h.is_reproducible(problem) {
+                    return Ok(h);
+                }
+                let first = A::candidates(problem).into_iter().find(|a| a.is_reproducible(problem));
+                return Ok(first.unwrap_or(h));
+            }
+            TuneMode::Benchmark => {}
+        }
+        let candidates = A::candidates(problem);
+        let names: Vec<String> = candidates.iter().map(|a| a.name().to_owned()).collect();
+        let fingerprint = device_fingerprint(device);
+        let key = format!("{}|{}|{:?}|{}", A::OP, dtype.as_str(), problem, fingerprint);
+        {
+            let st = self.lock();
+            if let Some(e) = st.cache.get(&key)
+                && e.device == fingerprint
+                && e.candidates == names
+                && let Some(a) = A::from_name(&e.choice)
+            {
+                return Ok(a);
+            }
+        }
+        // Measure outside the lock: ops may run on other threads meanwhile.
+        let runs = self.timed_runs();
+        let started = now_ns();
+        let mut timings = Vec::with_capacity(candidates.len());
+        for &a in &candidates {
+            measure(a)?; // warm-up
+            let mut runs_ns = Vec::with_capacity(runs);
+            for _ in 0..runs {
+                runs_ns.push(measure(a)?);
+            }
+            let mut sorted = runs_ns.clone();
+            sorted.sort_unstable();
+            timings.push(CandidateTiming {
+                algorithm: a.name().to_owned(),
+                reproducible: a.is_reproducible(problem),
+                median_ns: sorted[sorted.len() / 2],
+                runs_ns,
+            });
+        }
+        let tuning_ns = now_ns().saturating_sub(started);
+        let best = timings
+            .iter()
+            .zip(&candidates)
+            .min_by_key(|(t, _)| t.median_ns)
+            .map(|(_, a)| *a)
+            .unwrap_or_else(|| A::heuristic(problem));
+        let mut st = self.lock();
+        st.cache.insert(
+            key.clone(),
+            CacheEntry {
+                device: fingerprint,
+                candidates: names,
+                choice: best.name().to_owned(),
+                timings_ns: timings.iter().map(|t| t.median_ns).collect(),
+            },
+        );
+        st.records.push(TuningRecord {
+            key,
+            op: A::OP.to_owned(),
+            candidates: timings,
+            choice: best.name().to_owned(),
+            tuning_ns,
+        });
+        // A cache that cannot be written costs a re-tune next time, not this op.
+        let _ = Autotuner::save(&st);
+        Ok(best)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu_kernels::{Conv2dShape, ConvAlgo, ConvPass, ConvProblem};
+
+    fn problem() -> ConvProblem {
+        ConvProblem { pass: ConvPass::Forward, shape: Conv2dShape::new(1, 2, 6, 6, 2, 3, 3) }
+    }
+
+    #[test]
+    fn off_uses_the_heuristic_without_measuring() {
+        let t = Autotuner::default();
+        let a: ConvAlgo = t
+            .choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("no timing in off mode") })
+            .unwrap();
+        assert_eq!(a, ConvAlgo::heuristic(&problem()));
+    }
+
+    #[test]
+    fn benchmark_picks_the_fastest_and_caches_it() {
+        let t = Autotuner::default();
+        t.set_mode(TuneMode::Benchmark);
+        let mut calls = 0;
+        // Pretend Direct is fastest.
+        let fake = |a: ConvAlgo| if a == ConvAlgo::Direct { 10 } else { 1000 };
+        let a: ConvAlgo = t
+            .choose(&Device::cpu(), &problem(), DType::F32, |a| {
+                calls += 1;
+                Ok::<_, ()>(fake(a))
+            })
+            .unwrap();
+        assert_eq!(a, ConvAlgo::Direct);
+        let n = ConvAlgo::candidates(&problem()).len();
+        assert_eq!(calls, n * (1 + t.timed_runs()));
+        // Second call: cached, no measuring.
+        let b: ConvAlgo =
+            t.choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("cached") }).unwrap();
+        assert_eq!(b, ConvAlgo::Direct);
+        let rec = t.records();
+        assert_eq!(rec.len(), 1);
+        assert_eq!(rec[0].choice, "direct");
+        assert_eq!(rec[0].candidates.len(), n);
+        // Another dtype is another key.
+        let _: ConvAlgo = t.choose(&Device::cpu(), &problem(), DType::BF16, |a| Ok::<_, ()>(fake(a))).unwrap();
+        assert_eq!(t.records().len(), 2);
+    }
+
+    #[test]
+    fn deterministic_only_picks_reproducible() {
+        let t = Autotuner::default();
+        t.set_mode(TuneMode::Deterministic);
+        let p = ConvProblem { pass: ConvPass::BackwardWeight, shape: Conv2dShape::new(4, 3, 8, 8, 4, 3, 3) };
+        let a: ConvAlgo = t.choose(&Device::cpu(), &p, DType::F32, |_| Ok::<_, ()>(1)).unwrap();
+        assert!(a.is_reproducible(&p));
+    }
+
+    #[test]
+    fn persisted_choices_reload_and_invalidate() {
+        let dir = std::env::temp_dir().join(format!("vramlab-autotune-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cache.json");
+        let _ = std::fs::remove_file(&path);
+        let t = Autotuner::default();
+        t.set_mode(TuneMode::Benchmark);
+        t.persist_to(&path).unwrap();
+        let fake = |a: ConvAlgo| if a == ConvAlgo::Im2colGemm { 5 } else { 50 };
+        let _: ConvAlgo = t.choose(&Device::cpu(), &problem(), DType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
+        assert!(path.exists());
+
+        let t2 = Autotuner::default();
+        t2.set_mode(TuneMode::Benchmark);
+        t2.persist_to(&path).unwrap();
+        let a: ConvAlgo = t2
+            .choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("loaded from file") })
+            .unwrap();
+        assert_eq!(a, ConvAlgo::Im2colGemm);
+
+        // A changed candidate set invalidates the entry.
+        let text = std::fs::read_to_string(&path).unwrap().replace("\"direct\"", "\"retired_algo\"");
+        std::fs::write(&path, text).unwrap();
+        let t3 = Autotuner::default();
+        t3.set_mode(TuneMode::Benchmark);
+        t3.persist_to(&path).unwrap();
+        let mut measured = false;
+        let _: ConvAlgo = t3
+            .choose(&Device::cpu(), &problem(), DType::F32, |a| {
+                measured = true;
+                Ok::<_, ()>(fake(a))
+            })
+            .unwrap();
+        assert!(measured, "a stale candidate set must be re-tuned");
+
+        std::fs::write(&path, "not json").unwrap();
+        let err = Autotuner::default().persist_to(&path).unwrap_err();
+        assert!(err.to_string().contains("not a vramlab autotuner cache"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

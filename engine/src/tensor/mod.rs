@@ -1,0 +1,423 @@
+//! Tensors: a shape, a dtype, a device, and storage that comes from the
+//! device's caching allocator (and goes back to it when the last reference
+//! drops).
+//!
+//! Tensors are immutable values shared by reference counting, like candle's:
+//! an op reads its operands and allocates its result. The guides' rules are the
+//! API: every operand of an op must live on one device ([`TensorError::DeviceMismatch`]
+//! otherwise — never a silent copy), `to(device)` moves, and reading values needs
+//! host memory ([`Tensor::to_vec`] on a GPU tensor says to move it first).
+//!
+//! Every allocation carries a [`Tag`]: an op's output takes the innermost
+//! [`tag_scope`] of the calling thread (untagged outside any scope), so the
+//! profiler can tell parameters, gradients, activations and optimizer state apart.
+
+mod dtype;
+mod ops;
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use thiserror::Error;
+
+pub use dtype::DType;
+pub use ops::{Conv2dOptions, KernelTiming};
+
+use crate::alloc::{AllocError, Allocation};
+use crate::cpu_kernels::KernelError;
+use crate::device::{Device, DeviceError, DeviceId};
+use crate::hooks::Tag;
+
+/// Why a tensor operation failed. Every variant names the op.
+#[derive(Debug, Error)]
+pub enum TensorError {
+    /// The golden rule: every operand of an op must be on one device.
+    #[error(
+        "{op}: operands are on different devices (lhs on {lhs}, rhs on {rhs}); move one of them with \
+         .to(&device) so both are on the same device — vramlab never copies silently"
+    )]
+    DeviceMismatch { op: &'static str, lhs: DeviceId, rhs: DeviceId },
+    #[error("{op}: shapes {lhs:?} and {rhs:?} do not fit: {reason}")]
+    ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize>, reason: String },
+    #[error("{op}: bad shape {shape:?}: {reason}")]
+    BadShape { op: &'static str, shape: Vec<usize>, reason: String },
+    #[error("{op}: dtypes differ ({lhs} and {rhs}); convert one with .to_dtype()")]
+    DTypeMismatch { op: &'static str, lhs: DType, rhs: DType },
+    #[error("{op}: {dtype} tensors are not supported here ({reason})")]
+    UnsupportedDType { op: &'static str, dtype: DType, reason: &'static str },
+    /// Reading values needs host memory.
+    #[error(
+        "{op}: the tensor is on {device}; reading its values needs host memory — move it first with .to(&Device::cpu())"
+    )]
+    NotOnHost { op: &'static str, device: DeviceId },
+    #[error("{op}: {len} values given for shape {shape:?} ({expected} needed)")]
+    DataLength { op: &'static str, shape: Vec<usize>, len: usize, expected: usize },
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+pub type Result<T> = std::result::Result<T, TensorError>;
+
+thread_local! {
+    static CURRENT_TAG: Cell<Option<Tag>> = const { Cell::new(None) };
+}
+
+/// Restores the previous tag when dropped.
+#[derive(Debug)]
+#[must_use = "the tag applies until the guard is dropped"]
+pub struct TagScope {
+    previous: Option<Tag>,
+}
+
+/// Tags every tensor this thread allocates until the guard drops
+/// (`let _g = tag_scope(Tag::Activation);`). Scopes nest.
+pub fn tag_scope(tag: Tag) -> TagScope {
+    TagScope { previous: CURRENT_TAG.with(|t| t.replace(Some(tag))) }
+}
+
+impl Drop for TagScope {
+    fn drop(&mut self) {
+        CURRENT_TAG.with(|t| t.set(self.previous));
+    }
+}
+
+/// The tag new allocations on this thread get.
+pub fn current_tag() -> Option<Tag> {
+    CURRENT_TAG.with(Cell::get)
+}
+
+/// Device memory owned by one tensor; freed back to the allocator on drop.
+struct Storage {
+    device: Device,
+    allocation: Option<Allocation>,
+    len: usize,
+    dtype: DType,
+    tag: Option<Tag>,
+}
+
+impl Storage {
+    fn new(device: &Device, len: usize, dtype: DType, tag: Option<Tag>) -> Result<Storage> {
+        let bytes = (len as u64).checked_mul(dtype.size_bytes() as u64).ok_or_else(|| TensorError::BadShape {
+            op: "alloc",
+            shape: vec![len],
+            reason: "too many elements".into(),
+        })?;
+        let allocation = device.allocator().malloc(bytes, 0, tag)?;
+        Ok(Storage { device: device.clone(), allocation: Some(allocation), len, dtype, tag })
+    }
+
+    fn addr(&self) -> u64 {
+        self.allocation.as_ref().map_or(0, Allocation::addr)
+    }
+
+    /// The elements as `T`. Host devices only (every device today is one).
+    fn slice<T: Pod>(&self) -> &[T] {
+        debug_assert_eq!(T::DTYPE, self.dtype);
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the allocation is live for as long as `self`, holds at least
+        // `len * size_of::<T>()` bytes of host memory, is 512-byte aligned, and is
+        // only written through `slice_mut` while the storage is uniquely owned.
+        unsafe { std::slice::from_raw_parts(self.addr() as *const T, self.len) }
+    }
+
+    fn slice_mut<T: Pod>(&mut self) -> &mut [T] {
+        debug_assert_eq!(T::DTYPE, self.dtype);
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `slice`, and `&mut self` guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.addr() as *mut T, self.len) }
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(a) = self.allocation.take() {
+            // The allocation came from this device's allocator and is live.
+            let _ = self.device.allocator().free(a);
+        }
+    }
+}
+
+/// Plain element types a tensor can hold.
+pub trait Pod: Copy + Default + Send + Sync + 'static + fmt::Debug {
+    const DTYPE: DType;
+}
+impl Pod for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Pod for f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl Pod for bf16 {
+    const DTYPE: DType = DType::BF16;
+}
+impl Pod for i64 {
+    const DTYPE: DType = DType::I64;
+}
+
+/// An n-dimensional array on a device. Cloning (and reshaping) shares the storage.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    shape: Arc<[usize]>,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({:?}, {}, {}", self.shape(), self.dtype(), self.device())?;
+        if let Some(t) = self.tag() {
+            write!(f, ", {t}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// A tiny deterministic generator (SplitMix64) for seeded creation.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    fn next_normal(&mut self) -> f64 {
+        let u1 = self.next_f64().max(f64::MIN_POSITIVE);
+        let u2 = self.next_f64();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+impl Tensor {
+    /// A tensor whose storage is filled by `fill` (called once, with exclusive access).
+    fn build(
+        shape: &[usize],
+        dtype: DType,
+        device: &Device,
+        fill: impl FnOnce(&mut Storage) -> Result<()>,
+    ) -> Result<Tensor> {
+        let len = numel(shape).ok_or_else(|| TensorError::BadShape {
+            op: "alloc",
+            shape: shape.to_vec(),
+            reason: "the element count overflows".into(),
+        })?;
+        let mut storage = Storage::new(device, len, dtype, current_tag())?;
+        fill(&mut storage)?;
+        Ok(Tensor { storage: Arc::new(storage), shape: shape.into() })
+    }
+
+    /// A tensor of `value`s.
+    pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::build(shape, dtype, device, |s| {
+            match dtype {
+                DType::F32 => s.slice_mut::<f32>().fill(value as f32),
+                DType::F16 => s.slice_mut::<f16>().fill(f16::from_f64(value)),
+                DType::BF16 => s.slice_mut::<bf16>().fill(bf16::from_f64(value)),
+                DType::I64 => s.slice_mut::<i64>().fill(value as i64),
+            }
+            Ok(())
+        })
+    }
+
+    /// `torch.zeros`.
+    pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(shape, 0.0, dtype, device)
+    }
+
+    /// Values from a host slice (`torch.tensor(data).reshape(shape)`).
+    pub fn from_slice<T: Pod>(data: &[T], shape: &[usize], device: &Device) -> Result<Tensor> {
+        let expected = numel(shape).unwrap_or(usize::MAX);
+        if data.len() != expected {
+            return Err(TensorError::DataLength { op: "from_slice", shape: shape.to_vec(), len: data.len(), expected });
+        }
+        Tensor::build(shape, T::DTYPE, device, |s| {
+            s.slice_mut::<T>().copy_from_slice(data);
+            Ok(())
+        })
+    }
+
+    /// Seeded standard-normal values (`torch.randn` with a generator).
+    pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
+        let mut rng = SplitMix(seed);
+        Tensor::from_fn(shape, dtype, device, move || rng.next_normal())
+    }
+
+    /// Seeded uniform values in [0, 1) (`torch.rand` with a generator).
+    pub fn rand(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
+        let mut rng = SplitMix(seed);
+        Tensor::from_fn(shape, dtype, device, move || rng.next_f64())
+    }
+
+    fn from_fn(shape: &[usize], dtype: DType, device: &Device, mut f: impl FnMut() -> f64) -> Result<Tensor> {
+        Tensor::build(shape, dtype, device, |s| {
+            match dtype {
+                DType::F32 => s.slice_mut::<f32>().iter_mut().for_each(|v| *v = f() as f32),
+                DType::F16 => s.slice_mut::<f16>().iter_mut().for_each(|v| *v = f16::from_f64(f())),
+                DType::BF16 => s.slice_mut::<bf16>().iter_mut().for_each(|v| *v = bf16::from_f64(f())),
+                DType::I64 => s.slice_mut::<i64>().iter_mut().for_each(|v| *v = f() as i64),
+            }
+            Ok(())
+        })
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.storage.len
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.storage.device
+    }
+
+    /// The tag its storage was allocated with.
+    pub fn tag(&self) -> Option<Tag> {
+        self.storage.tag
+    }
+
+    /// Bytes of its elements.
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * self.dtype().size_bytes()
+    }
+
+    /// Bytes the allocator handed out for it (the rounded block).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.storage.allocation.as_ref().map_or(0, Allocation::size)
+    }
+
+    /// The same storage with another shape of the same element count.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel(shape) != Some(self.numel()) {
+            return Err(TensorError::ShapeMismatch {
+                op: "reshape",
+                lhs: self.shape().to_vec(),
+                rhs: shape.to_vec(),
+                reason: "the element counts differ".into(),
+            });
+        }
+        Ok(Tensor { storage: self.storage.clone(), shape: shape.into() })
+    }
+
+    /// The elements as `T`, for kernels. Host tensors only.
+    pub(crate) fn host_slice<T: Pod>(&self, op: &'static str) -> Result<&[T]> {
+        self.check_host(op)?;
+        if T::DTYPE != self.dtype() {
+            return Err(TensorError::DTypeMismatch { op, lhs: self.dtype(), rhs: T::DTYPE });
+        }
+        Ok(self.storage.slice::<T>())
+    }
+
+    fn check_host(&self, op: &'static str) -> Result<()> {
+        if self.device().is_cpu() { Ok(()) } else { Err(TensorError::NotOnHost { op, device: self.device().id() }) }
+    }
+
+    /// The values, copied to a `Vec` (`tensor.tolist()`). A tensor on a GPU must
+    /// be moved to the cpu first.
+    pub fn to_vec<T: Pod>(&self) -> Result<Vec<T>> {
+        Ok(self.host_slice::<T>("to_vec")?.to_vec())
+    }
+
+    /// The values converted to f64, whatever the dtype.
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        Ok(match self.dtype() {
+            DType::F32 => self.host_slice::<f32>("to_f64_vec")?.iter().map(|&v| v as f64).collect(),
+            DType::F16 => self.host_slice::<f16>("to_f64_vec")?.iter().map(|v| v.to_f64()).collect(),
+            DType::BF16 => self.host_slice::<bf16>("to_f64_vec")?.iter().map(|v| v.to_f64()).collect(),
+            DType::I64 => self.host_slice::<i64>("to_f64_vec")?.iter().map(|&v| v as f64).collect(),
+        })
+    }
+
+    /// `tensor.to(device)`: this tensor when it is already there, else a copy on
+    /// `device` (allocated from that device's allocator, with the current tag).
+    pub fn to(&self, device: &Device) -> Result<Tensor> {
+        if self.device() == device {
+            return Ok(self.clone());
+        }
+        let dtype = self.dtype();
+        let started = crate::hooks::now_ns();
+        let out = Tensor::build(self.shape(), dtype, device, |s| {
+            let src_addr = self.data_ptr();
+            let bytes = self.size_bytes();
+            if bytes > 0 {
+                // SAFETY: both ranges are live host memory of `bytes` bytes owned by
+                // two different tensors, so they do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(src_addr as *const u8, s.addr() as *mut u8, bytes) };
+            }
+            Ok(())
+        })?;
+        ops::emit_copy(self.device(), &out, started);
+        Ok(out)
+    }
+
+    /// `tensor.to(dtype)`: this tensor when the dtype matches, else a converted copy.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        ops::cast(self, dtype)
+    }
+
+    /// Address of the first element (host memory for every device today).
+    fn data_ptr(&self) -> u64 {
+        self.storage.addr()
+    }
+}
+
+/// Tensors whose values are bitwise equal on the host.
+pub fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
+    Ok(a.shape() == b.shape() && a.dtype() == b.dtype() && a.to_f64_vec()? == b.to_f64_vec()?)
+}
+
+/// Runs `f` with the storage type of a float dtype.
+macro_rules! with_float {
+    ($dtype:expr, $op:expr, |$t:ident| $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            DType::I64 => {
+                return Err(TensorError::UnsupportedDType {
+                    op: $op,
+                    dtype: DType::I64,
+                    reason: "this op computes in floating point",
+                })
+            }
+        }
+    };
+}
+pub(crate) use with_float;
