@@ -347,11 +347,10 @@ fn probe_libcuda() -> Result<u32, String> {
         }
     }
     let Some(lib) = lib else {
-        let ld = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
         return Err(format!(
-            "libcuda not found (searched {} on the system library path{})",
-            NAMES.join(", "),
-            if ld.is_empty() { String::new() } else { format!(" and LD_LIBRARY_PATH={ld}") }
+            "libcuda not found (searched {} on the system library path; add its directory to LD_LIBRARY_PATH if the \
+             NVIDIA driver is installed elsewhere)",
+            NAMES.join(", ")
         ));
     };
     type CuInit = unsafe extern "C" fn(u32) -> i32;

@@ -13,6 +13,7 @@
 //! profiler can tell parameters, gradients, activations and optimizer state apart.
 
 mod dtype;
+mod host;
 mod ops;
 
 use std::cell::Cell;
@@ -23,6 +24,7 @@ use half::{bf16, f16};
 use thiserror::Error;
 
 pub use dtype::DType;
+pub use host::HostBuffer;
 pub use ops::{Conv2dOptions, KernelTiming};
 
 use crate::alloc::{AllocError, Allocation};
