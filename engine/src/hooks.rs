@@ -115,7 +115,7 @@ pub struct AllocatorEvent {
     pub action: AllocatorAction,
     /// Monotonic nanoseconds since the process's time origin ([`now_ns`]).
     pub time_ns: u64,
-    /// The allocator's device, as its [`DeviceLabel`] index.
+    /// The allocator's device: `DeviceId::event_index` (cpu:N is N, cuda:N is 1024 + N).
     pub device: u32,
     pub stream: u32,
     /// Block or segment address; for `Oom`, the device's free bytes.
