@@ -19,8 +19,28 @@ Its allocator is a faithful model of PyTorch's CUDA caching allocator, so its nu
 like torch.cuda.memory_stats().";
 
 const AFTER_HELP: &str = "\
-Example:
+Examples:
+  cargo xtask bench --quick                          every suite, quickly, on the best device here
   cargo xtask replay trace.jsonl --capacity 24GiB    would this run fit on a 24 GiB card?";
+
+const BENCH_ABOUT: &str = "Run the bench suites (the GPU guides' claims, measured) and write the results";
+
+const BENCH_LONG_ABOUT: &str = "\
+Run the bench suites on the best device present (a CUDA GPU, else the CPU) or the one named:
+each suite measures one claim of the PyTorch GPU guides and profiles memory while doing it.
+Results are written suite by suite, atomically, to --out: results.json (versioned, with the
+environment) and one CSV per suite. A case that fails, panics or overruns its time budget is
+recorded as failed and the run goes on.";
+
+const BENCH_AFTER_HELP: &str = "\
+Examples:
+  cargo xtask bench                              every suite, full run (under 15 minutes)
+  cargo xtask bench --quick                      every suite in under 2 minutes
+  cargo xtask bench --suite memory --suite amp   two suites
+  cargo xtask bench --device cpu --capacity 8GiB --out results/
+
+Exit status: 0 when the suites ran (failed cases are results); 1 when a suite name, device or
+output folder is unusable; 2 for usage errors.";
 
 const REPLAY_ABOUT: &str = "Replay an allocation trace through the caching allocator on a simulated device";
 
@@ -60,8 +80,50 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    #[command(about = BENCH_ABOUT, long_about = BENCH_LONG_ABOUT, after_help = BENCH_AFTER_HELP)]
+    Bench(BenchArgs),
     #[command(about = REPLAY_ABOUT, long_about = REPLAY_LONG_ABOUT, after_help = REPLAY_AFTER_HELP)]
     Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A suite to run (repeatable) [default: all]; names: devices, cpu-vs-gpu, amp, autotune,
+    /// memory, transfer, async, allocator
+    #[arg(long = "suite", value_name = "NAME")]
+    pub suites: Vec<String>,
+
+    /// The device: auto (a CUDA GPU when one is usable, else cpu), cpu, cuda or cuda:N
+    #[arg(long, value_name = "DEVICE", default_value = "auto")]
+    pub device: String,
+
+    /// Fewer sizes and samples: the whole run in under 2 minutes
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Where results go
+    #[arg(long, value_name = "DIR", default_value = "target/vramlab")]
+    pub out: PathBuf,
+
+    /// Timed samples per case [default: adaptive, at least 10]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub samples: Option<u32>,
+
+    /// Seed for every random input
+    #[arg(long, value_name = "N", default_value_t = 42)]
+    pub seed: u64,
+
+    /// Memory of the CPU device the memory suite runs out of, e.g. 4GiB
+    #[arg(long, value_name = "SIZE", value_parser = parse_bench_capacity, default_value = "4GiB")]
+    pub capacity: u64,
+}
+
+fn parse_bench_capacity(s: &str) -> Result<u64, String> {
+    let bytes = size::parse_size(s).map_err(|e| e.to_string())?;
+    if bytes < 64 << 20 {
+        return Err(format!("'{s}' is too small for the memory suite: at least 64MiB"));
+    }
+    Ok(bytes)
 }
 
 #[derive(Debug, Args)]

@@ -1,9 +1,10 @@
 //! vramlab's command line (`cargo xtask …`): the only part of vramlab that talks
-//! to the terminal. Commands so far: `replay`.
+//! to the terminal. Commands: `bench`, `replay`.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
 //! names the file and line), 2 for usage errors (clap's).
 
+mod bench_cmd;
 mod cli;
 mod replay_cmd;
 mod size;
@@ -18,6 +19,7 @@ use cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Bench(args) => bench_cmd::run(args),
         Command::Replay(args) => replay_cmd::run(args),
     };
     match result {

@@ -1,0 +1,174 @@
+//! The timing harness: warm-up, then at least ten samples (more, and several
+//! iterations per sample, for fast work), summarized as median, quartiles and
+//! minimum, with every sample kept.
+
+use std::time::Duration;
+
+use vramlab_engine::hooks::now_ns;
+
+use crate::schema::TimingStats;
+
+/// How much to measure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HarnessConfig {
+    /// Warm-up runs continue until this much time has passed (at least one run).
+    pub warmup: Duration,
+    /// Fewest timed samples.
+    pub min_samples: usize,
+    /// Most timed samples.
+    pub max_samples: usize,
+    /// Sampling stops adding samples beyond `min_samples` once this much time is spent.
+    pub target: Duration,
+    /// Exactly this many samples when set (`--samples N`).
+    pub fixed_samples: Option<usize>,
+    /// A sample lasts at least this long: fast work runs several iterations per sample.
+    pub min_sample_time: Duration,
+}
+
+impl HarnessConfig {
+    /// The defaults of a full run.
+    pub fn standard() -> HarnessConfig {
+        HarnessConfig {
+            warmup: Duration::from_millis(100),
+            min_samples: 10,
+            max_samples: 200,
+            target: Duration::from_millis(800),
+            fixed_samples: None,
+            min_sample_time: Duration::from_micros(20),
+        }
+    }
+
+    /// `--quick`: shorter warm-up and sampling, still ten samples.
+    pub fn quick() -> HarnessConfig {
+        HarnessConfig {
+            warmup: Duration::from_millis(20),
+            max_samples: 50,
+            target: Duration::from_millis(150),
+            ..HarnessConfig::standard()
+        }
+    }
+}
+
+/// Times `work` (one iteration per call) and summarizes the samples. Errors from
+/// `work` end the measurement and are returned.
+pub fn measure<E>(cfg: &HarnessConfig, mut work: impl FnMut() -> Result<(), E>) -> Result<TimingStats, E> {
+    // Warm-up, which also estimates one iteration's time.
+    let warm_start = now_ns();
+    let warmup_ns = cfg.warmup.as_nanos() as u64;
+    let mut warm_runs = 0u64;
+    loop {
+        work()?;
+        warm_runs += 1;
+        if now_ns().saturating_sub(warm_start) >= warmup_ns {
+            break;
+        }
+    }
+    let per_iter_ns = (now_ns().saturating_sub(warm_start) / warm_runs).max(1);
+    let iterations = (cfg.min_sample_time.as_nanos() as u64).div_ceil(per_iter_ns).max(1);
+    let samples = match cfg.fixed_samples {
+        Some(n) => n.max(1),
+        None => {
+            let affordable = (cfg.target.as_nanos() as u64 / (per_iter_ns * iterations)).max(1) as usize;
+            affordable.clamp(cfg.min_samples, cfg.max_samples.max(cfg.min_samples))
+        }
+    };
+    let mut raw = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t0 = now_ns();
+        for _ in 0..iterations {
+            work()?;
+        }
+        raw.push((now_ns() - t0) as f64 / iterations as f64);
+    }
+    Ok(summarize(raw, iterations, "host"))
+}
+
+/// Summary statistics of per-iteration samples (ns).
+pub fn summarize(samples_ns: Vec<f64>, iterations_per_sample: u64, clock: &str) -> TimingStats {
+    let mut sorted = samples_ns.clone();
+    sorted.sort_by(f64::total_cmp);
+    let q = |p: f64| quantile(&sorted, p);
+    let (p25, p75) = (q(0.25), q(0.75));
+    let mean = if sorted.is_empty() { 0.0 } else { sorted.iter().sum::<f64>() / sorted.len() as f64 };
+    TimingStats {
+        clock: clock.to_owned(),
+        iterations_per_sample,
+        median_ns: q(0.5),
+        p25_ns: p25,
+        p75_ns: p75,
+        iqr_ns: p75 - p25,
+        min_ns: sorted.first().copied().unwrap_or(0.0),
+        max_ns: sorted.last().copied().unwrap_or(0.0),
+        mean_ns: mean,
+        samples_ns,
+    }
+}
+
+/// Linear-interpolated quantile of sorted values (0 for none).
+fn quantile(sorted: &[f64], p: f64) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        1 => sorted[0],
+        n => {
+            let pos = p * (n - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_known_answers() {
+        let s = summarize(vec![5.0, 1.0, 3.0, 2.0, 4.0], 1, "host");
+        assert_eq!((s.median_ns, s.min_ns, s.max_ns, s.mean_ns), (3.0, 1.0, 5.0, 3.0));
+        assert_eq!((s.p25_ns, s.p75_ns, s.iqr_ns), (2.0, 4.0, 2.0));
+        assert_eq!(s.samples_ns, vec![5.0, 1.0, 3.0, 2.0, 4.0], "raw order kept");
+        let even = summarize(vec![1.0, 2.0, 3.0, 4.0], 1, "host");
+        assert_eq!(even.median_ns, 2.5);
+    }
+
+    #[test]
+    fn measure_takes_at_least_ten_samples_and_batches_fast_work() {
+        let mut calls = 0u64;
+        let cfg = HarnessConfig {
+            warmup: Duration::from_millis(1),
+            target: Duration::from_millis(2),
+            ..HarnessConfig::quick()
+        };
+        let t = measure(&cfg, || {
+            calls += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert!(t.samples_ns.len() >= 10);
+        assert!(t.iterations_per_sample > 1, "an empty closure is fast work");
+        assert!(calls >= 10 * t.iterations_per_sample);
+    }
+
+    #[test]
+    fn measure_reports_slow_work_faithfully() {
+        let cfg = HarnessConfig { fixed_samples: Some(10), warmup: Duration::ZERO, ..HarnessConfig::quick() };
+        let t = measure(&cfg, || {
+            std::thread::sleep(Duration::from_millis(2));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(t.samples_ns.len(), 10);
+        assert_eq!(t.iterations_per_sample, 1);
+        assert!(t.median_ns >= 2e6 && t.median_ns < 2e7, "{}", t.median_ns);
+    }
+
+    #[test]
+    fn errors_stop_the_measurement() {
+        let mut n = 0;
+        let r = measure(&HarnessConfig::quick(), || {
+            n += 1;
+            if n == 3 { Err("boom") } else { Ok(()) }
+        });
+        assert_eq!(r.unwrap_err(), "boom");
+    }
+}

@@ -1,0 +1,131 @@
+//! Runs suites: each case isolated (a failure, a panic or an overrun is recorded
+//! and the run goes on), its memory recorded by the profiler.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use vramlab_engine::hooks::now_ns;
+use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
+
+use crate::schema::{CaseResult, MemoryPeaks, Outcome, SuiteResult};
+use crate::suite::{Case, CaseOutput, Context, Progress, Suite};
+
+/// Runs every case of `suite` and returns its results (never fails: failures
+/// are results).
+pub fn run_suite(suite: &dyn Suite, ctx: &Context, progress: &dyn Progress) -> SuiteResult {
+    let started = now_ns();
+    let cases = match catch_unwind(AssertUnwindSafe(|| suite.cases(ctx))) {
+        Ok(c) => c,
+        Err(panic) => {
+            let failed = CaseResult {
+                name: "setup".into(),
+                params: Default::default(),
+                outcome: Outcome::Failed { message: format!("the suite's setup panicked: {}", panic_message(&panic)) },
+                timing: None,
+                metrics: Default::default(),
+                memory: None,
+                notes: vec![],
+                duration_ns: 0,
+            };
+            return SuiteResult {
+                name: suite.name().into(),
+                description: suite.description().into(),
+                device: ctx.device.to_string(),
+                duration_ns: now_ns() - started,
+                cases: vec![failed],
+                findings: vec![],
+            };
+        }
+    };
+    progress.suite_started(suite.name(), cases.len());
+    let mut results = Vec::with_capacity(cases.len());
+    for (i, case) in cases.into_iter().enumerate() {
+        progress.case_started(suite.name(), &case.name, i);
+        let result = run_case(case, ctx);
+        progress.case_finished(suite.name(), &result);
+        results.push(result);
+    }
+    let findings = catch_unwind(AssertUnwindSafe(|| suite.findings(ctx, &results))).unwrap_or_default();
+    progress.suite_finished(suite.name());
+    SuiteResult {
+        name: suite.name().into(),
+        description: suite.description().into(),
+        device: ctx.device.to_string(),
+        duration_ns: now_ns() - started,
+        cases: results,
+        findings,
+    }
+}
+
+fn run_case(case: Case, ctx: &Context) -> CaseResult {
+    let Case { name, params, budget, profile, run } = case;
+    let profiler = if profile {
+        let hub = ctx.device.allocator().hooks().clone();
+        let index = ctx.device.id().event_index();
+        let info = DeviceInfo::cpu(index);
+        let mut cfg = ProfilerConfig::on(hub).device(info).without_sampling();
+        if !std::sync::Arc::ptr_eq(ctx.device.allocator().hooks(), &ctx.hooks) {
+            cfg = cfg.also_on(ctx.hooks.clone());
+        }
+        Profiler::start(cfg).ok()
+    } else {
+        None
+    };
+    let started = now_ns();
+    let outcome = catch_unwind(AssertUnwindSafe(|| run(ctx)));
+    let duration_ns = now_ns() - started;
+    let memory = profiler.map(|p| p.stop()).and_then(|profile| {
+        let d =
+            profile.devices.iter().filter(|d| d.counts.allocator_events > 0).max_by_key(|d| d.peak_allocated.bytes)?;
+        let by_category = match serde_json::to_value(d.peak_by_category) {
+            Ok(serde_json::Value::Object(m)) => m.into_iter().filter_map(|(k, v)| Some((k, v.as_u64()?))).collect(),
+            _ => Default::default(),
+        };
+        Some(MemoryPeaks {
+            device: d.info.name.clone(),
+            peak_allocated_bytes: d.peak_allocated.bytes,
+            peak_reserved_bytes: d.peak_reserved.bytes,
+            peak_active_bytes: d.peak_active.bytes,
+            peak_phase: d.peak_allocated.phase.clone(),
+            by_category_at_peak_bytes: by_category,
+            allocator_events: d.counts.allocator_events,
+        })
+    });
+    let mut result = CaseResult {
+        name,
+        params,
+        outcome: Outcome::Ok,
+        timing: None,
+        metrics: Default::default(),
+        memory,
+        notes: vec![],
+        duration_ns,
+    };
+    match outcome {
+        Ok(Ok(CaseOutput { not_available: Some(reason), .. })) => result.outcome = Outcome::NotAvailable { reason },
+        Ok(Ok(out)) => {
+            result.timing = out.timing;
+            result.metrics = out.metrics;
+            result.notes = out.notes;
+            if duration_ns > budget.as_nanos() as u64 {
+                result.outcome = Outcome::Failed {
+                    message: format!(
+                        "exceeded its time budget: took {:.1} s, budget {:.1} s",
+                        duration_ns as f64 / 1e9,
+                        budget.as_secs_f64()
+                    ),
+                };
+            }
+        }
+        Ok(Err(e)) => result.outcome = Outcome::Failed { message: e.to_string() },
+        Err(panic) => result.outcome = Outcome::Failed { message: format!("panicked: {}", panic_message(&panic)) },
+    }
+    result
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}

@@ -1,0 +1,156 @@
+//! What a suite is, what a case returns, and the context they run in.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vramlab_engine::device::Device;
+use vramlab_engine::hooks::Hooks;
+
+use crate::harness::HarnessConfig;
+use crate::schema::{CaseResult, Finding, RunOptions, TimingStats};
+
+/// Receives progress while suites run (xtask draws progress bars from it).
+/// Suites never print: this is their only way to say how far they are.
+pub trait Progress: Send + Sync {
+    fn suite_started(&self, suite: &str, cases: usize);
+    fn case_started(&self, suite: &str, case: &str, index: usize);
+    fn case_finished(&self, suite: &str, case: &CaseResult);
+    fn suite_finished(&self, suite: &str);
+}
+
+/// Progress nobody watches.
+#[derive(Debug, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn suite_started(&self, _: &str, _: usize) {}
+    fn case_started(&self, _: &str, _: &str, _: usize) {}
+    fn case_finished(&self, _: &str, _: &CaseResult) {}
+    fn suite_finished(&self, _: &str) {}
+}
+
+/// Everything a case may use.
+#[derive(Clone)]
+pub struct Context {
+    /// The device the run targets (cuda:0 or cpu for `auto`).
+    pub device: Device,
+    /// Why the device is not a GPU, when it is not.
+    pub gpu_unavailable: Option<String>,
+    pub options: RunOptions,
+    pub harness: HarnessConfig,
+    /// A hub for private devices the suites create (capacity-limited CPU devices).
+    pub hooks: Arc<Hooks>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("device", &self.device).field("options", &self.options).finish()
+    }
+}
+
+impl Context {
+    pub fn quick(&self) -> bool {
+        self.options.quick
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.options.seed
+    }
+}
+
+/// What a case measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CaseOutput {
+    pub timing: Option<TimingStats>,
+    pub metrics: BTreeMap<String, f64>,
+    pub notes: Vec<String>,
+    /// Set when the case does not apply here; the rest is ignored.
+    pub not_available: Option<String>,
+}
+
+impl CaseOutput {
+    pub fn timed(timing: TimingStats) -> CaseOutput {
+        CaseOutput { timing: Some(timing), ..CaseOutput::default() }
+    }
+
+    pub fn not_available(reason: impl Into<String>) -> CaseOutput {
+        CaseOutput { not_available: Some(reason.into()), ..CaseOutput::default() }
+    }
+
+    /// Adds a metric; its name must carry its unit.
+    pub fn metric(mut self, name: &str, value: f64) -> CaseOutput {
+        self.metrics.insert(name.to_owned(), value);
+        self
+    }
+
+    pub fn note(mut self, text: impl Into<String>) -> CaseOutput {
+        self.notes.push(text.into());
+        self
+    }
+}
+
+/// A case's failure: its message is what the results record.
+pub type CaseError = Box<dyn std::error::Error + Send + Sync>;
+
+type CaseFn = Box<dyn FnOnce(&Context) -> Result<CaseOutput, CaseError> + Send>;
+
+/// One case, ready to run.
+pub struct Case {
+    pub name: String,
+    pub params: BTreeMap<String, serde_json::Value>,
+    /// Longer than this is a failure (the work is not interrupted, but recorded as over budget).
+    pub budget: Duration,
+    /// Record the case's memory with the profiler (off for cases whose timing a
+    /// subscriber would distort).
+    pub profile: bool,
+    pub(crate) run: CaseFn,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Case").field("name", &self.name).field("params", &self.params).finish()
+    }
+}
+
+impl Case {
+    pub fn new(
+        name: impl Into<String>,
+        run: impl FnOnce(&Context) -> Result<CaseOutput, CaseError> + Send + 'static,
+    ) -> Case {
+        Case {
+            name: name.into(),
+            params: BTreeMap::new(),
+            budget: Duration::from_secs(60),
+            profile: true,
+            run: Box::new(run),
+        }
+    }
+
+    pub fn param(mut self, key: &str, value: impl Into<serde_json::Value>) -> Case {
+        self.params.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn budget(mut self, budget: Duration) -> Case {
+        self.budget = budget;
+        self
+    }
+
+    pub fn without_profiling(mut self) -> Case {
+        self.profile = false;
+        self
+    }
+}
+
+/// A suite: one claim of the guides, as cases.
+pub trait Suite: Send + Sync {
+    /// Short name (`cpu-vs-gpu`), as `--suite` takes it.
+    fn name(&self) -> &'static str;
+    /// The claim(s) it measures, in a sentence.
+    fn description(&self) -> &'static str;
+    /// The cases to run on this context.
+    fn cases(&self, ctx: &Context) -> Vec<Case>;
+    /// What the results say about the claims.
+    fn findings(&self, ctx: &Context, cases: &[CaseResult]) -> Vec<Finding>;
+}

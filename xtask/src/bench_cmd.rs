@@ -1,0 +1,185 @@
+//! `cargo xtask bench`: runs the suites with progress bars and writes the
+//! results (JSON + CSV per suite) after each suite, atomically.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command as Process;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, Result, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use vramlab_engine::device::Device;
+use vramlab_engine::hooks::Hooks;
+use vramlab_suites::{
+    CaseResult, Context, HarnessConfig, Outcome, Progress, RunOptions, RunResults, SCHEMA_VERSION, Suite, Verdict,
+};
+
+use crate::cli::BenchArgs;
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let suites = select_suites(&args.suites)?;
+    let (device, gpu_unavailable) = match args.device.as_str() {
+        "auto" => Device::auto(),
+        name => {
+            let d = Device::parse(name).with_context(|| format!("--device {name}"))?;
+            let why = if d.is_cpu() { vramlab_engine::device::cuda_probe().err() } else { None };
+            (d, why.map(|w| format!("CUDA unavailable: {w}")))
+        }
+    };
+    prepare_out_dir(&args.out)?;
+
+    let options = RunOptions {
+        suites: args.suites.clone(),
+        device: args.device.clone(),
+        quick: args.quick,
+        samples: args.samples.map(|n| n as usize),
+        seed: args.seed,
+        capacity_bytes: args.capacity,
+    };
+    let mut harness = if args.quick { HarnessConfig::quick() } else { HarnessConfig::standard() };
+    harness.fixed_samples = options.samples;
+    let ctx =
+        Context { device: device.clone(), gpu_unavailable, options: options.clone(), harness, hooks: Hooks::new() };
+
+    let mut environment = vramlab_suites::env::detect(&device);
+    environment.rustc = command_output("rustc", &["--version"]);
+    environment.git_commit = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
+    let mut results = RunResults {
+        schema_version: SCHEMA_VERSION,
+        vramlab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        options,
+        environment,
+        suites: Vec::new(),
+    };
+
+    eprintln!(
+        "vramlab bench on {device}{}{} — {} suite{}, results in {}",
+        if args.quick { " (quick)" } else { "" },
+        ctx.gpu_unavailable.as_deref().map(|r| format!("; {r}")).unwrap_or_default(),
+        suites.len(),
+        if suites.len() == 1 { "" } else { "s" },
+        args.out.display()
+    );
+    let bars = Bars::new();
+    for suite in &suites {
+        let result = vramlab_suites::run_suite(suite.as_ref(), &ctx, &bars);
+        let csv = vramlab_reports::write_suite_csv(&args.out, &result)?;
+        results.suites.push(result);
+        vramlab_reports::write_results_json(&args.out, &results)?;
+        bars.println(&format!("  wrote {}", csv.display()));
+    }
+    bars.clear();
+    print_summary(&results, &args.out);
+    Ok(())
+}
+
+/// The suites named (all when none), or an error listing the valid names.
+fn select_suites(names: &[String]) -> Result<Vec<Box<dyn Suite>>> {
+    let all = vramlab_suites::all_suites();
+    if names.is_empty() {
+        return Ok(all);
+    }
+    let known: Vec<&str> = all.iter().map(|s| s.name()).collect();
+    for n in names {
+        if !known.contains(&n.as_str()) {
+            bail!("unknown suite '{n}'; the suites are: {}", known.join(", "));
+        }
+    }
+    Ok(all.into_iter().filter(|s| names.iter().any(|n| n == s.name())).collect())
+}
+
+fn prepare_out_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output folder {}", dir.display()))?;
+    let probe = dir.join(".vramlab-write-test");
+    std::fs::write(&probe, b"").with_context(|| format!("cannot write into {}", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Process::new(program).args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+/// One progress bar per suite, on stderr.
+struct Bars {
+    multi: MultiProgress,
+    bars: Mutex<HashMap<String, ProgressBar>>,
+}
+
+impl Bars {
+    fn new() -> Bars {
+        Bars { multi: MultiProgress::new(), bars: Mutex::new(HashMap::new()) }
+    }
+
+    fn bar(&self, suite: &str) -> Option<ProgressBar> {
+        self.bars.lock().unwrap_or_else(|e| e.into_inner()).get(suite).cloned()
+    }
+
+    fn println(&self, line: &str) {
+        let _ = self.multi.println(line);
+    }
+
+    fn clear(&self) {
+        let _ = self.multi.clear();
+    }
+}
+
+impl Progress for Bars {
+    fn suite_started(&self, suite: &str, cases: usize) {
+        let style = ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {elapsed:>4} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> ");
+        let bar = self.multi.add(ProgressBar::new(cases as u64).with_style(style).with_prefix(suite.to_owned()));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        self.bars.lock().unwrap_or_else(|e| e.into_inner()).insert(suite.to_owned(), bar);
+    }
+
+    fn case_started(&self, suite: &str, case: &str, _index: usize) {
+        if let Some(b) = self.bar(suite) {
+            b.set_message(case.to_owned());
+        }
+    }
+
+    fn case_finished(&self, suite: &str, case: &CaseResult) {
+        if let Some(b) = self.bar(suite) {
+            if let Outcome::Failed { message } = &case.outcome {
+                b.println(format!("  {suite}/{}: FAILED: {message}", case.name));
+            }
+            b.inc(1);
+        }
+    }
+
+    fn suite_finished(&self, suite: &str) {
+        if let Some(b) = self.bar(suite) {
+            b.finish_with_message("done");
+        }
+    }
+}
+
+fn print_summary(results: &RunResults, out: &Path) {
+    println!("vramlab bench — {} on {}", results.environment.cpu_model, results.environment.device);
+    for s in &results.suites {
+        let count = |f: fn(&Outcome) -> bool| s.cases.iter().filter(|c| f(&c.outcome)).count();
+        println!(
+            "\n{} ({:.1} s): {} ok, {} failed, {} not available",
+            s.name,
+            s.duration_ns as f64 / 1e9,
+            count(|o| matches!(o, Outcome::Ok)),
+            count(|o| matches!(o, Outcome::Failed { .. })),
+            count(|o| matches!(o, Outcome::NotAvailable { .. })),
+        );
+        for f in &s.findings {
+            let verdict = match f.verdict {
+                Verdict::Holds => "holds",
+                Verdict::DoesNotHold => "does not hold",
+                Verdict::Inconclusive => "inconclusive",
+                Verdict::NotApplicable => "not applicable",
+            };
+            println!("  {}: {verdict} — {}", f.claim, f.evidence);
+        }
+    }
+    println!("\nresults: {}", out.join(vramlab_reports::RESULTS_JSON).display());
+}
