@@ -53,7 +53,6 @@ pub struct Conv2dShape {
 
 impl Conv2dShape {
     /// Stride 1, no padding.
-    #[allow(clippy::too_many_arguments)]
     pub const fn new(n: usize, c: usize, h: usize, w: usize, k: usize, r: usize, s: usize) -> Self {
         Conv2dShape { n, c, h, w, k, r, s, stride: (1, 1), pad: (0, 0) }
     }
@@ -677,7 +676,10 @@ fn batch_split_layout(d: &Dims, partial: usize) -> (usize, usize) {
 fn batch_split_forward(d: &Dims, x: &[f32], w: &[f32], y: &mut [f32], ws: &mut [f32]) {
     let (chw, kp) = (d.c * d.hw(), d.k * d.p());
     let (per, slot) = batch_split_layout(d, 0);
-    if kp == 0 || slot == 0 {
+    if d.n == 0 || kp == 0 {
+        return;
+    }
+    if slot == 0 {
         return y.fill(0.0);
     }
     y.par_chunks_mut(per * kp).zip(ws.par_chunks_mut(slot)).enumerate().for_each(|(j, (ys, col))| {
@@ -691,7 +693,7 @@ fn batch_split_forward(d: &Dims, x: &[f32], w: &[f32], y: &mut [f32], ws: &mut [
 fn batch_split_backward_data(d: &Dims, w: &[f32], gy: &[f32], gx: &mut [f32], ws: &mut [f32]) {
     let (chw, kp) = (d.c * d.hw(), d.k * d.p());
     let (per, slot) = batch_split_layout(d, 0);
-    if chw == 0 {
+    if d.n == 0 || chw == 0 {
         return;
     }
     if slot == 0 {
@@ -709,7 +711,7 @@ fn batch_split_backward_weight(d: &Dims, x: &[f32], gy: &[f32], gw: &mut [f32], 
     let (chw, kp, wl) = (d.c * d.hw(), d.k * d.p(), d.k * d.crs());
     let (per, slot) = batch_split_layout(d, wl);
     gw.fill(0.0);
-    if d.n == 0 || wl == 0 {
+    if d.n == 0 || wl == 0 || slot == 0 {
         return;
     }
     let total = Mutex::new(gw);
@@ -848,6 +850,9 @@ fn winograd_forward_grouped(d: &Dims, x: &[f32], w: &[f32], y: &mut [f32], ws: &
     if d.k * p == 0 {
         return;
     }
+    if d.c == 0 {
+        return y.fill(0.0);
+    }
     let (u, rest) = ws.split_at_mut(16 * d.k * d.c);
     winograd_filters(d, w, u);
     let u: &[f32] = u;
@@ -973,6 +978,10 @@ fn winograd_forward_grouped(d: &Dims, x: &[f32], w: &[f32], y: &mut [f32], ws: &
 }
 
 fn winograd_backward_data(d: &Dims, w: &[f32], gy: &[f32], gx: &mut [f32], ws: &mut [f32]) {
+    if d.k == 0 {
+        // No output channels: nothing flows back.
+        return gx.fill(0.0);
+    }
     let (wf, rest) = ws.split_at_mut(9 * d.k * d.c);
     // wf[c][k][2 − r][2 − s] = w[k][c][r][s]
     wf.par_chunks_mut(9 * d.k).enumerate().for_each(|(ci, wc)| {
@@ -998,6 +1007,43 @@ mod tests {
         // stride 2, size 5, pad 1, off 1, out 3: 2o ∈ 0..5 → o ∈ 0..3
         assert_eq!(valid_range(3, 5, 2, 1, 1), 0..3);
         assert_eq!(valid_range(3, 0, 1, 0, 0), 0..0);
+    }
+
+    #[test]
+    fn empty_shapes_do_not_panic() {
+        let base = Conv2dShape::new(2, 3, 5, 5, 4, 3, 3).with_padding(1, 1);
+        let empties = [
+            Conv2dShape { n: 0, ..base },
+            Conv2dShape { c: 0, ..base },
+            Conv2dShape { k: 0, ..base },
+            Conv2dShape { h: 0, w: 0, r: 1, s: 1, ..base },
+        ];
+        for shape in empties {
+            for pass in ConvPass::ALL {
+                let problem = ConvProblem { pass, shape };
+                for algo in ConvAlgo::candidates(&problem) {
+                    let mut ws = vec![0.0f32; algo.workspace_len(&problem, DType::F32)];
+                    let (x, w, y) = (vec![1.0f32; shape.x_len()], vec![1.0; shape.w_len()], vec![1.0; shape.y_len()]);
+                    let result = match pass {
+                        ConvPass::Forward => conv2d_forward(algo, shape, &x, &w, &mut y.clone(), &mut ws),
+                        ConvPass::BackwardData => {
+                            let mut gx = x.clone();
+                            let r = conv2d_backward_data(algo, shape, &w, &y, &mut gx, &mut ws);
+                            assert!(shape.k > 0 || gx.iter().all(|&v| v == 0.0), "{algo:?} {shape:?}");
+                            r
+                        }
+                        ConvPass::BackwardWeight => {
+                            let mut gw = w.clone();
+                            let r = conv2d_backward_weight(algo, shape, &x, &y, &mut gw, &mut ws);
+                            // With no images or no outputs the gradient is zero, not stale.
+                            assert!(shape.y_len() > 0 || gw.iter().all(|&v| v == 0.0), "{algo:?} {shape:?}");
+                            r
+                        }
+                    };
+                    result.unwrap_or_else(|e| panic!("{algo:?} {pass:?} {shape:?}: {e}"));
+                }
+            }
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub struct Cost {
 }
 
 /// One algorithm as an autotuner reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct AlgoInfo {
     /// Stable name (`im2col_gemm`, `winograd_f2x3`, `gemm_rayon`, …).
     pub name: &'static str,
@@ -242,7 +242,8 @@ impl KernelCall {
         match *self {
             KernelCall::Matmul { shape: s, dtype } => Cost {
                 flops: 2 * mul(&[s.batch, s.m, s.n, s.k]),
-                bytes: mul(&[s.batch, s.m * s.k + s.k * s.n + s.m * s.n, dtype.size_bytes()]),
+                bytes: (mul(&[s.m, s.k]) + mul(&[s.k, s.n]) + mul(&[s.m, s.n]))
+                    .saturating_mul(mul(&[s.batch, dtype.size_bytes()])),
             },
             KernelCall::Conv2d { shape: s, dtype, .. } => {
                 let macs = mul(&[s.n, s.k, s.c, s.r, s.s, s.out_h(), s.out_w()]);

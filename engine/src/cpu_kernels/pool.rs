@@ -54,6 +54,9 @@ impl MaxPool2dShape {
         if self.kernel.0 == 0 || self.kernel.1 == 0 || self.stride.0 == 0 || self.stride.1 == 0 {
             return bad(format!("kernel {:?} and stride {:?} must be positive", self.kernel, self.stride));
         }
+        if (self.h == 0 || self.w == 0) && self.n * self.c > 0 {
+            return bad(format!("empty {}×{} input planes", self.h, self.w));
+        }
         if 2 * self.pad.0 > self.kernel.0 || 2 * self.pad.1 > self.kernel.1 {
             return bad(format!("padding {:?} exceeds half the kernel {:?}", self.pad, self.kernel));
         }
@@ -76,7 +79,7 @@ pub fn max_pool2d_forward<T: Element>(shape: MaxPool2dShape, x: &[T], y: &mut [T
     check_len(OP, "y", y.len(), shape.y_len())?;
     check_len(OP, "indices", indices.len(), shape.y_len())?;
     let (oh, ow) = (shape.out_h(), shape.out_w());
-    if oh * ow == 0 {
+    if shape.y_len() == 0 {
         return Ok(());
     }
     let s = shape;
@@ -131,7 +134,7 @@ pub fn max_pool2d_backward<T: Element>(shape: MaxPool2dShape, indices: &[i64], g
         });
     }
     let ohw = shape.out_h() * shape.out_w();
-    if ohw == 0 {
+    if shape.y_len() == 0 {
         gx.fill(T::ZERO);
         return Ok(());
     }
@@ -173,5 +176,14 @@ mod tests {
         max_pool2d_backward(s, &idx, &[1.0, 2.0, 3.0, 4.0], &mut gx).unwrap();
         assert_eq!(gx, [1.0, 0.0, 2.0, 0.0, 4.0, 0.0, 3.0, 0.0, 0.0]);
         assert!(max_pool2d_backward(s, &[0, 0, 0, 9], &[0.0; 4], &mut gx).is_err());
+    }
+
+    #[test]
+    fn empty_shapes() {
+        let none = MaxPool2dShape::new(0, 3, 4, 4, 2, 2);
+        max_pool2d_forward::<f32>(none, &[], &mut [], &mut []).unwrap();
+        max_pool2d_backward::<f32>(none, &[], &[], &mut []).unwrap();
+        let flat = MaxPool2dShape::new(1, 1, 0, 4, 2, 2).with_padding(1, 1);
+        assert!(max_pool2d_forward::<f32>(flat, &[], &mut [0.0; 2], &mut [0; 2]).is_err());
     }
 }

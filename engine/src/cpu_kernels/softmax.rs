@@ -24,6 +24,9 @@ fn rows<T: Element, F>(a: &[T], b: &[T], y: &mut [T], cols: usize, f: F)
 where
     F: Fn(&[f32], &[f32], &mut [f32]) + Sync,
 {
+    if a.is_empty() {
+        return;
+    }
     let b_cols = if b.is_empty() { 0 } else { cols };
     let run = |buf: &mut Vec<f32>, ar: &[T], br: &[T], yr: &mut [T]| {
         if let (Some(af), Some(bf)) = (T::as_f32(ar), T::as_f32(br)) {
@@ -129,5 +132,7 @@ mod tests {
         softmax(&[1.0, f32::NAN, 2.0], 1, 3, &mut nan).unwrap();
         assert!(nan.iter().all(|v| v.is_nan()));
         assert!(softmax::<f32>(&[], 1, 0, &mut []).is_err());
+        softmax::<f32>(&[], 0, 0, &mut []).unwrap();
+        log_softmax_backward::<f32>(&[], &[], 0, 5, &mut []).unwrap();
     }
 }
