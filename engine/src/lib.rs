@@ -10,5 +10,6 @@ pub mod autotune;
 pub mod cpu_kernels;
 pub mod device;
 pub mod hooks;
+pub mod nn;
 pub mod replay;
 pub mod tensor;

@@ -1,2 +1,3 @@
-//! End-to-end tests for vramlab live in `tests/tests/`; this library holds their
-//! shared helpers.
+//! End-to-end tests for vramlab live in `tests/tests/`: they build and run the
+//! real `cargo xtask` binary (in release, as users run it) and check what it
+//! writes. This library is empty on purpose.

@@ -219,6 +219,29 @@ impl Tensor {
 
     /// [`matmul`](Self::matmul) with the algorithm chosen and its time.
     pub fn matmul_timed(&self, other: &Tensor) -> Result<(Tensor, KernelTiming)> {
+        self.matmul_impl(other, false, false)
+    }
+
+    /// `op(a) · op(b)` where `op` transposes the last two dimensions of an operand
+    /// whose flag is set: `a` is stored `[k, m]` (or `[b, k, m]`) when `trans_a`, `b`
+    /// is stored `[n, k]` (or `[b, n, k]`) when `trans_b`. No copy is made: the
+    /// kernel reads the operands with swapped strides. A linear layer's forward is
+    /// `x · wᵀ` (`trans_b`), its weight gradient `gyᵀ · x` (`trans_a`).
+    pub fn matmul_transposed(&self, other: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+        Ok(self.matmul_impl(other, trans_a, trans_b)?.0)
+    }
+
+    /// [`matmul_transposed`](Self::matmul_transposed) with the algorithm chosen and its time.
+    pub fn matmul_transposed_timed(
+        &self,
+        other: &Tensor,
+        trans_a: bool,
+        trans_b: bool,
+    ) -> Result<(Tensor, KernelTiming)> {
+        self.matmul_impl(other, trans_a, trans_b)
+    }
+
+    fn matmul_impl(&self, other: &Tensor, trans_a: bool, trans_b: bool) -> Result<(Tensor, KernelTiming)> {
         const OP: &str = "matmul";
         check_pair(OP, self, other)?;
         let (a, b) = (self.shape(), other.shape());
@@ -228,14 +251,26 @@ impl Tensor {
             rhs: b.to_vec(),
             reason: reason.to_owned(),
         };
+        // (rows, cols) of op(a) and op(b) from the last two stored dimensions.
+        let mk = |d: &[usize], t: bool| if t { (d[1], d[0]) } else { (d[0], d[1]) };
         let (shape, out_shape) = match (a.len(), b.len()) {
-            (2, 2) if a[1] == b[0] => (MatmulShape::new(a[0], b[1], a[1]), vec![a[0], b[1]]),
-            (3, 3) if a[0] == b[0] && a[2] == b[1] => {
-                (MatmulShape::batched(a[0], a[1], b[2], a[2]), vec![a[0], a[1], b[2]])
+            (2, 2) => {
+                let ((m, k), (kb, n)) = (mk(a, trans_a), mk(b, trans_b));
+                if k != kb {
+                    return Err(bad("inner dimensions differ"));
+                }
+                (MatmulShape::new(m, n, k), vec![m, n])
             }
-            (2, 2) | (3, 3) => return Err(bad("inner dimensions differ")),
+            (3, 3) => {
+                let ((m, k), (kb, n)) = (mk(&a[1..], trans_a), mk(&b[1..], trans_b));
+                if a[0] != b[0] || k != kb {
+                    return Err(bad("inner dimensions differ"));
+                }
+                (MatmulShape::batched(a[0], m, n, k), vec![a[0], m, n])
+            }
             _ => return Err(bad("expected two 2-d or two 3-d tensors")),
         };
+        let shape = shape.transposed(trans_a, trans_b);
         let dtype = self.dtype().float().ok_or(TensorError::UnsupportedDType {
             op: OP,
             dtype: self.dtype(),
@@ -752,6 +787,351 @@ impl Tensor {
         let p = self.unique_f32_mut(OP)?;
         k::adam_step(cfg, step, p, g, m, v)?;
         let call = KernelCall::Adam { len: self.numel(), weight_decay: cfg.weight_decay != 0.0 };
+        emit_kernel(self.device(), OP, "cpu", start, call);
+        Ok(())
+    }
+}
+
+/// Elements per parallel task of the in-place loops below, and the length from
+/// which they go parallel (the kernels' own thresholds).
+const INPLACE_CHUNK: usize = 1 << 14;
+const INPLACE_PAR_THRESHOLD: usize = 1 << 16;
+
+/// `y[i] = f(y[i])` in place, computed in f32.
+fn map_inplace<T: Element>(y: &mut [T], f: impl Fn(f32) -> f32 + Sync) {
+    let serial = |c: &mut [T]| match T::as_f32_mut(c) {
+        Some(cf) => cf.iter_mut().for_each(|v| *v = f(*v)),
+        None => c.iter_mut().for_each(|v| *v = T::from_f32(f(v.to_f32()))),
+    };
+    if y.len() >= INPLACE_PAR_THRESHOLD {
+        use rayon::prelude::*;
+        y.par_chunks_mut(INPLACE_CHUNK).for_each(serial);
+    } else {
+        serial(y);
+    }
+}
+
+/// `y[i] = f(y[i], x[i])` in place, computed in f32. Lengths already match.
+fn zip_inplace<T: Element>(y: &mut [T], x: &[T], f: impl Fn(f32, f32) -> f32 + Sync) {
+    let serial = |(c, xc): (&mut [T], &[T])| match (T::as_f32_mut(c), T::as_f32(xc)) {
+        (Some(cf), Some(xf)) => cf.iter_mut().zip(xf).for_each(|(v, &w)| *v = f(*v, w)),
+        _ => c.iter_mut().zip(xc).for_each(|(v, w)| *v = T::from_f32(f(v.to_f32(), w.to_f32()))),
+    };
+    if y.len() >= INPLACE_PAR_THRESHOLD {
+        use rayon::prelude::*;
+        y.par_chunks_mut(INPLACE_CHUNK).zip(x.par_chunks(INPLACE_CHUNK)).for_each(serial);
+    } else {
+        serial((y, x));
+    }
+}
+
+/// `y[o, c, i] += bias[c]` in place over `[outer, channels, inner]`.
+fn add_bias_inplace<T: Element>(y: &mut [T], bias: &[T], channels: usize, inner: usize) {
+    if y.is_empty() || channels == 0 || inner == 0 {
+        return;
+    }
+    let b: Vec<f32> = bias.iter().map(|v| v.to_f32()).collect();
+    // Whole rows (inner = 1) or whole planes per task, so each task knows its channels.
+    let unit = if inner == 1 { channels } else { inner };
+    let units_per_task = (INPLACE_CHUNK / unit).max(1);
+    let task = |(t, c): (usize, &mut [T])| {
+        for (u, part) in c.chunks_mut(unit).enumerate() {
+            if inner == 1 {
+                match T::as_f32_mut(part) {
+                    Some(pf) => pf.iter_mut().zip(&b).for_each(|(v, &bv)| *v += bv),
+                    None => part.iter_mut().zip(&b).for_each(|(v, &bv)| *v = T::from_f32(v.to_f32() + bv)),
+                }
+            } else {
+                let bv = b[(t * units_per_task + u) % channels];
+                match T::as_f32_mut(part) {
+                    Some(pf) => pf.iter_mut().for_each(|v| *v += bv),
+                    None => part.iter_mut().for_each(|v| *v = T::from_f32(v.to_f32() + bv)),
+                }
+            }
+        }
+    };
+    if y.len() >= INPLACE_PAR_THRESHOLD {
+        use rayon::prelude::*;
+        y.par_chunks_mut(units_per_task * unit).enumerate().for_each(task);
+    } else {
+        y.chunks_mut(units_per_task * unit).enumerate().for_each(task);
+    }
+}
+
+/// `[outer, channels, inner]` of a tensor whose dimension 1 holds the channels
+/// (`[n, features]` for a linear layer, `[n, c, h, w]` for a convolution).
+fn channel_layout(op: &'static str, t: &Tensor) -> Result<(usize, usize, usize)> {
+    match t.shape() {
+        [outer, channels, rest @ ..] => Ok((*outer, *channels, rest.iter().product())),
+        shape => Err(TensorError::BadShape {
+            op,
+            shape: shape.to_vec(),
+            reason: "needs at least 2 dimensions: [batch, channels, …]".into(),
+        }),
+    }
+}
+
+fn check_bias(op: &'static str, t: &Tensor, bias: &Tensor) -> Result<(usize, usize, usize)> {
+    check_pair(op, t, bias)?;
+    let layout = channel_layout(op, t)?;
+    if bias.shape() != [layout.1] {
+        return Err(TensorError::ShapeMismatch {
+            op,
+            lhs: t.shape().to_vec(),
+            rhs: bias.shape().to_vec(),
+            reason: format!("the bias must be [{}], one value per channel (dimension 1)", layout.1),
+        });
+    }
+    Ok(layout)
+}
+
+/// Ops for training: bias broadcasts, in-place updates of gradients and
+/// parameters, the mixed-precision unscale, and argmax for accuracy.
+impl Tensor {
+    /// The elements for an in-place update; needs the only reference to the storage.
+    fn unique_slice_mut<T: Pod>(&mut self, op: &'static str) -> Result<&mut [T]> {
+        self.check_host(op)?;
+        if T::DTYPE != self.dtype() {
+            return Err(TensorError::DTypeMismatch { op, lhs: self.dtype(), rhs: T::DTYPE });
+        }
+        let shape = self.shape().to_vec();
+        match Arc::get_mut(&mut self.storage) {
+            Some(s) => Ok(s.slice_mut::<T>()),
+            None => Err(TensorError::BadShape {
+                op,
+                shape,
+                reason: "an in-place update needs the only reference to the tensor".into(),
+            }),
+        }
+    }
+
+    /// `x + bias` broadcast over dimension 1: `y[o, c, …] = x[o, c, …] + bias[c]`
+    /// for `x` of shape `[n, channels, …]` and `bias` of shape `[channels]`.
+    pub fn add_bias(&self, bias: &Tensor) -> Result<Tensor> {
+        const OP: &str = "add_bias";
+        let (outer, channels, inner) = check_bias(OP, self, bias)?;
+        with_float!(self.dtype(), OP, |T| {
+            let (x, b) = (self.host_slice::<T>(OP)?, bias.host_slice::<T>(OP)?);
+            let start = now_ns();
+            let out = output::<T>(self.shape(), self.device(), |y| k::add_bias(x, b, outer, channels, inner, y))?;
+            let dtype = self.dtype().float().expect("float");
+            let call = KernelCall::Elementwise { op: ElementwiseOp::AddBias, len: self.numel(), channels, dtype };
+            emit_kernel(self.device(), OP, "cpu", start, call);
+            Ok(out)
+        })
+    }
+
+    /// [`add_bias`](Self::add_bias) in place (needs the only reference to `self`).
+    pub fn add_bias_(&mut self, bias: &Tensor) -> Result<()> {
+        const OP: &str = "add_bias_";
+        let (_, channels, inner) = check_bias(OP, self, bias)?;
+        let (len, device) = (self.numel(), self.device().clone());
+        let dtype = self.dtype();
+        with_float!(dtype, OP, |T| {
+            let start = now_ns();
+            let b = bias.host_slice::<T>(OP)?;
+            add_bias_inplace(self.unique_slice_mut::<T>(OP)?, b, channels, inner);
+            let call = KernelCall::Elementwise {
+                op: ElementwiseOp::AddBias,
+                len,
+                channels,
+                dtype: dtype.float().expect("float"),
+            };
+            emit_kernel(&device, "add_bias", "cpu_inplace", start, call);
+            Ok(())
+        })
+    }
+
+    /// The gradient of [`add_bias`](Self::add_bias) for the bias: the sum of `self`
+    /// (the output gradient, `[n, channels, …]`) over every dimension but 1, as
+    /// `[channels]`. Accumulated in f64, stored in `self`'s dtype.
+    pub fn bias_grad(&self) -> Result<Tensor> {
+        const OP: &str = "bias_grad";
+        self.check_host(OP)?;
+        let (outer, channels, inner) = channel_layout(OP, self)?;
+        let dtype = self.dtype();
+        with_float!(dtype, OP, |T| {
+            let start = now_ns();
+            let gy = self.host_slice::<T>(OP)?;
+            let out = output::<T>(&[channels], self.device(), |gb| k::bias_grad(gy, outer, channels, inner, gb))?;
+            let call = KernelCall::BiasGrad { outer, channels, inner, dtype: dtype.float().expect("float") };
+            emit_kernel(self.device(), OP, "cpu", start, call);
+            Ok(out)
+        })
+    }
+
+    /// `self += other` in place (same shape, device and dtype; needs the only
+    /// reference to `self`). How gradients accumulate into an existing `.grad`.
+    pub fn add_(&mut self, other: &Tensor) -> Result<()> {
+        const OP: &str = "add_";
+        check_pair(OP, self, other)?;
+        same_shape(OP, self, other)?;
+        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
+        with_float!(dtype, OP, |T| {
+            let start = now_ns();
+            let x = other.host_slice::<T>(OP)?;
+            zip_inplace(self.unique_slice_mut::<T>(OP)?, x, |a, b| a + b);
+            let call = KernelCall::Elementwise {
+                op: ElementwiseOp::Add,
+                len,
+                channels: 0,
+                dtype: dtype.float().expect("float"),
+            };
+            emit_kernel(&device, "add", "cpu_inplace", start, call);
+            Ok(())
+        })
+    }
+
+    /// `self *= alpha` in place (needs the only reference).
+    pub fn scale_(&mut self, alpha: f32) -> Result<()> {
+        const OP: &str = "scale_";
+        self.check_host(OP)?;
+        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
+        with_float!(dtype, OP, |T| {
+            let start = now_ns();
+            map_inplace(self.unique_slice_mut::<T>(OP)?, |v| alpha * v);
+            let call = KernelCall::Elementwise {
+                op: ElementwiseOp::Scale,
+                len,
+                channels: 0,
+                dtype: dtype.float().expect("float"),
+            };
+            emit_kernel(&device, "scale", "cpu_inplace", start, call);
+            Ok(())
+        })
+    }
+
+    /// Sets every element to `value` in place (needs the only reference):
+    /// `tensor.fill_(value)`, and `zero_grad(set_to_none=False)`'s zeroing.
+    pub fn fill_(&mut self, value: f64) -> Result<()> {
+        const OP: &str = "fill_";
+        self.check_host(OP)?;
+        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
+        with_float!(dtype, OP, |T| {
+            let start = now_ns();
+            let v = <T as Element>::from_f64(value);
+            let y = self.unique_slice_mut::<T>(OP)?;
+            if y.len() >= INPLACE_PAR_THRESHOLD {
+                use rayon::prelude::*;
+                y.par_chunks_mut(INPLACE_CHUNK).for_each(|c| c.fill(v));
+            } else {
+                y.fill(v);
+            }
+            let call = KernelCall::Elementwise {
+                op: ElementwiseOp::Fill,
+                len,
+                channels: 0,
+                dtype: dtype.float().expect("float"),
+            };
+            emit_kernel(&device, "fill", "cpu_inplace", start, call);
+            Ok(())
+        })
+    }
+
+    /// PyTorch's `_amp_foreach_non_finite_check_and_unscale_` for one tensor:
+    /// multiplies every element by `inv_scale` in place and returns whether any
+    /// element was infinite or NaN before the multiplication (needs the only
+    /// reference). What `GradScaler.unscale_` runs on each gradient.
+    pub fn unscale_and_check_(&mut self, inv_scale: f32) -> Result<bool> {
+        const OP: &str = "non_finite_check_and_unscale";
+        self.check_host(OP)?;
+        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
+        with_float!(dtype, OP, |T| {
+            let start = now_ns();
+            let y = self.unique_slice_mut::<T>(OP)?;
+            let chunk = |c: &mut [T]| -> bool {
+                let mut found = false;
+                match T::as_f32_mut(c) {
+                    Some(cf) => cf.iter_mut().for_each(|v| {
+                        found |= !v.is_finite();
+                        *v *= inv_scale;
+                    }),
+                    None => c.iter_mut().for_each(|v| {
+                        let f = v.to_f32();
+                        found |= !f.is_finite();
+                        *v = T::from_f32(f * inv_scale);
+                    }),
+                }
+                found
+            };
+            let found = if y.len() >= INPLACE_PAR_THRESHOLD {
+                use rayon::prelude::*;
+                y.par_chunks_mut(INPLACE_CHUNK).map(chunk).reduce(|| false, |a, b| a || b)
+            } else {
+                chunk(y)
+            };
+            let call = KernelCall::Elementwise {
+                op: ElementwiseOp::Scale,
+                len,
+                channels: 0,
+                dtype: dtype.float().expect("float"),
+            };
+            emit_kernel(&device, OP, "cpu_inplace", start, call);
+            Ok(found)
+        })
+    }
+
+    /// The index of the largest element along the last dimension, as i64 with the
+    /// last dimension removed (`tensor.argmax(dim=-1)`; the first maximum wins,
+    /// NaN counts as the maximum as in PyTorch).
+    pub fn argmax(&self) -> Result<Tensor> {
+        const OP: &str = "argmax";
+        self.check_host(OP)?;
+        let (rows, cols) = rows_cols(OP, self)?;
+        let out_shape = &self.shape()[..self.shape().len() - 1];
+        let dtype = self.dtype();
+        with_float!(dtype, OP, |T| {
+            let start = now_ns();
+            let x = self.host_slice::<T>(OP)?;
+            let out = Tensor::build(out_shape, DType::I64, self.device(), |s| {
+                for (o, row) in s.slice_mut::<i64>().iter_mut().zip(x.chunks(cols)) {
+                    let mut best = (0usize, row[0].to_f32());
+                    for (j, v) in row.iter().enumerate().skip(1) {
+                        let v = v.to_f32();
+                        if best.1.is_nan() {
+                            break;
+                        }
+                        if v > best.1 || v.is_nan() {
+                            best = (j, v);
+                        }
+                    }
+                    *o = best.0 as i64;
+                }
+                Ok(())
+            })?;
+            // One read of every element: the cost of a sum.
+            let call = KernelCall::Sum { len: rows * cols, dtype: dtype.float().expect("float") };
+            emit_kernel(self.device(), OP, "cpu", start, call);
+            Ok(out)
+        })
+    }
+
+    /// One SGD step like [`sgd_step_`](Self::sgd_step_), but with the momentum
+    /// buffer optional: plain SGD (`cfg.momentum == 0`) keeps no state, as in PyTorch.
+    pub fn sgd_update_(&mut self, grad: &Tensor, momentum: Option<&mut Tensor>, cfg: &k::Sgd, step: u64) -> Result<()> {
+        const OP: &str = "sgd_step";
+        if let Some(m) = momentum {
+            return self.sgd_step_(grad, m, cfg, step);
+        }
+        same_device(OP, self, grad)?;
+        same_shape(OP, self, grad)?;
+        if cfg.momentum != 0.0 {
+            return Err(TensorError::BadShape {
+                op: OP,
+                shape: self.shape().to_vec(),
+                reason: "SGD with momentum needs a momentum buffer".into(),
+            });
+        }
+        let start = now_ns();
+        let g = grad.host_slice::<f32>(OP)?;
+        let p = self.unique_f32_mut(OP)?;
+        k::sgd_step(cfg, step, p, g, &mut [])?;
+        let call = KernelCall::Sgd {
+            len: self.numel(),
+            momentum: false,
+            weight_decay: cfg.weight_decay != 0.0,
+            nesterov: cfg.nesterov,
+        };
         emit_kernel(self.device(), OP, "cpu", start, call);
         Ok(())
     }

@@ -1,0 +1,113 @@
+//! `cargo xtask bench --quick --device cpu`, end to end: the release binary is
+//! built and run as a user would, and its results are checked against the
+//! schema and for sanity.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vramlab_suites::{Outcome, RunResults, SCHEMA_VERSION};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_path_buf()
+}
+
+/// Builds the release xtask binary (what `cargo xtask` runs) and returns its path.
+fn xtask_release() -> PathBuf {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--package", "xtask", "--quiet"])
+        .current_dir(&root)
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building the release xtask failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    target.join("release").join(format!("xtask{}", std::env::consts::EXE_SUFFIX))
+}
+
+fn case_metric(results: &RunResults, suite: &str, case: &str, metric: &str) -> Option<f64> {
+    let s = results.suites.iter().find(|s| s.name == suite)?;
+    s.cases.iter().find(|c| c.name == case)?.metrics.get(metric).copied()
+}
+
+#[test]
+fn bench_quick_on_cpu_writes_sane_results() {
+    let xtask = xtask_release();
+    let out = std::env::temp_dir().join(format!("vramlab-bench-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let started = std::time::Instant::now();
+    let run = Command::new(&xtask)
+        .args(["bench", "--quick", "--device", "cpu", "--out"])
+        .arg(&out)
+        .output()
+        .expect("xtask runs");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let results = vramlab_reports::read_results_json(&out.join(vramlab_reports::RESULTS_JSON)).expect("valid results");
+    assert_eq!(results.schema_version, SCHEMA_VERSION);
+    assert!(results.options.quick);
+    assert_eq!(results.environment.device, "cpu");
+    assert!(results.environment.cpu_cores >= 1 && results.environment.host_memory_bytes > 0);
+    let names: Vec<&str> = results.suites.iter().map(|s| s.name.as_str()).collect();
+    for expected in vramlab_suites::all_suites().iter().map(|s| s.name()) {
+        assert!(names.contains(&expected), "suite {expected} missing from {names:?}");
+        assert!(out.join(format!("{expected}.csv")).is_file(), "no CSV for {expected}");
+    }
+    for suite in &results.suites {
+        assert!(!suite.cases.is_empty(), "{} has no cases", suite.name);
+        assert!(!suite.findings.is_empty(), "{} has no findings", suite.name);
+        for case in &suite.cases {
+            match &case.outcome {
+                Outcome::Ok => {
+                    if let Some(t) = &case.timing {
+                        assert!(
+                            t.samples_ns.len() >= 10,
+                            "{}/{}: {} samples",
+                            suite.name,
+                            case.name,
+                            t.samples_ns.len()
+                        );
+                        assert!(t.median_ns > 0.0 && t.min_ns <= t.median_ns);
+                    }
+                    for (name, value) in &case.metrics {
+                        assert!(value.is_finite(), "{}/{}: {name} = {value}", suite.name, case.name);
+                    }
+                }
+                Outcome::NotAvailable { reason } => assert!(!reason.is_empty()),
+                Outcome::Failed { message } => panic!("{}/{} failed: {message}", suite.name, case.name),
+            }
+        }
+    }
+    // What holds on any machine: allocation through the cache beats the device's
+    // malloc for a large block, and the pitfall cases of the GPU suites say why
+    // they do not apply here.
+    let cached = case_metric(&results, "allocator", "cached/64MiB", "pair_ns").expect("allocator cached/64MiB");
+    let raw = case_metric(&results, "allocator", "raw/64MiB", "pair_ns").expect("allocator raw/64MiB");
+    assert!(cached < raw, "cached {cached} ns vs raw {raw} ns");
+    let transfer = results.suites.iter().find(|s| s.name == "transfer").unwrap();
+    assert!(
+        transfer.findings.iter().all(|f| f.verdict == vramlab_suites::Verdict::NotApplicable),
+        "pinned-vs-pageable must not be judged on a CPU device"
+    );
+    assert!(took.as_secs() < 300, "--quick took {took:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bench_rejects_bad_input_with_a_message() {
+    let xtask = xtask_release();
+    for (args, needle, code) in [
+        (vec!["bench", "--suite", "nope"], "unknown suite 'nope'", 1),
+        (vec!["bench", "--device", "tpu"], "unknown device type 'tpu'", 1),
+        (vec!["bench", "--capacity", "12GB"], "GiB", 2),
+    ] {
+        let out = Command::new(&xtask).args(&args).output().expect("xtask runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
