@@ -7,7 +7,9 @@ out=c)`, so allocation is not timed; `--no-out` times plain `a @ b`). Prints the
 median in ms, GFLOP/s (2·n³ per product), and numpy's BLAS: name, version, the
 OpenBLAS build line, the kernel OpenBLAS chose at run time (DYNAMIC_ARCH) and its
 thread count. OpenBLAS uses every core by default; set OPENBLAS_NUM_THREADS to change
-that (numpy from PyPI bundles scipy-openblas; `pip install numpy` if missing).
+that. An OPENBLAS_CORETYPE in the environment overrides OpenBLAS's CPU detection (e.g.
+`Haswell` forces AVX2 kernels on an AVX-512 machine); the script prints it. numpy from
+PyPI bundles scipy-openblas (`pip install numpy` if missing).
 
 Compare with `cargo bench -p vramlab-engine --bench tensor -- matmul`.
 
@@ -104,9 +106,12 @@ def main() -> None:
     print(f"BLAS: {blas.get('name')} {blas.get('version', '')} | {blas.get('configuration', '')}")
     if rt:
         print(
-            f"OpenBLAS at run time: core {rt.get('core', '?')}, {rt.get('threads', '?')} threads "
-            f"(OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}), {rt['library']}"
+            f"OpenBLAS at run time: core {rt.get('core', '?')}, {rt.get('threads', '?')} threads, {rt['library']}"
         )
+    env = {v: os.environ.get(v, "unset") for v in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OMP_NUM_THREADS")}
+    print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        print("  (OPENBLAS_CORETYPE overrides OpenBLAS's CPU detection; unset it to let DYNAMIC_ARCH choose)")
     what = "a @ b" if args.no_out else "np.matmul(a, b, out=c)"
     print(f"{what}, float32 {n}x{n}: {args.warmup} warm-up, {args.runs} runs")
     print(
