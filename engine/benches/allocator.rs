@@ -5,8 +5,8 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use vramlab_engine::alloc::consts::MIB;
@@ -17,9 +17,10 @@ use vramlab_engine::hooks::{AllocatorEvent, Event, Subscriber};
 const SIZES: [u64; 8] = [512, 4000, 65_536, MIB, 3 * MIB + 17, 8 * MIB, 24 * MIB, 300];
 
 /// A subscriber that records every event into a fixed ring (what a profiler's
-/// recorder does, minus its compression).
+/// recorder does, minus its compression), behind the same kind of lock the
+/// allocator uses.
 struct Ring {
-    events: Mutex<Vec<AllocatorEvent>>,
+    events: spin::mutex::SpinMutex<Vec<AllocatorEvent>>,
     next: AtomicUsize,
 }
 
@@ -35,7 +36,7 @@ impl Ring {
             rounded_bytes: 0,
             tag: None,
         };
-        Ring { events: Mutex::new(vec![blank; capacity]), next: AtomicUsize::new(0) }
+        Ring { events: spin::mutex::SpinMutex::new(vec![blank; capacity]), next: AtomicUsize::new(0) }
     }
 }
 
@@ -45,7 +46,7 @@ impl Subscriber for Ring {
     }
 
     fn on_events(&self, batch: &[Event]) {
-        let mut events = self.events.lock().unwrap();
+        let mut events = self.events.lock();
         let len = events.len();
         let mut i = self.next.load(Ordering::Relaxed);
         for event in batch {

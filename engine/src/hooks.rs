@@ -354,11 +354,15 @@ impl Emitter {
     }
 
     /// Delivers the buffered events, in order, to every subscriber.
-    #[inline]
+    #[inline(always)]
     pub fn flush(&mut self) {
-        if self.buffer.is_empty() {
-            return;
+        if !self.buffer.is_empty() {
+            self.deliver();
         }
+    }
+
+    #[inline(never)]
+    fn deliver(&mut self) {
         let generation = self.hooks.generation.load(Ordering::Acquire);
         if generation != self.generation {
             self.subscribers = self.hooks.subscribers.load_full();

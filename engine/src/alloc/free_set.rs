@@ -57,7 +57,11 @@ impl FreeSet {
             Repr::Sorted(v) => {
                 let i = v.partition_point(|e| e.0 < k);
                 debug_assert!(v.get(i).is_none_or(|e| e.0 != k), "key inserted twice");
-                v.insert(i, (k, id));
+                if i == v.len() {
+                    v.push((k, id));
+                } else {
+                    v.insert(i, (k, id));
+                }
                 if v.len() > SPILL_LEN {
                     self.repr = Repr::Tree(v.drain(..).collect());
                 }
@@ -75,7 +79,11 @@ impl FreeSet {
         match &mut self.repr {
             Repr::Sorted(v) => {
                 let i = v.partition_point(|e| e.0 < k);
-                if v.get(i).is_some_and(|e| e.0 == k) { Some(v.remove(i).1) } else { None }
+                match v.get(i) {
+                    Some(e) if e.0 == k && i + 1 == v.len() => v.pop().map(|e| e.1),
+                    Some(e) if e.0 == k => Some(v.remove(i).1),
+                    _ => None,
+                }
             }
             Repr::Tree(t) => {
                 let id = t.remove(&k);
