@@ -80,8 +80,15 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
             Ok(serde_json::Value::Object(m)) => m.into_iter().filter_map(|(k, v)| Some((k, v.as_u64()?))).collect(),
             _ => Default::default(),
         };
+        // Devices the profiler was not told about (the suites' private ones) are
+        // named from their event index, as `DeviceId::event_index` numbers them.
+        let device = match d.info.index {
+            i if i == ctx.device.id().event_index() => ctx.device.to_string(),
+            i if i < 1024 => format!("cpu:{i}"),
+            i => format!("cuda:{}", i - 1024),
+        };
         Some(MemoryPeaks {
-            device: d.info.name.clone(),
+            device,
             peak_allocated_bytes: d.peak_allocated.bytes,
             peak_reserved_bytes: d.peak_reserved.bytes,
             peak_active_bytes: d.peak_active.bytes,

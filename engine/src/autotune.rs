@@ -415,7 +415,13 @@ mod tests {
             t.set_mode(TuneMode::Benchmark);
             let a: ConvAlgo = t
                 .choose(&Device::cpu(), &problem(), DType::F32, |a| {
-                    Ok::<_, ()>(if a == h { 100 } else if a == other { other_ns } else { 1000 })
+                    Ok::<_, ()>(if a == h {
+                        100
+                    } else if a == other {
+                        other_ns
+                    } else {
+                        1000
+                    })
                 })
                 .unwrap();
             assert_eq!(a, expected, "other at {other_ns} ns against the heuristic's 100 ns");

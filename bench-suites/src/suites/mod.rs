@@ -1,10 +1,12 @@
 //! The suites, one module per claim.
 
 mod allocator;
+mod amp;
 mod async_timing;
 mod autotune;
 mod cpu_vs_gpu;
 mod devices;
+mod memory;
 mod transfer;
 
 use crate::suite::Suite;
@@ -14,7 +16,9 @@ pub fn all() -> Vec<Box<dyn Suite>> {
     vec![
         Box::new(devices::DevicesSuite),
         Box::new(cpu_vs_gpu::CpuVsGpuSuite),
+        Box::new(amp::AmpSuite),
         Box::new(autotune::AutotuneSuite::default()),
+        Box::new(memory::MemorySuite),
         Box::new(transfer::TransferSuite),
         Box::new(async_timing::AsyncTimingSuite),
         Box::new(allocator::AllocatorSuite),
