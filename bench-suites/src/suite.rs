@@ -154,3 +154,55 @@ pub trait Suite: Send + Sync {
     /// What the results say about the claims.
     fn findings(&self, ctx: &Context, cases: &[CaseResult]) -> Vec<Finding>;
 }
+
+/// Contexts for the suites' unit tests: quick mode, three fixed samples.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use vramlab_engine::alloc::AllocatorConfig;
+    use vramlab_engine::device::{Device, DeviceId, DeviceKind};
+    use vramlab_engine::hooks::Hooks;
+
+    use super::Context;
+    use crate::harness::HarnessConfig;
+    use crate::schema::RunOptions;
+
+    /// A quick context on `device`, with `hooks` for the suites' private devices.
+    pub(crate) fn quick_context_on(device: Device, hooks: Arc<Hooks>) -> Context {
+        Context {
+            device,
+            gpu_unavailable: Some("CUDA unavailable: test context".into()),
+            options: RunOptions {
+                suites: vec![],
+                device: "cpu".into(),
+                quick: true,
+                samples: Some(3),
+                seed: 7,
+                capacity_bytes: 4 << 30,
+            },
+            harness: HarnessConfig {
+                warmup: Duration::from_millis(1),
+                fixed_samples: Some(3),
+                ..HarnessConfig::quick()
+            },
+            hooks,
+        }
+    }
+
+    /// A quick context on the process-wide cpu device.
+    pub(crate) fn quick_cpu_context() -> Context {
+        quick_context_on(Device::cpu(), Hooks::new())
+    }
+
+    /// A quick context whose device is private (on the context's hub), so tests
+    /// running beside it on the process-wide cpu device do not show up in the
+    /// runner's profiles.
+    pub(crate) fn quick_private_context() -> Context {
+        let hooks = Hooks::new();
+        let id = DeviceId { kind: DeviceKind::Cpu, index: 0 };
+        let device = Device::host(id, 4 << 30, AllocatorConfig::default(), &hooks).expect("a host device");
+        quick_context_on(device, hooks)
+    }
+}

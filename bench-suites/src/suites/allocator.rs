@@ -404,32 +404,14 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use vramlab_engine::device::Device;
 
     use super::*;
     use crate::runner::run_suite;
-    use crate::schema::{Outcome, RunOptions};
+    use crate::schema::Outcome;
     use crate::suite::NoProgress;
 
     fn quick_cpu_context() -> Context {
-        Context {
-            device: Device::cpu(),
-            gpu_unavailable: Some("CUDA unavailable: test context".into()),
-            options: RunOptions {
-                suites: vec!["allocator".into()],
-                device: "cpu".into(),
-                quick: true,
-                samples: Some(5),
-                seed: 7,
-                capacity_bytes: 1 << 30,
-            },
-            harness: HarnessConfig {
-                warmup: Duration::from_millis(1),
-                fixed_samples: Some(5),
-                ..HarnessConfig::quick()
-            },
-            hooks: Hooks::new(),
-        }
+        crate::suite::testing::quick_cpu_context()
     }
 
     #[test]
@@ -452,7 +434,7 @@ mod tests {
             assert_eq!(c.outcome, Outcome::Ok, "{}: {:?}", c.name, c.outcome);
             assert!(c.memory.is_none(), "{}: not profiled by the runner", c.name);
             let t = c.timing.as_ref().expect("timed");
-            assert_eq!(t.samples_ns.len(), 5);
+            assert_eq!(Some(t.samples_ns.len()), ctx.harness.fixed_samples);
             assert!(t.median_ns > 0.0 && t.median_ns == c.metrics["pair_ns"]);
             for (k, v) in &c.metrics {
                 assert!(v.is_finite(), "{}: {k} = {v}", c.name);

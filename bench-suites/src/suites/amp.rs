@@ -677,40 +677,15 @@ fn loss_finding(cases: &[CaseResult]) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use vramlab_engine::hooks::Hooks;
 
     use super::*;
-    use crate::harness::HarnessConfig;
+
     use crate::runner::run_suite;
-    use crate::schema::{Outcome, RunOptions};
+    use crate::schema::Outcome;
     use crate::suite::NoProgress;
 
-    /// A quick context whose device is private too (on the context's hub), so
-    /// tests running beside it on the process-wide cpu device do not show up in
-    /// the runner's profiles.
     fn quick_context() -> Context {
-        let hooks = Hooks::new();
-        let id = DeviceId { kind: DeviceKind::Cpu, index: 0 };
-        Context {
-            device: Device::host(id, 4 << 30, AllocatorConfig::default(), &hooks).unwrap(),
-            gpu_unavailable: Some("CUDA unavailable: test context".into()),
-            options: RunOptions {
-                suites: vec![],
-                device: "cpu".into(),
-                quick: true,
-                samples: Some(3),
-                seed: 7,
-                capacity_bytes: 4 << 30,
-            },
-            harness: HarnessConfig {
-                warmup: Duration::from_millis(1),
-                fixed_samples: Some(3),
-                ..HarnessConfig::quick()
-            },
-            hooks,
-        }
+        crate::suite::testing::quick_private_context()
     }
 
     /// The suite with the quick workloads shrunk to tiny sizes (a debug build

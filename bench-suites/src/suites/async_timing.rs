@@ -222,35 +222,15 @@ fn finding(no_gpu: Option<&str>, cases: &[CaseResult]) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use vramlab_engine::hooks::Hooks;
 
     use super::*;
-    use crate::harness::HarnessConfig;
+
     use crate::runner::run_suite;
-    use crate::schema::{Outcome, RunOptions};
+    use crate::schema::Outcome;
     use crate::suite::NoProgress;
 
     fn quick_cpu_context() -> Context {
-        Context {
-            device: Device::cpu(),
-            gpu_unavailable: Some("CUDA unavailable: test context".into()),
-            options: RunOptions {
-                suites: vec![],
-                device: "cpu".into(),
-                quick: true,
-                samples: Some(3),
-                seed: 7,
-                capacity_bytes: 4 << 30,
-            },
-            harness: HarnessConfig {
-                warmup: Duration::from_millis(1),
-                fixed_samples: Some(3),
-                ..HarnessConfig::quick()
-            },
-            hooks: Hooks::new(),
-        }
+        crate::suite::testing::quick_cpu_context()
     }
 
     #[test]

@@ -724,12 +724,11 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use vramlab_engine::hooks::Hooks;
 
     use super::*;
-    use crate::harness::HarnessConfig;
+
     use crate::runner::run_suite;
-    use crate::schema::{Outcome, RunOptions};
+    use crate::schema::Outcome;
     use crate::suite::NoProgress;
 
     /// The tests that change the global mode run one at a time, so each can
@@ -740,25 +739,7 @@ mod tests {
     }
 
     fn quick_cpu_context() -> Context {
-        Context {
-            device: Device::cpu(),
-            gpu_unavailable: Some("CUDA unavailable: test context".into()),
-            options: RunOptions {
-                suites: vec!["autotune".into()],
-                device: "cpu".into(),
-                quick: true,
-                samples: Some(3),
-                seed: 7,
-                capacity_bytes: 1 << 30,
-            },
-            harness: HarnessConfig {
-                warmup: Duration::ZERO,
-                fixed_samples: Some(3),
-                min_sample_time: Duration::ZERO,
-                ..HarnessConfig::quick()
-            },
-            hooks: Hooks::new(),
-        }
+        crate::suite::testing::quick_cpu_context()
     }
 
     /// Tiny shapes: a debug build runs them in milliseconds.
