@@ -409,10 +409,7 @@ mod tests {
     use crate::runner::run_suite;
     use crate::schema::Outcome;
     use crate::suite::NoProgress;
-
-    fn quick_cpu_context() -> Context {
-        crate::suite::testing::quick_cpu_context()
-    }
+    use crate::suite::testing::quick_cpu_context;
 
     #[test]
     fn segments_follow_the_allocator_rules() {

@@ -679,14 +679,11 @@ fn loss_finding(cases: &[CaseResult]) -> Finding {
 mod tests {
 
     use super::*;
+    use crate::suite::testing::quick_private_context as quick_context;
 
     use crate::runner::run_suite;
     use crate::schema::Outcome;
     use crate::suite::NoProgress;
-
-    fn quick_context() -> Context {
-        crate::suite::testing::quick_private_context()
-    }
 
     /// The suite with the quick workloads shrunk to tiny sizes (a debug build
     /// trains them in moments); the large batch still has activations dominate.

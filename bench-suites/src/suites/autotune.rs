@@ -726,6 +726,7 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
 mod tests {
 
     use super::*;
+    use crate::suite::testing::quick_cpu_context;
 
     use crate::runner::run_suite;
     use crate::schema::Outcome;
@@ -736,10 +737,6 @@ mod tests {
     fn serial() -> MutexGuard<'static, ()> {
         static SERIAL: Mutex<()> = Mutex::new(());
         SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn quick_cpu_context() -> Context {
-        crate::suite::testing::quick_cpu_context()
     }
 
     /// Tiny shapes: a debug build runs them in milliseconds.

@@ -429,14 +429,11 @@ fn finding(no_gpu: Option<&str>, op: Op, cases: &[CaseResult]) -> Finding {
 mod tests {
 
     use super::*;
+    use crate::suite::testing::quick_cpu_context;
 
     use crate::runner::run_suite;
     use crate::schema::Outcome;
     use crate::suite::NoProgress;
-
-    fn quick_cpu_context() -> Context {
-        crate::suite::testing::quick_cpu_context()
-    }
 
     #[test]
     fn crossover_is_where_the_gpu_starts_winning_for_good() {

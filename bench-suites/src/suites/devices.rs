@@ -336,14 +336,11 @@ fn to_cost_finding(ctx: &Context, cases: &[CaseResult]) -> Finding {
 mod tests {
 
     use super::*;
+    use crate::suite::testing::quick_cpu_context;
 
     use crate::runner::run_suite;
 
     use crate::suite::NoProgress;
-
-    fn quick_cpu_context() -> Context {
-        crate::suite::testing::quick_cpu_context()
-    }
 
     #[test]
     fn labels_and_helpers() {

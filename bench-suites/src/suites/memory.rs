@@ -885,14 +885,11 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::suite::testing::quick_private_context as quick_context;
 
     use crate::runner::run_suite;
 
     use crate::suite::NoProgress;
-
-    fn quick_context() -> Context {
-        crate::suite::testing::quick_private_context()
-    }
 
     /// The suite at tiny sizes: a small MLP, a 24 MiB sweep device, a 100 MiB
     /// fragmentation device.

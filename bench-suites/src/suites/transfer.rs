@@ -359,14 +359,11 @@ fn overlap_finding(no_gpu: Option<&str>, cases: &[CaseResult]) -> Finding {
 mod tests {
 
     use super::*;
+    use crate::suite::testing::quick_cpu_context;
 
     use crate::runner::run_suite;
 
     use crate::suite::NoProgress;
-
-    fn quick_cpu_context() -> Context {
-        crate::suite::testing::quick_cpu_context()
-    }
 
     #[test]
     fn quick_cpu_run_is_sane() {
