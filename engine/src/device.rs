@@ -5,7 +5,9 @@
 //! `cpu` is always present. `cpu:N` for N ≥ 1 are further host devices with
 //! allocators of their own — separate memory spaces on the host, so the
 //! "never mix devices in one op" rule can be shown and tested on any machine.
-//! `cuda` / `cuda:N` are looked up at run time; see [`cuda_probe`].
+//! `cuda` / `cuda:N` are looked up at run time ([`cuda_probe`]); their
+//! allocator sits on `cuMemAlloc` ([`crate::cuda::memory`]) and takes its
+//! configuration from `PYTORCH_CUDA_ALLOC_CONF`, as PyTorch's does.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,7 +18,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::alloc::consts::GIB;
-use crate::alloc::{AllocError, AllocatorConfig, CachingAllocator, HostMemory, MemoryStats, physical_memory_bytes};
+use crate::alloc::{
+    AllocError, AllocatorConfig, CachingAllocator, ConfigError, HostMemory, MemoryStats, physical_memory_bytes,
+};
+use crate::cuda::{CudaBackend, CudaError};
 use crate::hooks;
 
 /// The kind of a device.
@@ -96,8 +101,12 @@ pub enum DeviceError {
     CudaUnavailable { reason: String },
     #[error("{requested} requested but {present} CUDA device{s} present", s = if *present == 1 { " is" } else { "s are" })]
     NoSuchCudaDevice { requested: DeviceId, present: u32 },
+    #[error("PYTORCH_CUDA_ALLOC_CONF: {0}")]
+    AllocConf(ConfigError),
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    #[error("{device}: {source}")]
+    Cuda { device: DeviceId, source: CudaError },
 }
 
 /// What a device is, for reports.
@@ -133,6 +142,7 @@ struct DeviceInner {
     id: DeviceId,
     properties: DeviceProperties,
     allocator: CachingAllocator,
+    cuda: Option<Arc<CudaBackend>>,
 }
 
 impl fmt::Debug for Device {
@@ -176,16 +186,13 @@ impl Device {
         let device = match id.kind {
             DeviceKind::Cpu => Device::host(id, default_host_capacity(), AllocatorConfig::default(), hooks::global())?,
             DeviceKind::Cuda => {
-                let present = cuda_probe().map_err(|reason| DeviceError::CudaUnavailable { reason })?;
-                if id.index >= present {
-                    return Err(DeviceError::NoSuchCudaDevice { requested: id, present });
-                }
-                return Err(DeviceError::CudaUnavailable {
-                    reason: format!(
-                        "{present} CUDA device{} found, but this build of vramlab has no CUDA backend yet",
-                        if present == 1 { "" } else { "s" }
-                    ),
-                });
+                let config = match std::env::var("PYTORCH_CUDA_ALLOC_CONF") {
+                    Ok(text) if !text.trim().is_empty() => {
+                        AllocatorConfig::parse(&text).map_err(DeviceError::AllocConf)?
+                    }
+                    _ => AllocatorConfig::default(),
+                };
+                Device::cuda_with(id.index, config, hooks::global())?
             }
         };
         reg.insert(id, device.clone());
@@ -225,7 +232,35 @@ impl Device {
         let allocator = CachingAllocator::with_hooks(raw, config, hooks.clone(), id.event_index())?;
         let (name, compute_units, caches) = host_cpu_info();
         let properties = DeviceProperties { id, name, memory_capacity_bytes: capacity_bytes, compute_units, caches };
-        Ok(Device { inner: Arc::new(DeviceInner { id, properties, allocator }) })
+        Ok(Device { inner: Arc::new(DeviceInner { id, properties, allocator, cuda: None }) })
+    }
+
+    /// A private device on CUDA device `index` — not registered, with its own
+    /// caching allocator of `config` over the GPU's memory, emitting to `hooks`.
+    /// Suites use these to compare allocator settings side by side.
+    pub fn cuda_with(index: u32, config: AllocatorConfig, hooks: &Arc<hooks::Hooks>) -> Result<Device, DeviceError> {
+        let present = cuda_probe().map_err(|reason| DeviceError::CudaUnavailable { reason })?;
+        let id = DeviceId::cuda(index);
+        if index >= present {
+            return Err(DeviceError::NoSuchCudaDevice { requested: id, present });
+        }
+        let backend = CudaBackend::new(index, hooks.clone(), id.event_index())
+            .map_err(|source| DeviceError::Cuda { device: id, source })?;
+        let allocator = CachingAllocator::with_hooks(backend.memory(), config, hooks.clone(), id.event_index())?;
+        let info = backend.info();
+        let properties = DeviceProperties {
+            id,
+            name: info.name.clone(),
+            memory_capacity_bytes: info.total_memory_bytes,
+            compute_units: info.multiprocessors,
+            caches: vec![CacheInfo { level: "L2".into(), size_bytes: info.l2_cache_bytes }],
+        };
+        Ok(Device { inner: Arc::new(DeviceInner { id, properties, allocator, cuda: Some(backend) }) })
+    }
+
+    /// The CUDA backend of a GPU device; `None` for host devices.
+    pub fn cuda(&self) -> Option<&Arc<CudaBackend>> {
+        self.inner.cuda.as_ref()
     }
 
     pub fn id(&self) -> DeviceId {
@@ -274,9 +309,15 @@ impl Device {
         self.inner.allocator.memory_summary(abbreviated)
     }
 
-    /// Waits for the device's queued work (`torch.cuda.synchronize`). Host
-    /// devices run synchronously, so there is nothing to wait for.
-    pub fn synchronize(&self) {}
+    /// Waits for the device's queued work (`torch.cuda.synchronize`) and emits
+    /// the kernel events that waited on it. Host devices run synchronously, so
+    /// there is nothing to wait for.
+    pub fn synchronize(&self) -> Result<(), DeviceError> {
+        match &self.inner.cuda {
+            Some(b) => b.synchronize().map_err(|source| DeviceError::Cuda { device: self.id(), source }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The processor's model name, logical cores and caches (Linux: /proc and /sys;
@@ -327,61 +368,15 @@ fn parse_cache_size(s: &str) -> Option<u64> {
     num.parse::<u64>().ok().map(|n| n * mult)
 }
 
-/// Looks for a usable CUDA driver: loads `libcuda`, initializes it and counts
-/// devices. `Err` says why CUDA is unavailable ("libcuda not found (searched …)").
+/// Looks for a usable CUDA driver: loads `libcuda`, initializes it, checks its
+/// version and counts devices. `Err` says why CUDA is unavailable
+/// ("unavailable: libcuda (the NVIDIA driver) not found (searched …)").
 pub fn cuda_probe() -> Result<u32, String> {
-    static PROBE: OnceLock<Result<u32, String>> = OnceLock::new();
-    PROBE.get_or_init(probe_libcuda).clone()
-}
-
-#[cfg(unix)]
-fn probe_libcuda() -> Result<u32, String> {
-    const NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
-    let mut lib = None;
-    for name in NAMES {
-        // SAFETY: loading the CUDA driver runs its initializers, which is what
-        // every CUDA program does; we call no function before checking it exists.
-        if let Ok(l) = unsafe { libloading::Library::new(name) } {
-            lib = Some(l);
-            break;
-        }
+    match crate::cuda::probe() {
+        Ok(0) => Err("the NVIDIA driver reports no CUDA device".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
-    let Some(lib) = lib else {
-        return Err(format!(
-            "libcuda not found (searched {} on the system library path; add its directory to LD_LIBRARY_PATH if the \
-             NVIDIA driver is installed elsewhere)",
-            NAMES.join(", ")
-        ));
-    };
-    type CuInit = unsafe extern "C" fn(u32) -> i32;
-    type CuDeviceGetCount = unsafe extern "C" fn(*mut i32) -> i32;
-    // SAFETY: the symbols have these C signatures in every CUDA driver since 2.0.
-    unsafe {
-        let init: libloading::Symbol<'_, CuInit> =
-            lib.get(b"cuInit\0").map_err(|e| format!("libcuda has no cuInit: {e}"))?;
-        let count: libloading::Symbol<'_, CuDeviceGetCount> =
-            lib.get(b"cuDeviceGetCount\0").map_err(|e| format!("libcuda has no cuDeviceGetCount: {e}"))?;
-        let rc = init(0);
-        if rc != 0 {
-            return Err(format!("cuInit failed with CUDA error {rc} (is the NVIDIA driver loaded?)"));
-        }
-        let mut n = 0i32;
-        let rc = count(&mut n);
-        if rc != 0 {
-            return Err(format!("cuDeviceGetCount failed with CUDA error {rc}"));
-        }
-        if n <= 0 {
-            return Err("the NVIDIA driver reports no CUDA device".to_owned());
-        }
-        // Keep the driver loaded for the life of the process, as CUDA expects.
-        std::mem::forget(lib);
-        Ok(n as u32)
-    }
-}
-
-#[cfg(not(unix))]
-fn probe_libcuda() -> Result<u32, String> {
-    Err("CUDA detection is implemented for Linux only".to_owned())
 }
 
 #[cfg(test)]

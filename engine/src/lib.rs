@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod autotune;
 pub mod cpu_kernels;
+pub mod cuda;
 pub mod device;
 pub mod hooks;
 pub mod nn;

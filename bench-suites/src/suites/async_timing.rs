@@ -93,13 +93,13 @@ fn host_clock(ctx: &Context, n: usize, synchronize: bool, medians: &Medians) -> 
     let stats = measure(&ctx.harness, || {
         let y = a.matmul(&b)?;
         if synchronize {
-            device.synchronize();
+            device.synchronize()?;
         }
         black_box(y);
         Ok::<(), TensorError>(())
     })?;
     // Whatever is still queued must not spill into the next case.
-    device.synchronize();
+    device.synchronize()?;
     let flops = 2.0 * (n as f64).powi(3);
     let median = stats.median_ns;
     let name = if synchronize { SYNC } else { NO_SYNC };
@@ -148,7 +148,7 @@ fn device_events(ctx: &Context, n: usize, medians: &Medians) -> Result<CaseOutpu
     let (a, b) = operands(ctx, n)?;
     // Warm up (the autotuner's choice, the allocator's cache), then listen.
     black_box(a.matmul(&b)?);
-    device.synchronize();
+    device.synchronize()?;
     let times = Arc::new(KernelTimes {
         device: device.id().event_index(),
         name: "matmul",
@@ -160,7 +160,7 @@ fn device_events(ctx: &Context, n: usize, medians: &Medians) -> Result<CaseOutpu
     let run = (|| {
         for _ in 0..samples {
             black_box(a.matmul(&b)?);
-            device.synchronize();
+            device.synchronize()?;
         }
         Ok::<(), TensorError>(())
     })();

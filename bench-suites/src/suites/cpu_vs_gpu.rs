@@ -271,7 +271,7 @@ fn run_op(ctx: &Context, dims: Dims, device: &Device) -> Result<CaseOutput, Case
                 let loss = nn::mse(&y, &target)?;
                 loss.backward(&mut model)?;
                 opt.step(&mut model)?;
-                device.synchronize();
+                device.synchronize().map_err(vramlab_engine::tensor::TensorError::from)?;
                 Ok::<(), nn::NnError>(())
             })?
         }
@@ -293,7 +293,7 @@ fn run_op(ctx: &Context, dims: Dims, device: &Device) -> Result<CaseOutput, Case
 
 /// Waits for the device, then drops the result.
 fn sync(device: &Device, t: Tensor) -> Result<(), TensorError> {
-    device.synchronize();
+    device.synchronize()?;
     black_box(t);
     Ok(())
 }

@@ -218,10 +218,10 @@ fn roundtrip(ctx: &Context, size: u64) -> Result<CaseOutput, crate::suite::CaseE
     let stats = measure(&ctx.harness, || {
         let t0 = now_ns();
         let d = t.to(&target)?;
-        target.synchronize();
+        target.synchronize()?;
         let t1 = now_ns();
         let h = d.to(&host)?;
-        host.synchronize();
+        host.synchronize()?;
         let t2 = now_ns();
         there.push((t1 - t0) as f64);
         back.push((t2 - t1) as f64);

@@ -136,7 +136,7 @@ fn copy_case(ctx: &Context, dir: Dir, pinned: bool, size: usize) -> Result<CaseO
     let stats = match dir {
         Dir::HostToDevice => measure(&ctx.harness, || {
             let t = Tensor::from_host(&buf, &[n], DType::F32, device, false)?;
-            device.synchronize();
+            device.synchronize()?;
             black_box(t);
             Ok::<(), TensorError>(())
         })?,
@@ -144,7 +144,7 @@ fn copy_case(ctx: &Context, dir: Dir, pinned: bool, size: usize) -> Result<CaseO
             let t = Tensor::full(&[n], 1.0, DType::F32, device)?;
             measure(&ctx.harness, || {
                 t.copy_to_host(&mut buf, false)?;
-                device.synchronize();
+                device.synchronize()?;
                 Ok::<(), TensorError>(())
             })?
         }
@@ -194,22 +194,22 @@ fn overlap_case(ctx: &Context, non_blocking: bool) -> Result<CaseOutput, CaseErr
     let copy = || Tensor::from_host(&buf, &BATCH, DType::F32, device, non_blocking);
     let copy_alone = measure(&ctx.harness, || {
         let t = copy()?;
-        device.synchronize();
+        device.synchronize()?;
         black_box(t);
         Ok::<(), TensorError>(())
     })?;
     let mut current = copy()?;
-    device.synchronize();
+    device.synchronize()?;
     let compute_alone = measure(&ctx.harness, || {
         let y = current.matmul(&w)?;
-        device.synchronize();
+        device.synchronize()?;
         black_box(y);
         Ok::<(), TensorError>(())
     })?;
     let both = measure(&ctx.harness, || {
         let next = copy()?;
         let y = current.matmul(&w)?;
-        device.synchronize();
+        device.synchronize()?;
         current = next;
         black_box(y);
         Ok::<(), TensorError>(())
