@@ -62,6 +62,8 @@ pub enum TensorError {
     Kernel(#[from] KernelError),
     #[error(transparent)]
     Device(#[from] DeviceError),
+    #[error("{op}: {source}")]
+    Cuda { op: &'static str, source: crate::cuda::CudaError },
 }
 
 pub type Result<T> = std::result::Result<T, TensorError>;
@@ -385,9 +387,42 @@ impl Tensor {
         ops::cast(self, dtype)
     }
 
-    /// Address of the first element (host memory for every device today).
-    fn data_ptr(&self) -> u64 {
+    /// Address of the first element: host memory on a host device, a
+    /// `CUdeviceptr` on a CUDA device.
+    pub(crate) fn data_ptr(&self) -> u64 {
         self.storage.addr()
+    }
+
+    /// A tensor on `device` whose storage is left as the allocator gives it
+    /// (device kernels write every element before anyone reads it), tagged with
+    /// the calling thread's current tag.
+    pub(crate) fn uninit(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::uninit_tagged(shape, dtype, device, current_tag())
+    }
+
+    /// [`Tensor::uninit`] with an explicit tag (`Some(Tag::Workspace)` for scratch).
+    pub(crate) fn uninit_tagged(shape: &[usize], dtype: DType, device: &Device, tag: Option<Tag>) -> Result<Tensor> {
+        let len = numel(shape).ok_or_else(|| TensorError::BadShape {
+            op: "alloc",
+            shape: shape.to_vec(),
+            reason: "the element count overflows".into(),
+        })?;
+        let storage = Storage::new(device, len, dtype, tag)?;
+        Ok(Tensor { storage: Arc::new(storage), shape: shape.into() })
+    }
+
+    /// Marks the storage as used on `stream` (`tensor.record_stream(stream)`):
+    /// when it is freed, its block is not reused before the work queued on
+    /// `stream` so far has run.
+    pub fn record_stream(&self, stream: crate::alloc::StreamId) {
+        if let Some(a) = &self.storage.allocation {
+            self.device().allocator().record_stream(a, stream);
+        }
+    }
+
+    /// Whether this is the only reference to the storage (in-place ops need it).
+    pub(crate) fn is_unique(&mut self) -> bool {
+        Arc::get_mut(&mut self.storage).is_some()
     }
 }
 
