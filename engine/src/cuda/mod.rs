@@ -10,6 +10,7 @@
 //! - [`kernels`]: the CUDA C source compiled with NVRTC.
 
 pub mod backend;
+pub mod copy;
 pub mod error;
 pub mod kernels;
 pub mod libs;
@@ -17,6 +18,7 @@ pub mod memory;
 pub mod streams;
 
 pub use backend::{CudaBackend, CudaInfo, probe};
+pub use copy::StreamEvent;
 pub use error::{CudaError, CudaResult};
 pub use libs::CudaLib;
 pub use streams::COPY_STREAM;

@@ -1,15 +1,26 @@
 //! Host buffers for transfers: pageable (ordinary memory) or pinned
 //! (page-locked), the two kinds the guides compare for host-to-device copies.
 //!
-//! On the CPU backend "pinned" means the pages are locked with `mlock` where the
-//! process may lock that much (containers often allow only a few MiB); the
-//! buffer records whether locking succeeded. The CUDA backend allocates pinned
-//! buffers with the driver instead.
+//! When a CUDA device is present, pinned buffers come from the driver
+//! (`cuMemHostAlloc`, what `pin_memory()` uses), so copies from them run as
+//! DMA without staging and can be asynchronous. Without one, "pinned" means the
+//! pages are locked with `mlock` where the process may lock that much
+//! (containers often allow only a few MiB); the buffer records whether locking
+//! succeeded.
+//!
+//! A non-blocking copy to or from a driver-pinned buffer returns before the
+//! copy has run; the buffer remembers it, and any access to its bytes (and its
+//! drop) waits for it first, so the host never reads half-copied values or
+//! frees memory a copy still uses.
 
 use std::alloc::Layout;
+use std::sync::{Arc, Mutex};
 
-use super::{DType, Pod, Result, Tensor, TensorError};
-use crate::hooks::{CopyEvent, CopyKind, Event, now_ns};
+use super::transfer::{cuda_err, emit_copy};
+use super::{DType, Pod, Result, Tensor, TensorError, current_tag};
+use crate::cuda::{COPY_STREAM, CudaBackend, StreamEvent};
+use crate::device::{Device, DeviceId};
+use crate::hooks::{CopyKind, now_ns};
 
 /// Alignment of host buffers (a page).
 const ALIGN: usize = 4096;
@@ -21,6 +32,10 @@ pub struct HostBuffer {
     len: usize,
     pinned: bool,
     locked: bool,
+    /// The GPU whose driver allocated it (page-locked, registered for DMA).
+    cuda: Option<Arc<CudaBackend>>,
+    /// A non-blocking copy that may still read or write it.
+    in_flight: Mutex<Option<StreamEvent>>,
 }
 
 // SAFETY: the buffer owns its memory exclusively; access goes through &/&mut self.
@@ -34,9 +49,24 @@ impl HostBuffer {
         HostBuffer::new(len, false)
     }
 
-    /// Pinned (page-locked) host memory of `len` bytes, zeroed. Whether the pages
-    /// could really be locked is [`is_page_locked`](Self::is_page_locked).
+    /// Pinned (page-locked) host memory of `len` bytes, zeroed: from the CUDA
+    /// driver when a GPU is present, else locked with `mlock`. Whether the pages
+    /// are really locked is [`is_page_locked`](Self::is_page_locked).
     pub fn pinned(len: usize) -> HostBuffer {
+        if crate::device::cuda_probe().is_ok()
+            && let Ok(device) = Device::get(DeviceId::cuda(0))
+            && let Some(gpu) = device.cuda()
+            && let Ok(ptr) = gpu.alloc_pinned(len)
+        {
+            return HostBuffer {
+                ptr,
+                len,
+                pinned: true,
+                locked: true,
+                cuda: Some(gpu.clone()),
+                in_flight: Mutex::new(None),
+            };
+        }
         HostBuffer::new(len, true)
     }
 
@@ -49,7 +79,26 @@ impl HostBuffer {
             std::alloc::handle_alloc_error(layout);
         }
         let locked = pinned && lock_pages(ptr, size);
-        HostBuffer { ptr, len, pinned, locked }
+        HostBuffer { ptr, len, pinned, locked, cuda: None, in_flight: Mutex::new(None) }
+    }
+
+    /// Whether the CUDA driver allocated it, so copies to and from a GPU can be
+    /// asynchronous DMA.
+    pub fn is_device_pinned(&self) -> bool {
+        self.cuda.is_some()
+    }
+
+    /// Waits for a non-blocking copy that still uses the buffer, if any.
+    pub fn wait(&self) -> Result<()> {
+        let pending = self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match pending {
+            Some(event) => event.synchronize().map_err(cuda_err("HostBuffer::wait")),
+            None => Ok(()),
+        }
+    }
+
+    fn set_in_flight(&self, event: StreamEvent) {
+        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = Some(event);
     }
 
     pub fn len(&self) -> usize {
@@ -70,12 +119,15 @@ impl HostBuffer {
         self.locked
     }
 
+    /// The bytes (after any copy still using the buffer has run).
     pub fn as_bytes(&self) -> &[u8] {
+        let _ = self.wait();
         // SAFETY: `ptr` owns `len` initialized (zeroed or written) bytes.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        let _ = self.wait();
         // SAFETY: as above, with exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
@@ -91,6 +143,7 @@ impl HostBuffer {
                 expected: self.len,
             });
         }
+        self.wait()?;
         // SAFETY: `values` is plain data of `bytes` bytes; the buffer holds at least that.
         unsafe { std::ptr::copy_nonoverlapping(values.as_ptr().cast::<u8>(), self.ptr, bytes) };
         Ok(())
@@ -107,6 +160,7 @@ impl HostBuffer {
                 expected: self.len,
             });
         }
+        self.wait()?;
         let mut out = vec![T::default(); n];
         // SAFETY: `out` has room for `bytes` bytes; the buffer holds them; every bit
         // pattern is a valid `T` for the plain types `Pod` is implemented for.
@@ -117,6 +171,12 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
+        let _ = self.wait();
+        if let Some(gpu) = &self.cuda {
+            // SAFETY: allocated by `alloc_pinned`; no copy uses it any more.
+            unsafe { gpu.free_pinned(self.ptr) };
+            return;
+        }
         let size = self.len.max(1);
         if self.locked {
             unlock_pages(self.ptr, size);
@@ -149,71 +209,99 @@ fn unlock_pages(_: *mut u8, _: usize) {}
 
 impl Tensor {
     /// A tensor on `device` with the first `shape`'s worth of `dtype` values from
-    /// `buffer` (a host-to-device copy; `non_blocking` is recorded, and on the
-    /// synchronous CPU backend the copy is complete when this returns).
+    /// `buffer` (a host-to-device copy).
+    ///
+    /// On a GPU, like `tensor.to("cuda", non_blocking=...)`: a blocking copy
+    /// returns when the values have arrived; a non-blocking copy from a
+    /// driver-pinned buffer is queued on the copy stream and returns at once
+    /// (the output is allocated from the copy stream's pool and recorded on the
+    /// compute stream, which waits for the copy before any later work); from a
+    /// pageable buffer the driver stages the bytes, so the call returns once
+    /// they are staged. On the synchronous CPU backend the copy is complete
+    /// when this returns.
     pub fn from_host(
         buffer: &HostBuffer,
         shape: &[usize],
         dtype: DType,
-        device: &crate::device::Device,
+        device: &Device,
         non_blocking: bool,
     ) -> Result<Tensor> {
+        const OP: &str = "from_host";
         let started = now_ns();
         let n: usize = shape.iter().product();
         let bytes = n * dtype.size_bytes();
         if bytes > buffer.len() {
             return Err(TensorError::DataLength {
-                op: "from_host",
+                op: OP,
                 shape: shape.to_vec(),
                 len: buffer.len() / dtype.size_bytes(),
                 expected: n,
             });
         }
-        let out = Tensor::build(shape, dtype, device, |s| {
+        buffer.wait()?;
+        let Some(gpu) = device.cuda() else {
+            let out = Tensor::uninit(shape, dtype, device)?;
             if bytes > 0 {
                 // SAFETY: both ranges hold `bytes` bytes and belong to different owners.
-                unsafe { std::ptr::copy_nonoverlapping(buffer.ptr, s.addr() as *mut u8, bytes) };
+                unsafe { std::ptr::copy_nonoverlapping(buffer.ptr, out.data_ptr() as *mut u8, bytes) };
             }
-            Ok(())
-        })?;
-        emit_host_copy(&out, CopyKind::HostToDevice, buffer.is_pinned(), non_blocking, started);
+            emit_copy(device, CopyKind::HostToDevice, bytes, buffer.is_pinned(), non_blocking, 0, started);
+            return Ok(out);
+        };
+        let asynchronous = non_blocking && buffer.is_device_pinned();
+        let stream = if asynchronous { COPY_STREAM } else { 0 };
+        let out = Tensor::uninit_on(shape, dtype, device, current_tag(), stream)?;
+        // SAFETY: the buffer holds `bytes`; it is pinned and kept alive and
+        // unwritten until the copy has run (`set_in_flight`), or pageable and
+        // staged before the call returns. `out` is new device memory.
+        unsafe { gpu.copy_htod(out.data_ptr(), buffer.ptr, bytes, stream) }.map_err(cuda_err(OP))?;
+        if asynchronous {
+            let copied = gpu.record_event(COPY_STREAM).map_err(cuda_err(OP))?;
+            copied.wait_on(0).map_err(cuda_err(OP))?;
+            out.record_stream(0);
+            buffer.set_in_flight(copied);
+        } else if !non_blocking {
+            gpu.synchronize_stream(0).map_err(cuda_err(OP))?;
+        }
+        emit_copy(device, CopyKind::HostToDevice, bytes, buffer.is_page_locked(), non_blocking, stream, started);
         Ok(out)
     }
 
-    /// Copies the values into `buffer` (device-to-host).
+    /// Copies the values into `buffer` (device-to-host). On a GPU a blocking copy
+    /// returns when the values are in the buffer; a non-blocking copy into a
+    /// driver-pinned buffer returns at once, and reading the buffer waits for it.
     pub fn copy_to_host(&self, buffer: &mut HostBuffer, non_blocking: bool) -> Result<()> {
+        const OP: &str = "copy_to_host";
         let started = now_ns();
         let bytes = self.size_bytes();
         if bytes > buffer.len() {
             return Err(TensorError::DataLength {
-                op: "copy_to_host",
+                op: OP,
                 shape: self.shape().to_vec(),
                 len: buffer.len(),
                 expected: bytes,
             });
         }
-        self.check_host("copy_to_host")?;
-        if bytes > 0 {
-            // SAFETY: as in `from_host`.
-            unsafe { std::ptr::copy_nonoverlapping(self.data_ptr() as *const u8, buffer.ptr, bytes) };
+        buffer.wait()?;
+        let Some(gpu) = self.device().cuda() else {
+            self.check_host(OP)?;
+            if bytes > 0 {
+                // SAFETY: as in `from_host`.
+                unsafe { std::ptr::copy_nonoverlapping(self.data_ptr() as *const u8, buffer.ptr, bytes) };
+            }
+            emit_copy(self.device(), CopyKind::DeviceToHost, bytes, buffer.is_pinned(), non_blocking, 0, started);
+            return Ok(());
+        };
+        let asynchronous = non_blocking && buffer.is_device_pinned();
+        // SAFETY: the buffer has room for `bytes` and is not read before the copy
+        // has run (synchronized here, or waited for through `set_in_flight`).
+        unsafe { gpu.copy_dtoh(buffer.ptr, self.data_ptr(), bytes, 0) }.map_err(cuda_err(OP))?;
+        if asynchronous {
+            buffer.set_in_flight(gpu.record_event(0).map_err(cuda_err(OP))?);
+        } else {
+            gpu.synchronize_stream(0).map_err(cuda_err(OP))?;
         }
-        emit_host_copy(self, CopyKind::DeviceToHost, buffer.is_pinned(), non_blocking, started);
+        emit_copy(self.device(), CopyKind::DeviceToHost, bytes, buffer.is_page_locked(), non_blocking, 0, started);
         Ok(())
-    }
-}
-
-fn emit_host_copy(t: &Tensor, kind: CopyKind, pinned: bool, non_blocking: bool, started: u64) {
-    let hooks = t.device().allocator().hooks();
-    if hooks.is_active() {
-        hooks.emit(&Event::Copy(CopyEvent {
-            kind,
-            device: t.device().id().event_index(),
-            stream: 0,
-            bytes: t.size_bytes() as u64,
-            pinned,
-            non_blocking,
-            start_ns: started,
-            duration_ns: now_ns().saturating_sub(started),
-        }));
     }
 }

@@ -15,6 +15,7 @@
 mod dtype;
 mod host;
 mod ops;
+mod transfer;
 
 use std::cell::Cell;
 use std::fmt;
@@ -107,12 +108,24 @@ struct Storage {
 
 impl Storage {
     fn new(device: &Device, len: usize, dtype: DType, tag: Option<Tag>) -> Result<Storage> {
+        Storage::new_on(device, len, dtype, tag, 0)
+    }
+
+    /// Storage from the pool of `stream` (what allocating under
+    /// `torch.cuda.stream(s)` does).
+    fn new_on(
+        device: &Device,
+        len: usize,
+        dtype: DType,
+        tag: Option<Tag>,
+        stream: crate::alloc::StreamId,
+    ) -> Result<Storage> {
         let bytes = (len as u64).checked_mul(dtype.size_bytes() as u64).ok_or_else(|| TensorError::BadShape {
             op: "alloc",
             shape: vec![len],
             reason: "too many elements".into(),
         })?;
-        let allocation = device.allocator().malloc(bytes, 0, tag)?;
+        let allocation = device.allocator().malloc(bytes, stream, tag)?;
         Ok(Storage { device: device.clone(), allocation: Some(allocation), len, dtype, tag })
     }
 
@@ -120,7 +133,7 @@ impl Storage {
         self.allocation.as_ref().map_or(0, Allocation::addr)
     }
 
-    /// The elements as `T`. Host devices only (every device today is one).
+    /// The elements as `T`. Host devices only: callers check `is_cpu` first.
     fn slice<T: Pod>(&self) -> &[T] {
         debug_assert_eq!(T::DTYPE, self.dtype);
         if self.len == 0 {
@@ -227,6 +240,11 @@ impl Tensor {
             shape: shape.to_vec(),
             reason: "the element count overflows".into(),
         })?;
+        if !device.is_cpu() {
+            // Values are made on the host and copied over, as `torch.tensor(data,
+            // device="cuda")` does.
+            return Tensor::build(shape, dtype, &Device::cpu(), fill)?.to(device);
+        }
         let mut storage = Storage::new(device, len, dtype, current_tag())?;
         fill(&mut storage)?;
         Ok(Tensor { storage: Arc::new(storage), shape: shape.into() })
@@ -362,24 +380,12 @@ impl Tensor {
 
     /// `tensor.to(device)`: this tensor when it is already there, else a copy on
     /// `device` (allocated from that device's allocator, with the current tag).
+    /// Copies that leave a GPU wait for it; see [`transfer`].
     pub fn to(&self, device: &Device) -> Result<Tensor> {
         if self.device() == device {
             return Ok(self.clone());
         }
-        let dtype = self.dtype();
-        let started = crate::hooks::now_ns();
-        let out = Tensor::build(self.shape(), dtype, device, |s| {
-            let src_addr = self.data_ptr();
-            let bytes = self.size_bytes();
-            if bytes > 0 {
-                // SAFETY: both ranges are live host memory of `bytes` bytes owned by
-                // two different tensors, so they do not overlap.
-                unsafe { std::ptr::copy_nonoverlapping(src_addr as *const u8, s.addr() as *mut u8, bytes) };
-            }
-            Ok(())
-        })?;
-        ops::emit_copy(self.device(), &out, started);
-        Ok(out)
+        transfer::copy_to_device(self, device)
     }
 
     /// `tensor.to(dtype)`: this tensor when the dtype matches, else a converted copy.
@@ -402,12 +408,23 @@ impl Tensor {
 
     /// [`Tensor::uninit`] with an explicit tag (`Some(Tag::Workspace)` for scratch).
     pub(crate) fn uninit_tagged(shape: &[usize], dtype: DType, device: &Device, tag: Option<Tag>) -> Result<Tensor> {
+        Tensor::uninit_on(shape, dtype, device, tag, 0)
+    }
+
+    /// [`Tensor::uninit_tagged`] from the pool of `stream`.
+    pub(crate) fn uninit_on(
+        shape: &[usize],
+        dtype: DType,
+        device: &Device,
+        tag: Option<Tag>,
+        stream: crate::alloc::StreamId,
+    ) -> Result<Tensor> {
         let len = numel(shape).ok_or_else(|| TensorError::BadShape {
             op: "alloc",
             shape: shape.to_vec(),
             reason: "the element count overflows".into(),
         })?;
-        let storage = Storage::new(device, len, dtype, tag)?;
+        let storage = Storage::new_on(device, len, dtype, tag, stream)?;
         Ok(Tensor { storage: Arc::new(storage), shape: shape.into() })
     }
 

@@ -13,7 +13,7 @@ use crate::cpu_kernels::{
     MatmulShape, MaxPool2dShape,
 };
 use crate::device::Device;
-use crate::hooks::{CopyEvent, CopyKind, Event, KernelEvent, Tag, now_ns};
+use crate::hooks::{Event, KernelEvent, Tag, now_ns};
 
 /// Where a kernel's time went, for callers that want it without subscribing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,24 +94,6 @@ fn emit_kernel(device: &Device, name: &'static str, algorithm: &'static str, sta
             launch_ns: duration_ns,
             flops: cost.flops,
             bytes: cost.bytes,
-        }));
-    }
-}
-
-/// Sends a copy event for a `to(device)` between host devices.
-pub(super) fn emit_copy(src: &Device, out: &Tensor, start_ns: u64) {
-    let hooks = out.device().allocator().hooks();
-    if hooks.is_active() {
-        let _ = src;
-        hooks.emit(&Event::Copy(CopyEvent {
-            kind: CopyKind::HostToHost,
-            device: out.device().id().event_index(),
-            stream: 0,
-            bytes: out.size_bytes() as u64,
-            pinned: false,
-            non_blocking: false,
-            start_ns,
-            duration_ns: now_ns().saturating_sub(start_ns),
         }));
     }
 }
