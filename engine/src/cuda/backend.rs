@@ -73,7 +73,6 @@ pub struct CudaBackend {
     hooks: Arc<Hooks>,
     event_device: u32,
     timing: Mutex<Timing>,
-    module: OnceLock<CudaResult<Arc<CudaModule>>>,
     functions: Mutex<std::collections::HashMap<&'static str, CudaFunction>>,
 }
 
@@ -139,7 +138,6 @@ impl CudaBackend {
             hooks,
             event_device,
             timing: Mutex::new(timing),
-            module: OnceLock::new(),
             functions: Mutex::new(std::collections::HashMap::new()),
         }))
     }
@@ -179,22 +177,33 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// A kernel of the backend's CUDA C source (compiled with NVRTC for this
-    /// device on first use, then cached).
+    /// A kernel of the backend's CUDA C source (compiled with NVRTC for this GPU
+    /// on first use, then cached for the process: every backend on one GPU
+    /// shares its primary context, so they share the module too).
     pub fn function(&self, name: &'static str) -> CudaResult<CudaFunction> {
         if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
             return Ok(f.clone());
         }
-        let module = self.module.get_or_init(|| self.compile()).clone()?;
+        let module = self.module()?;
         let f = module.load_function(name).during("loading a kernel")?;
         self.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(name, f.clone());
         Ok(f)
     }
 
-    fn compile(&self) -> CudaResult<Arc<CudaModule>> {
+    fn module(&self) -> CudaResult<Arc<CudaModule>> {
+        type Modules = Mutex<std::collections::HashMap<u32, Arc<CudaModule>>>;
+        static MODULES: OnceLock<Modules> = OnceLock::new();
+        let modules = MODULES.get_or_init(Default::default);
+        // Held while compiling, so two threads do not compile the same source.
+        let mut modules = modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = modules.get(&self.info.ordinal) {
+            return Ok(m.clone());
+        }
         let (major, minor) = self.info.compute_capability;
         let ptx = super::kernels::compile(&format!("compute_{major}{minor}"))?;
-        self.ctx.load_module(ptx).during("loading the compiled kernels")
+        let module = self.ctx.load_module(ptx).during("loading the compiled kernels")?;
+        modules.insert(self.info.ordinal, module.clone());
+        Ok(module)
     }
 
     /// Runs `launch` (which queues work on `stream`), timing it with events when
