@@ -19,7 +19,8 @@ use thiserror::Error;
 
 use crate::alloc::consts::GIB;
 use crate::alloc::{
-    AllocError, AllocatorConfig, CachingAllocator, ConfigError, HostMemory, MemoryStats, physical_memory_bytes,
+    AllocError, AllocatorConfig, CachingAllocator, ConfigError, HostMemory, MemoryStats, StreamId,
+    physical_memory_bytes,
 };
 use crate::cuda::{CudaBackend, CudaError};
 use crate::hooks;
@@ -307,6 +308,28 @@ impl Device {
     /// `torch.cuda.memory_summary(device)`.
     pub fn memory_summary(&self, abbreviated: bool) -> String {
         self.inner.allocator.memory_summary(abbreviated)
+    }
+
+    /// A new stream (`torch.cuda.Stream()`), non-blocking with respect to the
+    /// default stream 0. Host devices run everything in order on the calling
+    /// thread: they have only stream 0.
+    pub fn create_stream(&self) -> Result<StreamId, DeviceError> {
+        match &self.inner.cuda {
+            Some(b) => b.streams().create().map_err(|source| DeviceError::Cuda { device: self.id(), source }),
+            None => Ok(0),
+        }
+    }
+
+    /// Makes stream `waiter` wait (on the device, not the host) for the work
+    /// queued on `producer` so far (`waiter.wait_stream(producer)`).
+    pub fn wait_stream(&self, waiter: StreamId, producer: StreamId) -> Result<(), DeviceError> {
+        match &self.inner.cuda {
+            Some(b) if waiter != producer => b
+                .record_event(producer)
+                .and_then(|e| e.wait_on(waiter))
+                .map_err(|source| DeviceError::Cuda { device: self.id(), source }),
+            _ => Ok(()),
+        }
     }
 
     /// Waits for the device's queued work (`torch.cuda.synchronize`) and emits

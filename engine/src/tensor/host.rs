@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use super::transfer::{cuda_err, emit_copy};
 use super::{DType, Pod, Result, Tensor, TensorError, current_tag};
-use crate::cuda::{COPY_STREAM, CudaBackend, StreamEvent};
+use crate::alloc::StreamId;
+use crate::cuda::{CudaBackend, StreamEvent};
 use crate::device::{Device, DeviceId};
 use crate::hooks::{CopyKind, now_ns};
 
@@ -209,16 +210,16 @@ fn unlock_pages(_: *mut u8, _: usize) {}
 
 impl Tensor {
     /// A tensor on `device` with the first `shape`'s worth of `dtype` values from
-    /// `buffer` (a host-to-device copy).
+    /// `buffer` (a host-to-device copy), like `buffer.to(device, non_blocking=...)`
+    /// on PyTorch's default stream.
     ///
-    /// On a GPU, like `tensor.to("cuda", non_blocking=...)`: a blocking copy
-    /// returns when the values have arrived; a non-blocking copy from a
-    /// driver-pinned buffer is queued on the copy stream and returns at once
-    /// (the output is allocated from the copy stream's pool and recorded on the
-    /// compute stream, which waits for the copy before any later work); from a
-    /// pageable buffer the driver stages the bytes, so the call returns once
-    /// they are staged. On the synchronous CPU backend the copy is complete
-    /// when this returns.
+    /// On a GPU a blocking copy returns when the values have arrived. A
+    /// non-blocking copy from a driver-pinned buffer is queued and returns at
+    /// once: the host runs on, but the copy is ordered with the compute on the
+    /// default stream, so it cannot overlap kernels queued after it — that takes
+    /// a side stream ([`Tensor::from_host_on_stream`]). From a pageable buffer the
+    /// driver stages the bytes, so the call returns once they are staged. On the
+    /// synchronous CPU backend every copy is complete when this returns.
     pub fn from_host(
         buffer: &HostBuffer,
         shape: &[usize],
@@ -226,45 +227,25 @@ impl Tensor {
         device: &Device,
         non_blocking: bool,
     ) -> Result<Tensor> {
-        const OP: &str = "from_host";
-        let started = now_ns();
-        let n: usize = shape.iter().product();
-        let bytes = n * dtype.size_bytes();
-        if bytes > buffer.len() {
-            return Err(TensorError::DataLength {
-                op: OP,
-                shape: shape.to_vec(),
-                len: buffer.len() / dtype.size_bytes(),
-                expected: n,
-            });
-        }
-        buffer.wait()?;
-        let Some(gpu) = device.cuda() else {
-            let out = Tensor::uninit(shape, dtype, device)?;
-            if bytes > 0 {
-                // SAFETY: both ranges hold `bytes` bytes and belong to different owners.
-                unsafe { std::ptr::copy_nonoverlapping(buffer.ptr, out.data_ptr() as *mut u8, bytes) };
-            }
-            emit_copy(device, CopyKind::HostToDevice, bytes, buffer.is_pinned(), non_blocking, 0, started);
-            return Ok(out);
-        };
-        let asynchronous = non_blocking && buffer.is_device_pinned();
-        let stream = if asynchronous { COPY_STREAM } else { 0 };
-        let out = Tensor::uninit_on(shape, dtype, device, current_tag(), stream)?;
-        // SAFETY: the buffer holds `bytes`; it is pinned and kept alive and
-        // unwritten until the copy has run (`set_in_flight`), or pageable and
-        // staged before the call returns. `out` is new device memory.
-        unsafe { gpu.copy_htod(out.data_ptr(), buffer.ptr, bytes, stream) }.map_err(cuda_err(OP))?;
-        if asynchronous {
-            let copied = gpu.record_event(COPY_STREAM).map_err(cuda_err(OP))?;
-            copied.wait_on(0).map_err(cuda_err(OP))?;
-            out.record_stream(0);
-            buffer.set_in_flight(copied);
-        } else if !non_blocking {
-            gpu.synchronize_stream(0).map_err(cuda_err(OP))?;
-        }
-        emit_copy(device, CopyKind::HostToDevice, bytes, buffer.is_page_locked(), non_blocking, stream, started);
-        Ok(out)
+        copy_from_host(buffer, shape, dtype, device, non_blocking, 0)
+    }
+
+    /// A non-blocking host-to-device copy on `stream` (PyTorch's
+    /// `with torch.cuda.stream(s): t = buffer.to(device, non_blocking=True)`):
+    /// the tensor is allocated from `stream`'s pool and the copy is queued there,
+    /// so it overlaps with work on other streams. Before another stream uses the
+    /// tensor, make it wait ([`Device::wait_stream`]) and record the tensor on it
+    /// ([`Tensor::record_stream`]) — the allocator then keeps the block until
+    /// that stream's work is done. Host devices have no streams: the copy is
+    /// complete when this returns.
+    pub fn from_host_on_stream(
+        buffer: &HostBuffer,
+        shape: &[usize],
+        dtype: DType,
+        device: &Device,
+        stream: StreamId,
+    ) -> Result<Tensor> {
+        copy_from_host(buffer, shape, dtype, device, true, stream)
     }
 
     /// Copies the values into `buffer` (device-to-host). On a GPU a blocking copy
@@ -304,4 +285,48 @@ impl Tensor {
         emit_copy(self.device(), CopyKind::DeviceToHost, bytes, buffer.is_page_locked(), non_blocking, 0, started);
         Ok(())
     }
+}
+
+fn copy_from_host(
+    buffer: &HostBuffer,
+    shape: &[usize],
+    dtype: DType,
+    device: &Device,
+    non_blocking: bool,
+    stream: StreamId,
+) -> Result<Tensor> {
+    const OP: &str = "from_host";
+    let started = now_ns();
+    let n: usize = shape.iter().product();
+    let bytes = n * dtype.size_bytes();
+    if bytes > buffer.len() {
+        return Err(TensorError::DataLength {
+            op: OP,
+            shape: shape.to_vec(),
+            len: buffer.len() / dtype.size_bytes(),
+            expected: n,
+        });
+    }
+    buffer.wait()?;
+    let Some(gpu) = device.cuda() else {
+        let out = Tensor::uninit(shape, dtype, device)?;
+        if bytes > 0 {
+            // SAFETY: both ranges hold `bytes` bytes and belong to different owners.
+            unsafe { std::ptr::copy_nonoverlapping(buffer.ptr, out.data_ptr() as *mut u8, bytes) };
+        }
+        emit_copy(device, CopyKind::HostToDevice, bytes, buffer.is_pinned(), non_blocking, 0, started);
+        return Ok(out);
+    };
+    let out = Tensor::uninit_on(shape, dtype, device, current_tag(), stream)?;
+    // SAFETY: the buffer holds `bytes`; if pinned it is kept alive and unwritten
+    // until the copy has run (`set_in_flight`), if pageable the driver stages it
+    // before returning. `out` is new device memory of `bytes`.
+    unsafe { gpu.copy_htod(out.data_ptr(), buffer.ptr, bytes, stream) }.map_err(cuda_err(OP))?;
+    if non_blocking && buffer.is_device_pinned() {
+        buffer.set_in_flight(gpu.record_event(stream).map_err(cuda_err(OP))?);
+    } else if !non_blocking {
+        gpu.synchronize_stream(stream).map_err(cuda_err(OP))?;
+    }
+    emit_copy(device, CopyKind::HostToDevice, bytes, buffer.is_page_locked(), non_blocking, stream, started);
+    Ok(out)
 }
