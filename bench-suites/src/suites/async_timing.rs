@@ -127,6 +127,8 @@ struct KernelTimes {
     device: u32,
     name: &'static str,
     durations_ns: Mutex<Vec<f64>>,
+    /// Host time each launch took (the call returning, not the kernel running).
+    launches_ns: Mutex<Vec<f64>>,
 }
 
 impl Subscriber for KernelTimes {
@@ -136,6 +138,7 @@ impl Subscriber for KernelTimes {
             && k.name == self.name
         {
             self.durations_ns.lock().unwrap_or_else(|e| e.into_inner()).push(k.duration_ns as f64);
+            self.launches_ns.lock().unwrap_or_else(|e| e.into_inner()).push(k.launch_ns as f64);
         }
     }
 }
@@ -153,6 +156,7 @@ fn device_events(ctx: &Context, n: usize, medians: &Medians) -> Result<CaseOutpu
         device: device.id().event_index(),
         name: "matmul",
         durations_ns: Mutex::new(Vec::new()),
+        launches_ns: Mutex::new(Vec::new()),
     });
     let hooks = device.allocator().hooks().clone();
     let id = hooks.subscribe(times.clone());
@@ -172,11 +176,18 @@ fn device_events(ctx: &Context, n: usize, medians: &Medians) -> Result<CaseOutpu
             "the {device} backend reported no kernel events with device times"
         )));
     }
+    let mut launches = std::mem::take(&mut *times.launches_ns.lock().unwrap_or_else(|e| e.into_inner()));
+    launches.sort_by(f64::total_cmp);
+    let launch_median = launches.get(launches.len() / 2).copied().unwrap_or(0.0);
     let stats = summarize(durations, 1, "device_events");
     let median = stats.median_ns;
     let mut out = CaseOutput::timed(stats)
+        .metric("launch_median_ns", launch_median)
         .metric("throughput_gflops", if median > 0.0 { 2.0 * (n as f64).powi(3) / median } else { 0.0 })
-        .note("the kernel's own time between device events, without launch or synchronization overhead");
+        .note(
+            "the kernel's own time between device events, without launch or synchronization overhead; \
+               launch_median_ns is the host time the launch call took",
+        );
     if let Some(sync) = recorded(medians, SYNC).filter(|_| median > 0.0) {
         out = out.metric("synchronized_host_over_device_ratio", sync / median);
     }
