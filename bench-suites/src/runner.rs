@@ -61,7 +61,10 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
     let profiler = if profile {
         let hub = ctx.device.allocator().hooks().clone();
         let index = ctx.device.id().event_index();
-        let info = DeviceInfo::cpu(index);
+        let info = match ctx.device.id() {
+            id if id.kind == vramlab_engine::device::DeviceKind::Cuda => DeviceInfo::cuda(index, id.index, None),
+            _ => DeviceInfo::cpu(index),
+        };
         let mut cfg = ProfilerConfig::on(hub).device(info).without_sampling();
         if !std::sync::Arc::ptr_eq(ctx.device.allocator().hooks(), &ctx.hooks) {
             cfg = cfg.also_on(ctx.hooks.clone());
@@ -72,6 +75,9 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
     };
     let started = now_ns();
     let outcome = catch_unwind(AssertUnwindSafe(|| run(ctx)));
+    // A GPU's queued work belongs to this case, and its kernel events are
+    // emitted once the device has run them: wait before stopping the profiler.
+    let synchronized = ctx.device.synchronize();
     let duration_ns = now_ns() - started;
     let memory = profiler.map(|p| p.stop()).and_then(|profile| {
         let d =
@@ -125,6 +131,10 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
         }
         Ok(Err(e)) => result.outcome = Outcome::Failed { message: e.to_string() },
         Err(panic) => result.outcome = Outcome::Failed { message: format!("panicked: {}", panic_message(&panic)) },
+    }
+    if let (Outcome::Ok, Err(e)) = (&result.outcome, synchronized) {
+        // The case's own work failed on the device after it returned.
+        result.outcome = Outcome::Failed { message: format!("the device failed while finishing the case's work: {e}") };
     }
     result
 }
