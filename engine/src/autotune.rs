@@ -318,40 +318,144 @@ impl Autotuner {
             })
             .collect();
         let tuning_ns = now_ns().saturating_sub(started);
-        // Load only ever slows a run down, so the minimum is the steadiest score.
-        let score = |i: usize| timings[i].min_ns;
-        let best_index = (0..candidates.len()).filter(|&i| keep[i]).min_by_key(|&i| score(i));
-        let best = match best_index {
+        let h = candidates.iter().position(|&a| a == heuristic);
+        let best = match pick(&timings, &keep, h) {
+            Some(i) => candidates[i],
             None => heuristic,
-            Some(b) => {
-                // Keep the heuristic's choice unless another is clearly faster.
-                let h = candidates.iter().position(|&a| a == heuristic);
-                match h {
-                    Some(h) if (score(h) as f64) <= score(b) as f64 * (1.0 + MIN_GAIN) => heuristic,
-                    _ => candidates[b],
-                }
-            }
         };
+        self.store(key, fingerprint, A::OP, names, timings, best.name(), tuning_ns);
+        Ok(best)
+    }
+
+    /// Caches a tuning's choice and keeps its record.
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &self,
+        key: String,
+        fingerprint: String,
+        op: &str,
+        names: Vec<String>,
+        timings: Vec<CandidateTiming>,
+        choice: &str,
+        tuning_ns: u64,
+    ) {
         let mut st = self.lock();
         st.cache.insert(
             key.clone(),
             CacheEntry {
                 device: fingerprint,
                 candidates: names,
-                choice: best.name().to_owned(),
+                choice: choice.to_owned(),
                 timings_ns: timings.iter().map(|t| t.median_ns).collect(),
             },
         );
         st.records.push(TuningRecord {
             key,
-            op: A::OP.to_owned(),
+            op: op.to_owned(),
             candidates: timings,
-            choice: best.name().to_owned(),
+            choice: choice.to_owned(),
             tuning_ns,
         });
         // A cache that cannot be written costs a re-tune next time, not this op.
         let _ = Autotuner::save(&st);
+    }
+
+    /// [`choose`](Self::choose) for algorithms that a library lists at run time
+    /// (cuDNN's, plus vramlab's own GPU fallbacks) rather than an [`Algorithm`]
+    /// type. `candidates` is in the library's order of preference and
+    /// `candidates[heuristic]` is what `off` mode runs; `deterministic` mode takes
+    /// the heuristic's choice when it is reproducible, else the first reproducible
+    /// candidate. In benchmark mode a cache miss calls `measure` once; it returns
+    /// each candidate's timed runs in ns, in `candidates`' order (no runs: the
+    /// candidate could not run — it is never chosen, and left out of the record).
+    /// The same rule as [`choose`](Self::choose) picks: the fastest run wins, the
+    /// heuristic's choice unless another beats it by [`MIN_GAIN`]. Returns an index
+    /// into `candidates` (`heuristic` when `candidates` is empty).
+    #[allow(clippy::too_many_arguments)]
+    pub fn choose_runtime<P: Debug, E>(
+        &self,
+        device: &Device,
+        op: &'static str,
+        problem: &P,
+        dtype: DType,
+        candidates: &[RuntimeCandidate],
+        heuristic: usize,
+        measure: impl FnOnce() -> Result<Vec<Vec<u64>>, E>,
+    ) -> Result<usize, E> {
+        if candidates.is_empty() {
+            return Ok(heuristic);
+        }
+        let heuristic = heuristic.min(candidates.len() - 1);
+        match self.mode() {
+            TuneMode::Off => return Ok(heuristic),
+            TuneMode::Deterministic => {
+                if candidates[heuristic].reproducible {
+                    return Ok(heuristic);
+                }
+                return Ok(candidates.iter().position(|c| c.reproducible).unwrap_or(heuristic));
+            }
+            TuneMode::Benchmark => {}
+        }
+        let names: Vec<String> = candidates.iter().map(|c| c.name.to_owned()).collect();
+        let fingerprint = device_fingerprint(device);
+        let key = format!("{}|{}|{:?}|{}", op, dtype.as_str(), problem, fingerprint);
+        {
+            let st = self.lock();
+            if let Some(e) = st.cache.get(&key)
+                && e.device == fingerprint
+                && e.candidates == names
+                && let Some(i) = candidates.iter().position(|c| c.name == e.choice)
+            {
+                return Ok(i);
+            }
+        }
+        let started = now_ns();
+        let mut runs = measure()?;
+        runs.resize(candidates.len(), Vec::new());
+        let keep: Vec<bool> = runs.iter().map(|r| !r.is_empty()).collect();
+        let timings: Vec<CandidateTiming> = candidates
+            .iter()
+            .zip(runs)
+            .map(|(c, runs_ns)| {
+                let mut sorted = runs_ns.clone();
+                sorted.sort_unstable();
+                CandidateTiming {
+                    algorithm: c.name.to_owned(),
+                    reproducible: c.reproducible,
+                    median_ns: sorted.get(sorted.len() / 2).copied().unwrap_or(0),
+                    min_ns: sorted.first().copied().unwrap_or(0),
+                    dropped: false,
+                    runs_ns,
+                }
+            })
+            .collect();
+        let tuning_ns = now_ns().saturating_sub(started);
+        let best = pick(&timings, &keep, Some(heuristic)).unwrap_or(heuristic);
+        let ran: Vec<CandidateTiming> = timings.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(t, _)| t).collect();
+        self.store(key, fingerprint, op, names, ran, candidates[best].name, tuning_ns);
         Ok(best)
+    }
+}
+
+/// One candidate of [`Autotuner::choose_runtime`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeCandidate {
+    /// Stable name (kernel events and the cache use it).
+    pub name: &'static str,
+    /// Bitwise-identical results on every run with the same inputs.
+    pub reproducible: bool,
+}
+
+/// The tuning's choice among the candidates still in the running (`keep`),
+/// scored by their fastest run (load only ever slows a run down, so the minimum
+/// is the steadiest score): the heuristic's choice (`heuristic`, an index) is
+/// kept unless another beats it by [`MIN_GAIN`]. `None` when none is in the running.
+fn pick(timings: &[CandidateTiming], keep: &[bool], heuristic: Option<usize>) -> Option<usize> {
+    let score = |i: usize| timings[i].min_ns;
+    let best = (0..timings.len()).filter(|&i| keep[i]).min_by_key(|&i| score(i))?;
+    match heuristic {
+        Some(h) if keep[h] && (score(h) as f64) <= score(best) as f64 * (1.0 + MIN_GAIN) => Some(h),
+        _ => Some(best),
     }
 }
 
@@ -458,6 +562,73 @@ mod tests {
         let p = ConvProblem { pass: ConvPass::BackwardWeight, shape: Conv2dShape::new(4, 3, 8, 8, 4, 3, 3) };
         let a: ConvAlgo = t.choose(&Device::cpu(), &p, DType::F32, |_| Ok::<_, ()>(1)).unwrap();
         assert!(a.is_reproducible(&p));
+    }
+
+    fn runtime_candidates() -> [RuntimeCandidate; 3] {
+        [
+            RuntimeCandidate { name: "lib_fast_nondet", reproducible: false },
+            RuntimeCandidate { name: "lib_det", reproducible: true },
+            RuntimeCandidate { name: "own_det", reproducible: true },
+        ]
+    }
+
+    #[test]
+    fn runtime_off_and_deterministic_do_not_measure() {
+        let t = Autotuner::default();
+        let c = runtime_candidates();
+        let never = || -> Result<Vec<Vec<u64>>, ()> { panic!("no timing outside benchmark mode") };
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 0, never), Ok(0));
+        t.set_mode(TuneMode::Deterministic);
+        // The heuristic's choice is not reproducible: the first that is.
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 0, never), Ok(1));
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 2, never), Ok(2));
+        // No candidates at all: the heuristic index, untouched.
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &[], 0, never), Ok(0));
+        assert!(t.records().is_empty());
+    }
+
+    #[test]
+    fn runtime_benchmark_picks_the_fastest_that_ran_and_caches_it() {
+        let t = Autotuner::default();
+        t.set_mode(TuneMode::Benchmark);
+        let c = runtime_candidates();
+        // The fastest run belongs to a candidate that could not run in full: it
+        // has no runs, so it is out; of the others `own_det` is clearly faster.
+        let mut calls = 0;
+        let chosen = t
+            .choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F16, &c, 0, || {
+                calls += 1;
+                Ok::<_, ()>(vec![vec![], vec![900, 1000], vec![500, 400, 450]])
+            })
+            .unwrap();
+        assert_eq!((chosen, calls), (2, 1));
+        let rec = t.records();
+        assert_eq!(rec.len(), 1);
+        assert_eq!(rec[0].op, "conv2d");
+        assert_eq!(rec[0].choice, "own_det");
+        assert!(rec[0].key.starts_with("conv2d|float16|"), "{}", rec[0].key);
+        assert!(rec[0].key.contains(&format!("{:?}", problem())));
+        // Only candidates that ran are in the record, with their runs.
+        let names: Vec<&str> = rec[0].candidates.iter().map(|c| c.algorithm.as_str()).collect();
+        assert_eq!(names, ["lib_det", "own_det"]);
+        assert_eq!((rec[0].candidates[1].min_ns, rec[0].candidates[1].median_ns), (400, 450));
+        // Cached: no measuring the second time.
+        let never = || -> Result<Vec<Vec<u64>>, ()> { panic!("cached") };
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F16, &c, 0, never), Ok(2));
+        // Another candidate set (a library that lists another algorithm) re-tunes.
+        let fewer = &c[1..];
+        let again = t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F16, fewer, 0, || {
+            Ok::<_, ()>(vec![vec![100], vec![101]])
+        });
+        // A near tie keeps the heuristic's choice.
+        assert_eq!(again, Ok(0));
+        assert_eq!(t.records().len(), 2);
+        // Errors from measuring propagate and cache nothing.
+        let t2 = Autotuner::default();
+        t2.set_mode(TuneMode::Benchmark);
+        let failed = t2.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 0, || Err("device lost"));
+        assert_eq!(failed, Err("device lost"));
+        assert_eq!(t2.cached(), 0);
     }
 
     #[test]

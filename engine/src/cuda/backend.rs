@@ -74,6 +74,10 @@ pub struct CudaBackend {
     event_device: u32,
     timing: Mutex<Timing>,
     functions: Mutex<std::collections::HashMap<&'static str, CudaFunction>>,
+    /// The cuBLAS and cuDNN handles, each made on first use ([`super::blas`],
+    /// [`super::conv`]).
+    pub(super) blas: OnceLock<CudaResult<super::blas::Blas>>,
+    pub(super) dnn: OnceLock<CudaResult<super::conv::Dnn>>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -139,6 +143,8 @@ impl CudaBackend {
             event_device,
             timing: Mutex::new(timing),
             functions: Mutex::new(std::collections::HashMap::new()),
+            blas: OnceLock::new(),
+            dnn: OnceLock::new(),
         }))
     }
 

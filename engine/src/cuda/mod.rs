@@ -7,17 +7,25 @@
 //! - [`backend`]: one device's context, streams, compiled kernels and timing;
 //! - [`memory`]: the raw memory under the caching allocator (`cuMemAlloc`);
 //! - [`streams`]: numbered streams (0 default, 1 copies);
-//! - [`kernels`]: the CUDA C source compiled with NVRTC.
+//! - [`kernels`]: the CUDA C source compiled with NVRTC;
+//! - [`blas`]: matrix products through cuBLAS;
+//! - [`conv`]: convolutions through cuDNN, and im2col + cuBLAS without it;
+//! - `ops`: the other tensor ops, on the NVRTC kernels.
 
 pub mod backend;
+pub mod blas;
+pub mod conv;
 pub mod copy;
 pub mod error;
 pub mod kernels;
 pub mod libs;
 pub mod memory;
+pub(crate) mod ops;
 pub mod streams;
 
 pub use backend::{CudaBackend, CudaInfo, probe};
+pub use blas::{clear_cublas_workspace, matmul_allow_tf32, set_matmul_allow_tf32};
+pub use conv::{cudnn_allow_tf32, cudnn_version, set_cudnn_allow_tf32};
 pub use copy::StreamEvent;
 pub use error::{CudaError, CudaResult};
 pub use libs::CudaLib;

@@ -12,6 +12,7 @@ use crate::cpu_kernels::{
     self as k, Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, Element, ElementwiseOp, KernelCall, MatmulAlgo,
     MatmulShape, MaxPool2dShape,
 };
+use crate::cuda::ops as gpu_ops;
 use crate::device::Device;
 use crate::hooks::{Event, KernelEvent, Tag, now_ns};
 
@@ -60,10 +61,11 @@ fn same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     }
 }
 
+/// The golden rule and equal dtypes: the checks every two-operand op makes
+/// first, on any device.
 fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     same_device(op, a, b)?;
-    same_dtype(op, a, b)?;
-    a.check_host(op)
+    same_dtype(op, a, b)
 }
 
 fn need_f32(op: &'static str, t: &Tensor) -> Result<()> {
@@ -155,6 +157,9 @@ impl Tensor {
     fn binary(&self, name: &'static str, op: ElementwiseOp, other: &Tensor) -> Result<Tensor> {
         check_pair(name, self, other)?;
         same_shape(name, self, other)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::binary(gpu, name, op, self, other);
+        }
         with_float!(self.dtype(), name, |T| {
             let (a, b) = (self.host_slice::<T>(name)?, other.host_slice::<T>(name)?);
             unary::<T>(op, self, |y| match op {
@@ -182,7 +187,9 @@ impl Tensor {
     }
 
     fn unary_op(&self, name: &'static str, op: ElementwiseOp, alpha: f32) -> Result<Tensor> {
-        self.check_host(name)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::unary(gpu, name, op, self, alpha);
+        }
         with_float!(self.dtype(), name, |T| {
             let x = self.host_slice::<T>(name)?;
             unary::<T>(op, self, |y| match op {
@@ -196,12 +203,12 @@ impl Tensor {
     /// Matrix product `[m, k] · [k, n]`, or batched `[b, m, k] · [b, k, n]`.
     /// The algorithm comes from the autotuner.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        Ok(self.matmul_timed(other)?.0)
+        Ok(self.matmul_impl(other, false, false, false)?.0)
     }
 
     /// [`matmul`](Self::matmul) with the algorithm chosen and its time.
     pub fn matmul_timed(&self, other: &Tensor) -> Result<(Tensor, KernelTiming)> {
-        self.matmul_impl(other, false, false)
+        self.matmul_impl(other, false, false, true)
     }
 
     /// `op(a) · op(b)` where `op` transposes the last two dimensions of an operand
@@ -210,7 +217,7 @@ impl Tensor {
     /// kernel reads the operands with swapped strides. A linear layer's forward is
     /// `x · wᵀ` (`trans_b`), its weight gradient `gyᵀ · x` (`trans_a`).
     pub fn matmul_transposed(&self, other: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
-        Ok(self.matmul_impl(other, trans_a, trans_b)?.0)
+        Ok(self.matmul_impl(other, trans_a, trans_b, false)?.0)
     }
 
     /// [`matmul_transposed`](Self::matmul_transposed) with the algorithm chosen and its time.
@@ -220,10 +227,19 @@ impl Tensor {
         trans_a: bool,
         trans_b: bool,
     ) -> Result<(Tensor, KernelTiming)> {
-        self.matmul_impl(other, trans_a, trans_b)
+        self.matmul_impl(other, trans_a, trans_b, true)
     }
 
-    fn matmul_impl(&self, other: &Tensor, trans_a: bool, trans_b: bool) -> Result<(Tensor, KernelTiming)> {
+    /// The matrix products. On a GPU, `timed` waits for the product and reports
+    /// its device time; untimed products are only queued (0 ns). Host products
+    /// always run to completion and report their time.
+    fn matmul_impl(
+        &self,
+        other: &Tensor,
+        trans_a: bool,
+        trans_b: bool,
+        timed: bool,
+    ) -> Result<(Tensor, KernelTiming)> {
         const OP: &str = "matmul";
         check_pair(OP, self, other)?;
         let (a, b) = (self.shape(), other.shape());
@@ -258,6 +274,9 @@ impl Tensor {
             dtype: self.dtype(),
             reason: "matmul needs a float dtype",
         })?;
+        if let Some(backend) = self.device().cuda() {
+            return crate::cuda::blas::matmul(backend, self, other, shape, &out_shape, timed);
+        }
         let device = self.device().clone();
         with_float!(self.dtype(), OP, |T| {
             let (a, b) = (self.host_slice::<T>(OP)?, other.host_slice::<T>(OP)?);
@@ -296,8 +315,10 @@ impl Tensor {
 
     fn softmax_impl(&self, log: bool) -> Result<Tensor> {
         let op = if log { "log_softmax" } else { "softmax" };
-        self.check_host(op)?;
         let (rows, cols) = rows_cols(op, self)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::softmax(gpu, op, self, (rows, cols), log);
+        }
         let dtype = self.dtype();
         with_float!(dtype, op, |T| {
             let start = now_ns();
@@ -326,6 +347,9 @@ impl Tensor {
         check_pair(op, self, gy)?;
         same_shape(op, self, gy)?;
         let (rows, cols) = rows_cols(op, self)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::softmax_backward(gpu, op, self, gy, (rows, cols), log);
+        }
         let dtype = self.dtype();
         with_float!(dtype, op, |T| {
             let start = now_ns();
@@ -350,6 +374,9 @@ impl Tensor {
         same_device(OP, self, labels)?;
         need_f32(OP, self)?;
         let (rows, classes) = ce_shape(OP, self, labels)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::cross_entropy(gpu, OP, self, labels, (rows, classes));
+        }
         let start = now_ns();
         let loss = k::cross_entropy(self.host_slice::<f32>(OP)?, labels.host_slice::<i64>(OP)?, rows, classes)?;
         emit_kernel(self.device(), OP, "cpu", start, KernelCall::CrossEntropy { backward: false, rows, classes });
@@ -363,6 +390,9 @@ impl Tensor {
         same_device(OP, self, labels)?;
         need_f32(OP, self)?;
         let (rows, classes) = ce_shape(OP, self, labels)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::cross_entropy_backward(gpu, OP, self, labels, (rows, classes), grad_out);
+        }
         let start = now_ns();
         let (x, l) = (self.host_slice::<f32>(OP)?, labels.host_slice::<i64>(OP)?);
         let out = output::<f32>(self.shape(), self.device(), |g| {
@@ -378,6 +408,9 @@ impl Tensor {
         check_pair(OP, self, target)?;
         same_shape(OP, self, target)?;
         need_f32(OP, self)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::mse(gpu, OP, self, target);
+        }
         let start = now_ns();
         let loss = k::mse(self.host_slice::<f32>(OP)?, target.host_slice::<f32>(OP)?)?;
         emit_kernel(self.device(), OP, "cpu", start, KernelCall::Mse { backward: false, len: self.numel() });
@@ -390,6 +423,9 @@ impl Tensor {
         check_pair(OP, self, target)?;
         same_shape(OP, self, target)?;
         need_f32(OP, self)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::mse_backward(gpu, OP, self, target, grad_out);
+        }
         let start = now_ns();
         let (p, t) = (self.host_slice::<f32>(OP)?, target.host_slice::<f32>(OP)?);
         let out = output::<f32>(self.shape(), self.device(), |g| k::mse_backward(p, t, grad_out, g))?;
@@ -409,7 +445,9 @@ impl Tensor {
 
     fn reduce(&self, mean: bool) -> Result<Tensor> {
         let op = if mean { "mean" } else { "sum" };
-        self.check_host(op)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::reduce(gpu, op, self, mean);
+        }
         let dtype = self.dtype();
         let start = now_ns();
         let value = with_float!(dtype, op, |T| {
@@ -435,20 +473,29 @@ impl Tensor {
                 reason: "item needs exactly one element".into(),
             });
         }
+        if !self.device().is_cpu() {
+            // `tensor.item()` on a GPU: a copy to the host, which waits for the device.
+            return self.to(&Device::cpu())?.item();
+        }
         Ok(self.to_f64_vec()?[0])
     }
 
     /// 2-d convolution, NCHW input `[n, c, h, w]` and weight `[k, c, r, s]`.
     /// The algorithm comes from the autotuner.
     pub fn conv2d(&self, weight: &Tensor, opts: Conv2dOptions) -> Result<Tensor> {
-        Ok(self.conv2d_timed(weight, opts)?.0)
+        Ok(self.conv2d_impl(weight, opts, false)?.0)
     }
 
-    /// [`conv2d`](Self::conv2d) with the algorithm chosen and its time.
+    /// [`conv2d`](Self::conv2d) with the algorithm chosen and its time (on a GPU,
+    /// waits for the convolution and reports its device time).
     pub fn conv2d_timed(&self, weight: &Tensor, opts: Conv2dOptions) -> Result<(Tensor, KernelTiming)> {
+        self.conv2d_impl(weight, opts, true)
+    }
+
+    fn conv2d_impl(&self, weight: &Tensor, opts: Conv2dOptions, timed: bool) -> Result<(Tensor, KernelTiming)> {
         let shape = conv_shape("conv2d", self.shape(), weight.shape(), opts)?;
         check_pair("conv2d", self, weight)?;
-        conv_pass(ConvPass::Forward, shape, self, weight)
+        conv_pass(ConvPass::Forward, shape, self, weight, timed)
     }
 
     /// The gradient of `conv2d` with respect to its input, from the weight and `gy`.
@@ -462,7 +509,7 @@ impl Tensor {
         let shape = conv_shape("conv2d_backward_data", input_shape, weight.shape(), opts)?;
         check_pair("conv2d_backward_data", weight, gy)?;
         expect_shape("conv2d_backward_data", gy, &shape.y_dims())?;
-        Ok(conv_pass(ConvPass::BackwardData, shape, weight, gy)?.0)
+        Ok(conv_pass(ConvPass::BackwardData, shape, weight, gy, false)?.0)
     }
 
     /// The gradient of `conv2d` with respect to its weight, from the input and `gy`.
@@ -475,15 +522,17 @@ impl Tensor {
         let shape = conv_shape("conv2d_backward_weight", input.shape(), weight_shape, opts)?;
         check_pair("conv2d_backward_weight", input, gy)?;
         expect_shape("conv2d_backward_weight", gy, &shape.y_dims())?;
-        Ok(conv_pass(ConvPass::BackwardWeight, shape, input, gy)?.0)
+        Ok(conv_pass(ConvPass::BackwardWeight, shape, input, gy, false)?.0)
     }
 
     /// Max pooling with a square `kernel` and `stride`; returns the output and the
     /// argmax indices (i64) that the backward pass needs.
     pub fn max_pool2d(&self, kernel: usize, stride: usize) -> Result<(Tensor, Tensor)> {
         const OP: &str = "max_pool2d";
-        self.check_host(OP)?;
         let shape = pool_shape(OP, self.shape(), kernel, stride)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::max_pool2d(gpu, OP, self, shape);
+        }
         let dims = [shape.n, shape.c, shape.out_h(), shape.out_w()];
         let dtype = self.dtype();
         with_float!(dtype, OP, |T| {
@@ -514,6 +563,9 @@ impl Tensor {
         const OP: &str = "max_pool2d_backward";
         same_device(OP, indices, gy)?;
         let shape = pool_shape(OP, input_shape, kernel, stride)?;
+        if let Some(gpu) = gy.device().cuda() {
+            return gpu_ops::max_pool2d_backward(gpu, OP, indices, gy, input_shape, shape);
+        }
         let dtype = gy.dtype();
         with_float!(dtype, OP, |T| {
             let start = now_ns();
@@ -590,7 +642,18 @@ impl ConvDims for Conv2dShape {
 
 /// One conv pass with the autotuner's algorithm: `a`, `b` are (x, w) forward,
 /// (w, gy) backward-data, (x, gy) backward-weight.
-fn conv_pass(pass: ConvPass, shape: Conv2dShape, a: &Tensor, b: &Tensor) -> Result<(Tensor, KernelTiming)> {
+/// On a GPU, `timed` waits for the pass and reports its device time; untimed
+/// passes are only queued (0 ns).
+fn conv_pass(
+    pass: ConvPass,
+    shape: Conv2dShape,
+    a: &Tensor,
+    b: &Tensor,
+    timed: bool,
+) -> Result<(Tensor, KernelTiming)> {
+    if let Some(backend) = a.device().cuda() {
+        return crate::cuda::conv::conv_pass(backend, pass, shape, a, b, timed);
+    }
     let op = pass.kernel_name();
     let dtype = a.dtype().float().ok_or(TensorError::UnsupportedDType {
         op,
@@ -675,7 +738,9 @@ pub(super) fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
     if t.dtype() == dtype {
         return Ok(t.clone());
     }
-    t.check_host(OP)?;
+    if let Some(gpu) = t.device().cuda() {
+        return gpu_ops::cast(gpu, OP, t, dtype);
+    }
     let (Some(from), Some(to)) = (t.dtype().float(), dtype.float()) else {
         return cast_int(t, dtype);
     };
@@ -699,17 +764,60 @@ fn cast_int(t: &Tensor, dtype: DType) -> Result<Tensor> {
     match dtype {
         DType::I64 => Tensor::from_slice(&values.iter().map(|&v| v as i64).collect::<Vec<_>>(), t.shape(), t.device()),
         DType::F32 => Tensor::from_slice(&values.iter().map(|&v| v as f32).collect::<Vec<_>>(), t.shape(), t.device()),
-        DType::F16 => {
-            Tensor::from_slice(&values.iter().map(|&v| f16::from_f64(v)).collect::<Vec<_>>(), t.shape(), t.device())
-        }
-        DType::BF16 => {
-            Tensor::from_slice(&values.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>(), t.shape(), t.device())
-        }
+        // One rounding (`Element::from_f64`), as the CUDA kernels round.
+        DType::F16 => Tensor::from_slice(
+            &values.iter().map(|&v| <f16 as Element>::from_f64(v)).collect::<Vec<_>>(),
+            t.shape(),
+            t.device(),
+        ),
+        DType::BF16 => Tensor::from_slice(
+            &values.iter().map(|&v| <bf16 as Element>::from_f64(v)).collect::<Vec<_>>(),
+            t.shape(),
+            t.device(),
+        ),
     }
+}
+
+/// `t`'s dtype is `dtype` (the error reading it as `dtype` gives on the host).
+fn expect_dtype(op: &'static str, t: &Tensor, dtype: DType) -> Result<()> {
+    if t.dtype() == dtype { Ok(()) } else { Err(TensorError::DTypeMismatch { op, lhs: t.dtype(), rhs: dtype }) }
 }
 
 /// In-place optimizer updates on f32 parameters.
 impl Tensor {
+    /// The checks of an in-place update on a GPU: `self` holds the only
+    /// reference to its storage (as `unique_slice_mut` demands on the host).
+    fn check_unique(&mut self, op: &'static str) -> Result<()> {
+        if self.is_unique() {
+            Ok(())
+        } else {
+            Err(TensorError::BadShape {
+                op,
+                shape: self.shape().to_vec(),
+                reason: "an in-place update needs the only reference to the tensor".into(),
+            })
+        }
+    }
+
+    /// The checks of an in-place float op on a GPU, in the host's order: a float
+    /// dtype, then the only reference.
+    fn check_inplace(&mut self, op: &'static str) -> Result<()> {
+        if self.dtype().float().is_none() {
+            return Err(TensorError::UnsupportedDType {
+                op,
+                dtype: self.dtype(),
+                reason: "this op computes in floating point",
+            });
+        }
+        self.check_unique(op)
+    }
+
+    /// [`check_unique`](Self::check_unique) for f32 (`unique_f32_mut`'s checks).
+    fn check_unique_f32(&mut self, op: &'static str) -> Result<()> {
+        need_f32(op, self)?;
+        self.check_unique(op)
+    }
+
     fn unique_f32_mut(&mut self, op: &'static str) -> Result<&mut [f32]> {
         need_f32(op, self)?;
         self.check_host(op)?;
@@ -731,6 +839,14 @@ impl Tensor {
         for other in [grad, &*momentum] {
             same_device(OP, self, other)?;
             same_shape(OP, self, other)?;
+        }
+        if let Some(gpu) = self.device().cuda().cloned() {
+            expect_dtype(OP, grad, DType::F32)?;
+            momentum.check_unique_f32(OP)?;
+            self.check_unique_f32(OP)?;
+            // The CPU kernel's checks of `cfg` and `step`, on no elements.
+            k::sgd_step(cfg, step, &mut [], &[], &mut [])?;
+            return gpu_ops::sgd_step(&gpu, OP, self, grad, Some(&*momentum), cfg, step);
         }
         let start = now_ns();
         let g = grad.host_slice::<f32>(OP)?;
@@ -761,6 +877,15 @@ impl Tensor {
         for other in [grad, &*exp_avg, &*exp_avg_sq] {
             same_device(OP, self, other)?;
             same_shape(OP, self, other)?;
+        }
+        if let Some(gpu) = self.device().cuda().cloned() {
+            expect_dtype(OP, grad, DType::F32)?;
+            exp_avg.check_unique_f32(OP)?;
+            exp_avg_sq.check_unique_f32(OP)?;
+            self.check_unique_f32(OP)?;
+            // The CPU kernel's checks of `cfg` and `step`, on no elements.
+            k::adam_step(cfg, step, &mut [], &[], &mut [], &mut [])?;
+            return gpu_ops::adam_step(&gpu, OP, [&*self, grad, &*exp_avg, &*exp_avg_sq], cfg, step);
         }
         let start = now_ns();
         let g = grad.host_slice::<f32>(OP)?;
@@ -892,6 +1017,9 @@ impl Tensor {
     pub fn add_bias(&self, bias: &Tensor) -> Result<Tensor> {
         const OP: &str = "add_bias";
         let (outer, channels, inner) = check_bias(OP, self, bias)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::add_bias(gpu, OP, self, bias, (channels, inner));
+        }
         with_float!(self.dtype(), OP, |T| {
             let (x, b) = (self.host_slice::<T>(OP)?, bias.host_slice::<T>(OP)?);
             let start = now_ns();
@@ -907,6 +1035,10 @@ impl Tensor {
     pub fn add_bias_(&mut self, bias: &Tensor) -> Result<()> {
         const OP: &str = "add_bias_";
         let (_, channels, inner) = check_bias(OP, self, bias)?;
+        if let Some(gpu) = self.device().cuda().cloned() {
+            self.check_inplace(OP)?;
+            return gpu_ops::add_bias_inplace(&gpu, OP, self, bias, (channels, inner));
+        }
         let (len, device) = (self.numel(), self.device().clone());
         let dtype = self.dtype();
         with_float!(dtype, OP, |T| {
@@ -929,8 +1061,10 @@ impl Tensor {
     /// `[channels]`. Accumulated in f64, stored in `self`'s dtype.
     pub fn bias_grad(&self) -> Result<Tensor> {
         const OP: &str = "bias_grad";
-        self.check_host(OP)?;
         let (outer, channels, inner) = channel_layout(OP, self)?;
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::bias_grad(gpu, OP, self, (outer, channels, inner));
+        }
         let dtype = self.dtype();
         with_float!(dtype, OP, |T| {
             let start = now_ns();
@@ -948,6 +1082,10 @@ impl Tensor {
         const OP: &str = "add_";
         check_pair(OP, self, other)?;
         same_shape(OP, self, other)?;
+        if let Some(gpu) = self.device().cuda().cloned() {
+            self.check_inplace(OP)?;
+            return gpu_ops::add_inplace(&gpu, OP, self, other);
+        }
         let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
         with_float!(dtype, OP, |T| {
             let start = now_ns();
@@ -967,7 +1105,10 @@ impl Tensor {
     /// `self *= alpha` in place (needs the only reference).
     pub fn scale_(&mut self, alpha: f32) -> Result<()> {
         const OP: &str = "scale_";
-        self.check_host(OP)?;
+        if let Some(gpu) = self.device().cuda().cloned() {
+            self.check_inplace(OP)?;
+            return gpu_ops::scale_inplace(&gpu, OP, self, alpha);
+        }
         let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
         with_float!(dtype, OP, |T| {
             let start = now_ns();
@@ -987,7 +1128,10 @@ impl Tensor {
     /// `tensor.fill_(value)`, and `zero_grad(set_to_none=False)`'s zeroing.
     pub fn fill_(&mut self, value: f64) -> Result<()> {
         const OP: &str = "fill_";
-        self.check_host(OP)?;
+        if let Some(gpu) = self.device().cuda().cloned() {
+            self.check_inplace(OP)?;
+            return gpu_ops::fill(&gpu, OP, self, value);
+        }
         let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
         with_float!(dtype, OP, |T| {
             let start = now_ns();
@@ -1016,7 +1160,10 @@ impl Tensor {
     /// reference). What `GradScaler.unscale_` runs on each gradient.
     pub fn unscale_and_check_(&mut self, inv_scale: f32) -> Result<bool> {
         const OP: &str = "non_finite_check_and_unscale";
-        self.check_host(OP)?;
+        if let Some(gpu) = self.device().cuda().cloned() {
+            self.check_inplace(OP)?;
+            return gpu_ops::unscale(&gpu, OP, self, inv_scale);
+        }
         let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
         with_float!(dtype, OP, |T| {
             let start = now_ns();
@@ -1058,9 +1205,11 @@ impl Tensor {
     /// NaN counts as the maximum as in PyTorch).
     pub fn argmax(&self) -> Result<Tensor> {
         const OP: &str = "argmax";
-        self.check_host(OP)?;
         let (rows, cols) = rows_cols(OP, self)?;
         let out_shape = &self.shape()[..self.shape().len() - 1];
+        if let Some(gpu) = self.device().cuda() {
+            return gpu_ops::argmax(gpu, OP, self, (rows, cols), out_shape);
+        }
         let dtype = self.dtype();
         with_float!(dtype, OP, |T| {
             let start = now_ns();
@@ -1103,6 +1252,12 @@ impl Tensor {
                 shape: self.shape().to_vec(),
                 reason: "SGD with momentum needs a momentum buffer".into(),
             });
+        }
+        if let Some(gpu) = self.device().cuda().cloned() {
+            expect_dtype(OP, grad, DType::F32)?;
+            self.check_unique_f32(OP)?;
+            k::sgd_step(cfg, step, &mut [], &[], &mut [])?;
+            return gpu_ops::sgd_step(&gpu, OP, self, grad, None, cfg, step);
         }
         let start = now_ns();
         let g = grad.host_slice::<f32>(OP)?;
