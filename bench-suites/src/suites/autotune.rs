@@ -307,12 +307,16 @@ impl Operands {
                 let opts = Problem::options(&s);
                 match pass {
                     ConvPass::Forward => Ok(Some(self.a.conv2d_timed(&self.b, opts)?.1)),
+                    // No timed variant: on a GPU the call only queues the pass, so
+                    // wait for it, or the clock would stop at the launch.
                     ConvPass::BackwardWeight => {
                         Tensor::conv2d_backward_weight(&self.a, &self.b, &[s.k, s.c, s.r, s.s], opts)?;
+                        self.a.device().synchronize()?;
                         Ok(None)
                     }
                     ConvPass::BackwardData => {
                         Tensor::conv2d_backward_data(&self.a, &self.b, &[s.n, s.c, s.h, s.w], opts)?;
+                        self.a.device().synchronize()?;
                         Ok(None)
                     }
                 }
@@ -404,6 +408,12 @@ fn payback_calls(tuning_ns: f64, off_ns: f64, benchmark_ns: f64) -> Option<f64> 
 }
 
 fn run_case(ctx: &Context, shape: Shape, mode: TuneMode, shared: &Shared) -> Result<CaseOutput, CaseError> {
+    if !ctx.device.is_cpu() && matches!(shape.problem, Problem::Matmul(_)) {
+        return Ok(CaseOutput::not_available(
+            "matmul on a GPU is one cuBLAS call whose kernel cuBLAS picks itself, as in PyTorch: \
+             cudnn.benchmark has no choice to make for it",
+        ));
+    }
     let _mode = ModeGuard::set(mode);
     let ops = Operands::new(shape.problem, &ctx.device, ctx.seed())?;
     let tuned = if mode == TuneMode::Benchmark { Some(tune(&ops)?) } else { None };
@@ -427,7 +437,7 @@ fn run_case(ctx: &Context, shape: Shape, mode: TuneMode, shared: &Shared) -> Res
         .unwrap_or_else(|e| e.into_inner())
         .insert((shape.name, mode_name(mode)), Measured::of(algorithm, &timing));
 
-    let heuristic = shape.problem.heuristic();
+    let heuristic = if ctx.device.is_cpu() { shape.problem.heuristic() } else { "cuDNN heuristic's pick" };
     let mut out = CaseOutput::timed(timing.clone())
         .note(format!("{ALGORITHM_NOTE}{algorithm}"))
         .note(format!("{}: {}", shape.about, shape.problem.describe()))
