@@ -21,7 +21,8 @@ like torch.cuda.memory_stats().";
 const AFTER_HELP: &str = "\
 Examples:
   cargo xtask bench --quick                          every suite, quickly, on the best device here
-  cargo xtask replay trace.jsonl --capacity 24GiB    would this run fit on a 24 GiB card?";
+  cargo xtask replay trace.jsonl --capacity 24GiB    would this run fit on a 24 GiB card?
+  cargo xtask gpu-check --bundle-only                build the GPU test bundle to run on a GPU machine";
 
 const BENCH_ABOUT: &str = "Run the bench suites (the GPU guides' claims, measured) and write the results";
 
@@ -70,6 +71,27 @@ Examples:
 Exit status: 0 when the trace replayed (out-of-memory events are results, not failures);
 1 when the trace is malformed or unreadable (the message names the line); 2 for usage errors.";
 
+const GPU_CHECK_ABOUT: &str = "Build the GPU test bundle (tests + GPU figures, no Rust needed to run it) and run it";
+
+const GPU_CHECK_LONG_ABOUT: &str = "\
+Build, in release, the engine's test binaries (its CUDA tests included) and the gpu_figures
+program into a self-contained bundle folder, with run.sh, PyTorch's reference figures
+(torch_reference.py) and a comparison script; then run the bundle here unless --bundle-only.
+The bundle needs no Rust toolchain and no network: copy the folder to a machine with an
+NVIDIA GPU and run its run.sh there. run.sh runs every test binary (the CUDA tests one at a
+time, with their output), measures vramlab's GPU figures and PyTorch's, writes both as JSON
+and prints them side by side.";
+
+const GPU_CHECK_AFTER_HELP: &str = "\
+Examples:
+  cargo xtask gpu-check                  build the bundle in target/gpu-check/bundle and run it here
+  cargo xtask gpu-check --bundle-only    only build it; then, on the GPU machine:
+                                         target/gpu-check/bundle/run.sh [RESULTS_DIR]
+
+Exit status: 0 when every test passed and the GPU figures were measured; 3 when there is no
+GPU here (the tests passed, the CUDA tests skipped: run the bundle on a GPU machine); 1 when
+a test failed or the bundle could not be built; 2 for usage errors.";
+
 #[derive(Debug, Parser)]
 #[command(name = "xtask", bin_name = "cargo xtask", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
 #[command(propagate_version = true, arg_required_else_help = true)]
@@ -84,6 +106,19 @@ pub enum Command {
     Bench(BenchArgs),
     #[command(about = REPLAY_ABOUT, long_about = REPLAY_LONG_ABOUT, after_help = REPLAY_AFTER_HELP)]
     Replay(ReplayArgs),
+    #[command(about = GPU_CHECK_ABOUT, long_about = GPU_CHECK_LONG_ABOUT, after_help = GPU_CHECK_AFTER_HELP)]
+    GpuCheck(GpuCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuCheckArgs {
+    /// The bundle folder (replaced if it holds an earlier bundle) [default: target/gpu-check/bundle]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Only build the bundle; do not run it here
+    #[arg(long)]
+    pub bundle_only: bool,
 }
 
 #[derive(Debug, Args)]

@@ -233,13 +233,7 @@ impl Tensor {
     /// The matrix products. On a GPU, `timed` waits for the product and reports
     /// its device time; untimed products are only queued (0 ns). Host products
     /// always run to completion and report their time.
-    fn matmul_impl(
-        &self,
-        other: &Tensor,
-        trans_a: bool,
-        trans_b: bool,
-        timed: bool,
-    ) -> Result<(Tensor, KernelTiming)> {
+    fn matmul_impl(&self, other: &Tensor, trans_a: bool, trans_b: bool, timed: bool) -> Result<(Tensor, KernelTiming)> {
         const OP: &str = "matmul";
         check_pair(OP, self, other)?;
         let (a, b) = (self.shape(), other.shape());
