@@ -745,6 +745,12 @@ const FMA_MATH: u32 = 3;
 /// The math type a conv descriptor starts with (PyTorch's
 /// `ConvolutionDescriptor::set`): tensor ops for 16-bit types, FMA for f32
 /// without TF32, default (TF32 allowed) otherwise.
+/// The math a benchmark-mode choice was measured with, in its cache key: a
+/// choice measured without TF32 says nothing of the timings with it.
+fn math_key(dtype: cpu_kernels::DType, tf32: bool) -> &'static str {
+    if dtype == cpu_kernels::DType::F32 && tf32 { "tf32" } else { "full" }
+}
+
 fn initial_math(dtype: cpu_kernels::DType, tf32: bool) -> u32 {
     match dtype {
         cpu_kernels::DType::F16 | cpu_kernels::DType::BF16 => 1,
@@ -1344,40 +1350,48 @@ pub(crate) fn conv_pass(
         timing(&mut |s| run_im2col(&kernels, &blas, s, pass, &d, dtype, (p.a, p.b, p.out), ws))
     };
 
-    let chosen = autotune::global().choose_runtime(device, ConvAlgo::OP, &problem, dtype, &runtime, 0, || {
-        let mut runs = vec![Vec::new(); cands.len()];
-        if let Some((dnn, descs, _)) = &cudnn {
-            let allocator = device.allocator();
-            let max_block = allocator.mem_info().free_bytes.max(allocator.largest_free_block());
-            let want = find_workspace_bytes(&cands, max_block);
-            let (scratch, bytes) = match workspace(device, want) {
-                Ok(t) => (t, want),
-                // Find then measures the algorithms that need none.
-                Err(e) if is_out_of_memory(&e) => (workspace(device, 0)?, 0),
+    let chosen = autotune::global().choose_runtime(
+        device,
+        ConvAlgo::OP,
+        &(problem, math_key(dtype, tf32)),
+        dtype,
+        &runtime,
+        0,
+        || {
+            let mut runs = vec![Vec::new(); cands.len()];
+            if let Some((dnn, descs, _)) = &cudnn {
+                let allocator = device.allocator();
+                let max_block = allocator.mem_info().free_bytes.max(allocator.largest_free_block());
+                let want = find_workspace_bytes(&cands, max_block);
+                let (scratch, bytes) = match workspace(device, want) {
+                    Ok(t) => (t, want),
+                    // Find then measures the algorithms that need none.
+                    Err(e) if is_out_of_memory(&e) => (workspace(device, 0)?, 0),
+                    Err(e) => return Err(e),
+                };
+                let found = dnn.find(pass, descs, p, scratch.data_ptr(), bytes).map_err(cuda)?;
+                runs = found_runs(&cands, &found);
+            }
+            // im2col + cuBLAS: one warm-up, then the tuner's timed runs, by events.
+            let last = cands.len() - 1;
+            if cands[last].method != Method::Im2colCublas {
+                // Its libraries are missing: cuDNN's algorithms only.
+                return Ok(runs);
+            }
+            let ws = match prepare(last) {
+                Ok(Prepared::Im2col(ws)) => ws,
+                Ok(Prepared::Cudnn { .. }) => return Ok(runs),
+                // No room for its column buffer: it does not run.
+                Err(e) if is_out_of_memory(&e) => return Ok(runs),
                 Err(e) => return Err(e),
             };
-            let found = dnn.find(pass, descs, p, scratch.data_ptr(), bytes).map_err(cuda)?;
-            runs = found_runs(&cands, &found);
-        }
-        // im2col + cuBLAS: one warm-up, then the tuner's timed runs, by events.
-        let last = cands.len() - 1;
-        if cands[last].method != Method::Im2colCublas {
-            // Its libraries are missing: cuDNN's algorithms only.
-            return Ok(runs);
-        }
-        let ws = match prepare(last) {
-            Ok(Prepared::Im2col(ws)) => ws,
-            Ok(Prepared::Cudnn { .. }) => return Ok(runs),
-            // No room for its column buffer: it does not run.
-            Err(e) if is_out_of_memory(&e) => return Ok(runs),
-            Err(e) => return Err(e),
-        };
-        let by_events = |launch: Launch<'_>| backend.time_on_device(0, |s| launch(s)).map_err(cuda);
-        let timed_runs = autotune::global().timed_runs();
-        im2col(&ws, &by_events)?;
-        runs[last] = (0..timed_runs).map(|_| im2col(&ws, &by_events)).collect::<Result<Vec<u64>>>()?;
-        Ok(runs)
-    })?;
+            let by_events = |launch: Launch<'_>| backend.time_on_device(0, |s| launch(s)).map_err(cuda);
+            let timed_runs = autotune::global().timed_runs();
+            im2col(&ws, &by_events)?;
+            runs[last] = (0..timed_runs).map(|_| im2col(&ws, &by_events)).collect::<Result<Vec<u64>>>()?;
+            Ok(runs)
+        },
+    )?;
 
     let deterministic = autotune::global().mode() == TuneMode::Deterministic;
     let mut first_oom = None;
