@@ -393,12 +393,16 @@ fn parse_cache_size(s: &str) -> Option<u64> {
 
 /// Looks for a usable CUDA driver: loads `libcuda`, initializes it, checks its
 /// version and counts devices. `Err` says why CUDA is unavailable
-/// ("unavailable: libcuda (the NVIDIA driver) not found (searched …)").
+/// ("libcuda (the NVIDIA driver) not found (searched …)").
 pub fn cuda_probe() -> Result<u32, String> {
     match crate::cuda::probe() {
         Ok(0) => Err("the NVIDIA driver reports no CUDA device".to_owned()),
         Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
+        // The callers say "CUDA unavailable: …" themselves.
+        Err(e) => {
+            let text = e.to_string();
+            Err(text.strip_prefix("unavailable: ").map(str::to_owned).unwrap_or(text))
+        }
     }
 }
 

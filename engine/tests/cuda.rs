@@ -267,10 +267,7 @@ fn cuda_absence_is_a_typed_error_with_the_reason_and_auto_falls_back() {
             assert_eq!(msg, format!("CUDA unavailable: {reason}"));
             if reason.contains("libcuda") {
                 // No driver library at all: the library search's words.
-                assert!(
-                    msg.starts_with("CUDA unavailable: unavailable: libcuda (the NVIDIA driver) not found"),
-                    "{msg}"
-                );
+                assert!(msg.starts_with("CUDA unavailable: libcuda (the NVIDIA driver) not found"), "{msg}");
             }
             assert!(matches!(
                 Device::cuda_with(0, AllocatorConfig::default(), &Hooks::new()),
