@@ -235,19 +235,14 @@ impl Tensor {
         device: &Device,
         fill: impl FnOnce(&mut Storage) -> Result<()>,
     ) -> Result<Tensor> {
-        let len = numel(shape).ok_or_else(|| TensorError::BadShape {
-            op: "alloc",
-            shape: shape.to_vec(),
-            reason: "the element count overflows".into(),
-        })?;
         if !device.is_cpu() {
             // Values are made on the host and copied over, as `torch.tensor(data,
             // device="cuda")` does.
             return Tensor::build(shape, dtype, &Device::cpu(), fill)?.to(device);
         }
-        let mut storage = Storage::new(device, len, dtype, current_tag())?;
-        fill(&mut storage)?;
-        Ok(Tensor { storage: Arc::new(storage), shape: shape.into() })
+        let mut t = Tensor::uninit(shape, dtype, device)?;
+        fill(Arc::get_mut(&mut t.storage).expect("a new tensor is not shared"))?;
+        Ok(t)
     }
 
     /// A tensor of `value`s.
