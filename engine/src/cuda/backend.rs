@@ -180,7 +180,30 @@ impl CudaBackend {
         self.bind()?;
         self.streams.synchronize_all()?;
         self.poll_timings(true);
+        self.refresh_reference();
         Ok(())
+    }
+
+    /// Re-stamps the calibration event while the device is idle: elapsed times
+    /// are f32 milliseconds, whose resolution coarsens as the reference ages
+    /// (0.25 ms after an hour), so kernel starts are placed from a recent one.
+    fn refresh_reference(&self) {
+        let mut timing = self.timing.lock().unwrap_or_else(|e| e.into_inner());
+        if !timing.pending.is_empty() {
+            return;
+        }
+        let Ok(e) = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT) else { return };
+        // SAFETY: a new event recorded on the live default stream of an idle
+        // device, then waited for; the old reference is no longer used.
+        unsafe {
+            if result::event::record(e, self.stream(0).cu_stream()).is_err() || result::event::synchronize(e).is_err() {
+                let _ = result::event::destroy(e);
+                return;
+            }
+            if let Some((old, _)) = timing.reference.replace((e as usize, now_ns())) {
+                let _ = result::event::destroy(old as sys::CUevent);
+            }
+        }
     }
 
     /// A kernel of the backend's CUDA C source (compiled with NVRTC for this GPU
@@ -236,11 +259,19 @@ impl CudaBackend {
         let launched = launch(&s);
         let launch_ns = now_ns().saturating_sub(t0);
         // SAFETY: as above.
-        unsafe { result::event::record(stop, s.cu_stream()) }.during("recording a timing event")?;
+        let recorded = unsafe { result::event::record(stop, s.cu_stream()) }.during("recording a timing event");
         let mut timing = self.timing.lock().unwrap_or_else(|e| e.into_inner());
-        timing.pending.push_back(PendingKernel { start, stop, name, algorithm, stream, launch_ns, call });
-        drop(timing);
-        launched
+        match (launched, recorded) {
+            (Ok(()), Ok(())) => {
+                timing.pending.push_back(PendingKernel { start, stop, name, algorithm, stream, launch_ns, call });
+                Ok(())
+            }
+            // Nothing ran, or it cannot be timed: no kernel event.
+            (Err(e), _) | (_, Err(e)) => {
+                timing.free.extend([start as usize, stop as usize]);
+                Err(e)
+            }
+        }
     }
 
     /// Device time of the work `launch` queues on `stream`, in nanoseconds
