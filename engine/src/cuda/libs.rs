@@ -148,13 +148,18 @@ fn search_dirs(lib: CudaLib) -> Vec<PathBuf> {
             }
         }
         dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
-        for site in site_packages() {
-            dirs.extend(nvidia_wheel_dirs(&site));
-        }
+        dirs.extend(wheel_dirs().iter().cloned());
     }
     let mut seen = BTreeSet::new();
     dirs.retain(|d| d.is_dir() && seen.insert(d.clone()));
     dirs
+}
+
+/// The `nvidia/*/lib` folders of every site-packages, looked up once per process
+/// (it may run `python3`).
+fn wheel_dirs() -> &'static [PathBuf] {
+    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    DIRS.get_or_init(|| site_packages().iter().flat_map(|site| nvidia_wheel_dirs(site)).collect())
 }
 
 /// `site-packages` and `dist-packages` folders of the usual Python installs.
