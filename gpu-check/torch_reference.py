@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's side of vramlab's GPU figures, for a side-by-side comparison.
 
-Measures what `gpu_figures` (engine/examples/gpu_figures.rs) measures, with the
+Measures what `gpu_figures` (engine/runtime/examples/gpu_figures.rs) measures, with the
 same sizes, the same method and the same JSON keys, and prints one JSON object
 on stdout (progress on stderr):
 

@@ -55,10 +55,10 @@ use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_engine::alloc::consts::GIB;
 use vramlab_engine::device::{Device, DeviceId, DeviceKind};
 use vramlab_engine::hooks::{Event, Hooks, Subscriber, Tag};
-use vramlab_engine::nn::{self, Batch, LossFn, Sequential, Sgd, SgdConfig, Trainer};
 use vramlab_engine::tensor::{DType, Tensor, tag_scope};
 use vramlab_profiler::record::{Record, Recorder};
 use vramlab_profiler::{DeviceInfo, Profile, Profiler, ProfilerConfig};
+use vramlab_train::{self as nn, Batch, LossFn, Sequential, Sgd, SgdConfig, Trainer};
 
 /// Steps per recording in the criterion cases: then the recording is stopped
 /// (untimed) and a new one started, so memory stays bounded however many

@@ -26,10 +26,13 @@ use crate::size::format_bytes;
 /// figures were measured.
 pub const NO_GPU_EXIT: u8 = 3;
 
-/// The package whose tests and example make up the bundle.
-const ENGINE_PACKAGE: &str = "vramlab-engine";
-/// Test targets that need a GPU: run one test at a time, with their output.
-const CUDA_TEST_TARGETS: &[&str] = &["cuda"];
+/// The engine's packages, whose tests make up the bundle.
+const ENGINE_PACKAGES: &[&str] = &["vramlab-allocator", "vramlab-cpu-kernels", "vramlab-engine", "vramlab-train"];
+/// The package of the figures example.
+const RUNTIME_PACKAGE: &str = "vramlab-engine";
+/// Test targets that need a GPU: run one test at a time, with their output
+/// (`engine/runtime/tests/cuda.rs`, `engine/train/tests/cuda_training.rs`).
+const CUDA_TEST_TARGETS: &[&str] = &["cuda", "cuda_training"];
 const FIGURES_EXAMPLE: &str = "gpu_figures";
 /// Written into every bundle folder: only such a folder is ever replaced.
 const MARKER: &str = ".vramlab-gpu-check-bundle";
@@ -46,15 +49,16 @@ pub fn run(args: &GpuCheckArgs) -> Result<u8> {
 
     eprintln!("vramlab gpu-check: building the bundle in {}", bundle.display());
     let target_dir = build_dir.to_string_lossy().into_owned();
-    let tests = cargo_artifacts(
-        &root,
-        "test binaries",
-        &["test", "--release", "--no-run", "-p", ENGINE_PACKAGE, "--target-dir", &target_dir],
-    )?;
+    let mut test_args = vec!["test", "--release", "--no-run"];
+    for package in ENGINE_PACKAGES {
+        test_args.extend(["-p", package]);
+    }
+    test_args.extend(["--target-dir", &target_dir]);
+    let tests = cargo_artifacts(&root, "test binaries", &test_args)?;
     let examples = cargo_artifacts(
         &root,
         "gpu_figures example",
-        &["build", "--release", "--example", FIGURES_EXAMPLE, "-p", ENGINE_PACKAGE, "--target-dir", &target_dir],
+        &["build", "--release", "--example", FIGURES_EXAMPLE, "-p", RUNTIME_PACKAGE, "--target-dir", &target_dir],
     )?;
     let binaries = select_binaries(&tests, &examples)?;
 
@@ -217,7 +221,7 @@ fn select_binaries(tests: &[Artifact], examples: &[Artifact]) -> Result<Binaries
     selected.dedup_by(|a, b| a.name == b.name);
     for cuda in CUDA_TEST_TARGETS {
         if !selected.iter().any(|t| t.name == *cuda) {
-            bail!("cargo built no '{cuda}' test binary for {ENGINE_PACKAGE} (engine/tests/{cuda}.rs)");
+            bail!("cargo built no '{cuda}' test binary for the engine's packages ({})", ENGINE_PACKAGES.join(", "));
         }
     }
     for t in &selected {
@@ -410,6 +414,7 @@ mod tests {
 {"reason":"compiler-artifact","package_id":"path+file:///w/engine#vramlab-engine@0.1.0","target":{"kind":["lib"],"name":"vramlab_engine"},"profile":{"test":true},"executable":"/w/target/release/deps/vramlab_engine-1a2b","fresh":false}
 {"reason":"compiler-artifact","package_id":"path+file:///w/engine#vramlab-engine@0.1.0","target":{"kind":["test"],"name":"tensor"},"profile":{"test":true},"executable":"/w/target/release/deps/tensor-3c4d","fresh":false}
 {"reason":"compiler-artifact","package_id":"path+file:///w/engine#vramlab-engine@0.1.0","target":{"kind":["test"],"name":"cuda"},"profile":{"test":true},"executable":"/w/target/release/deps/cuda-5e6f","fresh":false}
+{"reason":"compiler-artifact","package_id":"path+file:///w/engine/train#vramlab-train@0.1.0","target":{"kind":["test"],"name":"cuda_training"},"profile":{"test":true},"executable":"/w/target/release/deps/cuda_training-7a8b","fresh":false}
 {"reason":"compiler-artifact","package_id":"path+file:///w/engine#vramlab-engine@0.1.0","target":{"kind":["example"],"name":"devices"},"profile":{"test":false},"executable":"/w/target/release/examples/devices","fresh":false}
 {"reason":"build-finished","success":true}"#;
 
@@ -425,6 +430,7 @@ mod tests {
                 ("vramlab_engine", "lib", true),
                 ("tensor", "test", true),
                 ("cuda", "test", true),
+                ("cuda_training", "test", true),
                 ("devices", "example", false)
             ],
             "libraries without an executable are skipped"
@@ -439,7 +445,7 @@ mod tests {
         let examples = parse_artifacts(EXAMPLE_JSON).unwrap();
         let b = select_binaries(&tests, &examples).unwrap();
         let names: Vec<_> = b.tests.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["cuda", "vramlab_engine", "tensor"]);
+        assert_eq!(names, ["cuda", "cuda_training", "vramlab_engine", "tensor"]);
         assert_eq!(b.figures, PathBuf::from("/w/target/release/examples/gpu_figures"));
 
         let without_cuda: Vec<_> = tests.iter().filter(|a| a.target != "cuda").cloned().collect();

@@ -27,8 +27,8 @@ use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_engine::alloc::consts::GIB;
 use vramlab_engine::device::{Device, DeviceId, DeviceKind};
 use vramlab_engine::hooks::{AllocatorAction, Event, Subscriber, Tag};
-use vramlab_engine::nn::{self, DataLoader, Dataset, GradScaler, LoaderConfig, LossFn, Module, Sgd, Trainer};
 use vramlab_engine::tensor::DType;
+use vramlab_train::{self as nn, DataLoader, Dataset, GradScaler, LoaderConfig, LossFn, Module, Sgd, Trainer};
 
 use crate::harness::summarize;
 use crate::schema::{CaseResult, Finding, Verdict};

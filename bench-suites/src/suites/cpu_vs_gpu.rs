@@ -11,8 +11,8 @@ use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 
 use vramlab_engine::device::Device;
-use vramlab_engine::nn::{self, Module, Optimizer};
 use vramlab_engine::tensor::{Conv2dOptions, DType, Tensor, TensorError};
+use vramlab_train::{self as nn, Module, Optimizer};
 
 use crate::harness::measure;
 use crate::schema::{CaseResult, Finding, Verdict};

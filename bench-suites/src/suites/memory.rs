@@ -30,9 +30,9 @@ use vramlab_engine::alloc::consts::{GIB, MIB};
 use vramlab_engine::alloc::{AllocError, AllocatorConfig, OutOfMemoryError, format_size, physical_memory_bytes};
 use vramlab_engine::device::{Device, DeviceId, DeviceKind};
 use vramlab_engine::hooks::Tag;
-use vramlab_engine::nn::rng::Rng;
-use vramlab_engine::nn::{self, Module, NnError, Optimizer, Sgd};
 use vramlab_engine::tensor::{DType, Tensor, TensorError, tag_scope};
+use vramlab_train::rng::Rng;
+use vramlab_train::{self as nn, Module, NnError, Optimizer, Sgd};
 
 use crate::schema::{CaseResult, Finding, Outcome, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};

@@ -1,0 +1,30 @@
+//! vramlab's allocator model: the caching allocator, a faithful model of
+//! PyTorch's CUDA caching allocator (see `shared/allocator-spec.md` and
+//! ARCHITECTURE.md), with its configuration, statistics, errors and the raw
+//! device memory it sits on; [`hooks`], the one event mechanism through which
+//! the allocator (and the runtime's kernels, copies and phases) report what they
+//! do; and [`replay`], the allocation-trace format and its replay.
+//!
+//! It depends on nothing else of vramlab: the runtime (`vramlab-engine`) builds
+//! devices on it and re-exports it as `vramlab_engine::alloc`.
+
+mod caching;
+mod config;
+pub mod consts;
+mod error;
+mod expandable;
+mod format;
+mod free_set;
+pub mod hooks;
+mod raw;
+pub mod replay;
+mod stats;
+mod summary;
+
+pub use caching::{Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, SegmentInfo};
+pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
+pub use error::{AllocError, OutOfMemoryError};
+pub use format::format_size;
+pub use raw::{EventId, HostMemory, MemInfo, RawAllocator, RawError, SimulatedMemory, StreamId, physical_memory_bytes};
+pub use stats::{MemoryStats, PoolKind, STAT_ARRAY_NAMES, Stat, StatArray};
+pub use summary::memory_summary;

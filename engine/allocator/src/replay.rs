@@ -1,0 +1,1222 @@
+//! Trace replay: feeds an allocation trace through a [`CachingAllocator`] over
+//! [`SimulatedMemory`] (addresses only, no backing bytes, so a trace from an
+//! 80 GiB GPU replays on a laptop) and reports PyTorch's memory statistics, the
+//! peaks, and every out-of-memory on the way.
+//!
+//! # Trace format, version 1
+//!
+//! JSON Lines: one object per line, one operation per object. Blank lines are
+//! skipped; fields other than those below are ignored.
+//!
+//! ```text
+//! {"op":"alloc","id":7,"size":1048576,"stream":0,"tag":"activation"}
+//! {"op":"free","id":7}
+//! {"op":"empty_cache"}
+//! {"op":"reset_peak"}
+//! ```
+//!
+//! - `alloc` needs `id` (any `u64`, unique among the live allocations) and `size`
+//!   (bytes, an integer from 0 to [`MAX_BYTES`]); `stream` (default 0; a stream
+//!   id the allocator does not track is an error) and `tag` (one of `parameter`,
+//!   `gradient`, `activation`, `optimizer_state`, `input`, `temporary`,
+//!   `workspace`) are optional.
+//! - `free` needs the `id` of a live allocation. An id may be allocated again once
+//!   it has been freed.
+//! - `empty_cache` is `torch.cuda.empty_cache()`; `reset_peak` is
+//!   `torch.cuda.reset_peak_memory_stats()` (every peak becomes its current value).
+//!
+//! Every malformed line is a [`ReplayError`] naming its 1-based line number. An
+//! out-of-memory is not an error but data: an [`OomRecord`] in the report. With
+//! [`OnOom::Continue`] the replay goes on, the failed allocation's id counts as
+//! live for the trace, and its later `free` is ignored; with [`OnOom::Stop`] the
+//! replay ends at the first one.
+
+use std::borrow::Cow;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::{self, BufRead, Read, Write};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::ser::{SerializeStruct, Serializer};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::hooks::Tag;
+use crate::{AllocError, Allocation, AllocatorConfig, CachingAllocator, OutOfMemoryError, SimulatedMemory, StreamId};
+
+/// The largest `size` a trace may ask for and the largest capacity a replay may
+/// simulate: 1 PiB, the capacity of an unlimited [`SimulatedMemory`].
+pub const MAX_BYTES: u64 = 1 << 50;
+
+/// How many out-of-memory events a report keeps in full; later ones are only
+/// counted (in [`ReplayReport::ooms_not_recorded`] and `num_ooms`).
+pub const MAX_OOM_RECORDS: usize = 1000;
+
+/// The replay remembers at least this many of the latest frees for its
+/// "already freed at line N" messages (and at most twice as many).
+const FREED_IDS_REMEMBERED: usize = 1 << 16;
+
+/// The longest line a trace may have (newline included).
+pub const MAX_LINE_BYTES: usize = 1 << 24;
+
+/// The ops of the format, for messages.
+const OPS: &str = "alloc, free, empty_cache or reset_peak";
+
+/// What to do when an allocation runs out of memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOom {
+    /// End the replay at the first out-of-memory (what a PyTorch program does
+    /// unless it catches the error).
+    #[default]
+    Stop,
+    /// Record it and go on; later frees of the failed allocation are ignored.
+    Continue,
+}
+
+/// How to replay.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplayOptions {
+    /// The simulated device's capacity; `None` is unlimited ([`MAX_BYTES`]).
+    pub capacity_bytes: Option<u64>,
+    /// The allocator configuration (as `PYTORCH_CUDA_ALLOC_CONF` would set it).
+    pub config: AllocatorConfig,
+    pub on_oom: OnOom,
+}
+
+/// One allocation that ran out of memory during a replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OomRecord {
+    /// 0-based index of the op among the trace's ops (blank lines not counted).
+    pub event_index: u64,
+    /// 1-based line number in the trace.
+    pub line: u64,
+    /// The `size` the trace asked for.
+    pub requested_bytes: u64,
+    pub error: OutOfMemoryError,
+    /// The allocator's flattened statistics right after the failure.
+    pub memory_stats: BTreeMap<String, i64>,
+}
+
+impl Serialize for OomRecord {
+    /// As the fields plus `message`, the error's text.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("OomRecord", 6)?;
+        s.serialize_field("event_index", &self.event_index)?;
+        s.serialize_field("line", &self.line)?;
+        s.serialize_field("requested_bytes", &self.requested_bytes)?;
+        s.serialize_field("message", &self.error.to_string())?;
+        s.serialize_field("error", &self.error)?;
+        s.serialize_field("memory_stats", &self.memory_stats)?;
+        s.end()
+    }
+}
+
+/// The outcome of a replay. The memory figures are the allocator's
+/// (`torch.cuda.memory_allocated()` and friends); peaks count from the last
+/// `reset_peak` op.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// Ops applied, including allocations that ran out of memory.
+    pub events: u64,
+    /// Lines read (blank ones included).
+    pub lines: u64,
+    /// Whether the replay ended at an out-of-memory before the end of the trace
+    /// (only with [`OnOom::Stop`]).
+    pub stopped_early: bool,
+    pub current_allocated_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub current_reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Allocations the trace left live at the end (failed ones not counted).
+    pub live_allocations: u64,
+    /// The line of the last `reset_peak` op, from which the peaks count.
+    pub last_reset_peak_line: Option<u64>,
+    /// The first [`MAX_OOM_RECORDS`] out-of-memory events.
+    pub ooms: Vec<OomRecord>,
+    /// Out-of-memory events beyond [`MAX_OOM_RECORDS`], counted only.
+    pub ooms_not_recorded: u64,
+    /// `torch.cuda.memory_stats()` at the end, flattened.
+    pub memory_stats: BTreeMap<String, i64>,
+    /// `torch.cuda.memory_summary()` at the end.
+    pub summary: String,
+}
+
+/// A trace that cannot be replayed. Every variant about the trace's content
+/// names the 1-based line at fault.
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    #[error("line {line}: cannot read the trace: {source}")]
+    Io {
+        line: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error("line {line}: longer than {limit} bytes; is this a trace?")]
+    LineTooLong { line: u64, limit: usize },
+    #[error("line {line}, column {column}: malformed JSON: {message}")]
+    Json { line: u64, column: usize, message: String },
+    #[error("line {line}: unknown op '{op}' (expected {OPS})")]
+    UnknownOp { line: u64, op: String },
+    #[error("line {line}: missing field '{field}'{}", required_by(*.op))]
+    MissingField { line: u64, op: Option<&'static str>, field: &'static str },
+    #[error("line {line}: unknown tag '{tag}' (expected one of {})", tag_names())]
+    UnknownTag { line: u64, tag: String },
+    #[error("line {line}: size {value} {reason}")]
+    BadSize { line: u64, value: String, reason: &'static str },
+    #[error("line {line}: free of id {id}, which is not live{}", freed_at_note(*.freed_at))]
+    NotLive { line: u64, id: u64, freed_at: Option<u64> },
+    #[error("line {line}: alloc of id {id}, which is already live (allocated at line {allocated_at}{}); free it first", if *.failed { ", where it ran out of memory" } else { "" })]
+    IdInUse { line: u64, id: u64, allocated_at: u64, failed: bool },
+    #[error("the capacity of {capacity_bytes} bytes is too large: at most {MAX_BYTES} bytes (1 PiB) can be simulated")]
+    CapacityTooLarge { capacity_bytes: u64 },
+    #[error("cannot set up the allocator: {0}")]
+    Setup(#[source] AllocError),
+    #[error("line {line}: {source}")]
+    Allocator {
+        line: u64,
+        #[source]
+        source: AllocError,
+    },
+}
+
+impl ReplayError {
+    /// The 1-based trace line the error is about, when there is one.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            ReplayError::Io { line, .. }
+            | ReplayError::LineTooLong { line, .. }
+            | ReplayError::Json { line, .. }
+            | ReplayError::UnknownOp { line, .. }
+            | ReplayError::MissingField { line, .. }
+            | ReplayError::UnknownTag { line, .. }
+            | ReplayError::BadSize { line, .. }
+            | ReplayError::NotLive { line, .. }
+            | ReplayError::IdInUse { line, .. }
+            | ReplayError::Allocator { line, .. } => Some(*line),
+            ReplayError::CapacityTooLarge { .. } | ReplayError::Setup(_) => None,
+        }
+    }
+}
+
+fn required_by(op: Option<&'static str>) -> String {
+    op.map(|op| format!(" (required by op '{op}')")).unwrap_or_default()
+}
+
+fn tag_names() -> String {
+    Tag::ALL.map(Tag::as_str).join(", ")
+}
+
+fn freed_at_note(freed_at: Option<u64>) -> String {
+    match freed_at {
+        Some(at) => format!(" (already freed at line {at})"),
+        None => " (never allocated, or freed long ago)".to_owned(),
+    }
+}
+
+/// Replays a version-1 trace (see the [module docs](self)) and reports the
+/// allocator's state at the end.
+pub fn replay<R: BufRead>(input: R, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
+    let mut replayer = Replayer::new(opts)?;
+    replayer.run(input)?;
+    Ok(replayer.finish())
+}
+
+// ----- parsing -----
+
+/// One trace line as it is written. Strings are borrowed from the line unless they
+/// contain escapes; nothing is buffered.
+#[derive(Deserialize)]
+#[serde(expecting = "a JSON object such as {\"op\":\"free\",\"id\":7}")]
+struct Line<'a> {
+    #[serde(borrow)]
+    op: Option<Text<'a>>,
+    id: Option<u64>,
+    size: Option<SizeValue>,
+    stream: Option<StreamId>,
+    #[serde(borrow)]
+    tag: Option<Text<'a>>,
+}
+
+/// A string borrowed from the input when possible.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor(PhantomData))
+    }
+}
+
+/// A JSON number as written, checked after parsing so that the message can name
+/// the line and what is wrong with the value.
+#[derive(Debug, Clone, Copy)]
+enum SizeValue {
+    Unsigned(u64),
+    Negative(i64),
+    Float(f64),
+}
+
+impl<'de> Deserialize<'de> for SizeValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = SizeValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte count (a non-negative integer)")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SizeValue, E> {
+                Ok(SizeValue::Unsigned(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SizeValue, E> {
+                Ok(if v < 0 { SizeValue::Negative(v) } else { SizeValue::Unsigned(v as u64) })
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<SizeValue, E> {
+                Ok(SizeValue::Float(v))
+            }
+        }
+        deserializer.deserialize_any(SizeVisitor)
+    }
+}
+
+impl SizeValue {
+    /// The size in bytes; integral floats (`1e6`, `1024.0`) are accepted.
+    fn bytes(self, line: u64) -> Result<u64, ReplayError> {
+        let bad = |value: String, reason| Err(ReplayError::BadSize { line, value, reason });
+        let too_large = "is too large (the limit is 1125899906842624 bytes, 1 PiB)";
+        match self {
+            SizeValue::Unsigned(n) if n <= MAX_BYTES => Ok(n),
+            SizeValue::Unsigned(n) => bad(n.to_string(), too_large),
+            SizeValue::Negative(n) => bad(n.to_string(), "is negative"),
+            SizeValue::Float(f) if f < 0.0 => bad(f.to_string(), "is negative"),
+            SizeValue::Float(f) if f.fract() != 0.0 => bad(f.to_string(), "is not a whole number of bytes"),
+            SizeValue::Float(f) if f > MAX_BYTES as f64 => bad(f.to_string(), too_large),
+            SizeValue::Float(f) => Ok(f as u64),
+        }
+    }
+}
+
+/// serde_json's message without its " at line 1 column N" (each line is parsed
+/// on its own, so that position would mislead).
+fn json_message(e: &serde_json::Error) -> String {
+    let mut message = e.to_string();
+    if let Some(at) = message.rfind(" at line ") {
+        message.truncate(at);
+    }
+    message
+}
+
+// ----- replaying -----
+
+/// An id the trace holds live.
+#[derive(Debug)]
+enum Slot {
+    Live {
+        allocation: Allocation,
+        line: u64,
+    },
+    /// Its alloc ran out of memory (with [`OnOom::Continue`]).
+    Failed {
+        line: u64,
+    },
+}
+
+enum Flow {
+    Go,
+    Stop,
+}
+
+struct Replayer<'o> {
+    opts: &'o ReplayOptions,
+    allocator: CachingAllocator,
+    live: HashMap<u64, Slot>,
+    /// id → line of its last free, for messages: the recent frees, in two
+    /// generations so that the memory stays small (and in cache) on long traces.
+    freed: HashMap<u64, u64>,
+    freed_before: HashMap<u64, u64>,
+    events: u64,
+    lines: u64,
+    last_reset_peak_line: Option<u64>,
+    stopped_early: bool,
+    ooms: Vec<OomRecord>,
+    ooms_not_recorded: u64,
+}
+
+impl<'o> Replayer<'o> {
+    fn new(opts: &'o ReplayOptions) -> Result<Self, ReplayError> {
+        let raw = match opts.capacity_bytes {
+            Some(capacity_bytes) if capacity_bytes > MAX_BYTES => {
+                return Err(ReplayError::CapacityTooLarge { capacity_bytes });
+            }
+            Some(capacity) => SimulatedMemory::with_capacity(capacity),
+            None => SimulatedMemory::with_capacity(MAX_BYTES),
+        };
+        let allocator = CachingAllocator::new(Arc::new(raw), opts.config.clone()).map_err(ReplayError::Setup)?;
+        Ok(Replayer {
+            opts,
+            allocator,
+            live: HashMap::new(),
+            freed: HashMap::new(),
+            freed_before: HashMap::new(),
+            events: 0,
+            lines: 0,
+            last_reset_peak_line: None,
+            stopped_early: false,
+            ooms: Vec::new(),
+            ooms_not_recorded: 0,
+        })
+    }
+
+    fn run<R: BufRead>(&mut self, mut input: R) -> Result<(), ReplayError> {
+        let mut buf = Vec::with_capacity(256);
+        loop {
+            buf.clear();
+            // At most one byte past the limit: a huge file without newlines must
+            // not be read into memory whole.
+            let read = (&mut input)
+                .take(MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut buf)
+                .map_err(|source| ReplayError::Io { line: self.lines + 1, source })?;
+            if read == 0 {
+                return Ok(());
+            }
+            self.lines += 1;
+            if buf.len() > MAX_LINE_BYTES {
+                return Err(ReplayError::LineTooLong { line: self.lines, limit: MAX_LINE_BYTES });
+            }
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if let Flow::Stop = self.apply_line(&buf)? {
+                // The replay ends here; the rest of the input is not read.
+                self.stopped_early = true;
+                return Ok(());
+            }
+        }
+    }
+
+    fn apply_line(&mut self, text: &[u8]) -> Result<Flow, ReplayError> {
+        let line = self.lines;
+        // serde would read `[...]` as a struct too; name what a line must be instead.
+        if let Some(column) = text.iter().position(|b| !b.is_ascii_whitespace())
+            && text[column] != b'{'
+        {
+            return Err(ReplayError::Json {
+                line,
+                column: column + 1,
+                message: "expected a JSON object such as {\"op\":\"free\",\"id\":7}".to_owned(),
+            });
+        }
+        let parsed: Line<'_> = serde_json::from_slice(text).map_err(|e| ReplayError::Json {
+            line,
+            column: e.column(),
+            message: json_message(&e),
+        })?;
+        let Some(op) = &parsed.op else {
+            return Err(ReplayError::MissingField { line, op: None, field: "op" });
+        };
+        let flow = match &*op.0 {
+            "alloc" => self.alloc(line, &parsed)?,
+            "free" => {
+                let id = parsed.id.ok_or(ReplayError::MissingField { line, op: Some("free"), field: "id" })?;
+                self.free(line, id)?;
+                Flow::Go
+            }
+            "empty_cache" => {
+                self.allocator.empty_cache();
+                Flow::Go
+            }
+            "reset_peak" => {
+                self.allocator.reset_peak_stats();
+                self.last_reset_peak_line = Some(line);
+                Flow::Go
+            }
+            other => return Err(ReplayError::UnknownOp { line, op: other.to_owned() }),
+        };
+        self.events += 1;
+        Ok(flow)
+    }
+
+    fn alloc(&mut self, line: u64, parsed: &Line<'_>) -> Result<Flow, ReplayError> {
+        let missing = |field| ReplayError::MissingField { line, op: Some("alloc"), field };
+        let id = parsed.id.ok_or_else(|| missing("id"))?;
+        let size = parsed.size.ok_or_else(|| missing("size"))?.bytes(line)?;
+        let stream = parsed.stream.unwrap_or(0);
+        let tag = match &parsed.tag {
+            None => None,
+            Some(name) => Some(
+                Tag::from_name(&name.0)
+                    .ok_or_else(|| ReplayError::UnknownTag { line, tag: name.0.clone().into_owned() })?,
+            ),
+        };
+        let slot = match self.live.entry(id) {
+            Entry::Occupied(e) => {
+                let (allocated_at, failed) = match e.get() {
+                    Slot::Live { line, .. } => (*line, false),
+                    Slot::Failed { line } => (*line, true),
+                };
+                return Err(ReplayError::IdInUse { line, id, allocated_at, failed });
+            }
+            Entry::Vacant(v) => v,
+        };
+        match self.allocator.malloc(size, stream, tag) {
+            Ok(allocation) => {
+                slot.insert(Slot::Live { allocation, line });
+                Ok(Flow::Go)
+            }
+            Err(AllocError::OutOfMemory(error)) => {
+                if self.ooms.len() < MAX_OOM_RECORDS {
+                    self.ooms.push(OomRecord {
+                        event_index: self.events,
+                        line,
+                        requested_bytes: size,
+                        error: *error,
+                        memory_stats: self.allocator.stats().flatten(),
+                    });
+                } else {
+                    self.ooms_not_recorded += 1;
+                }
+                match self.opts.on_oom {
+                    OnOom::Stop => Ok(Flow::Stop),
+                    OnOom::Continue => {
+                        slot.insert(Slot::Failed { line });
+                        Ok(Flow::Go)
+                    }
+                }
+            }
+            Err(source) => Err(ReplayError::Allocator { line, source }),
+        }
+    }
+
+    fn free(&mut self, line: u64, id: u64) -> Result<(), ReplayError> {
+        match self.live.remove(&id) {
+            Some(Slot::Live { allocation, .. }) => {
+                self.allocator.free(allocation).map_err(|source| ReplayError::Allocator { line, source })?;
+            }
+            // The allocation never happened: nothing to give back.
+            Some(Slot::Failed { .. }) => {}
+            None => {
+                let freed_at = self.freed.get(&id).or_else(|| self.freed_before.get(&id)).copied();
+                return Err(ReplayError::NotLive { line, id, freed_at });
+            }
+        }
+        if self.freed.len() >= FREED_IDS_REMEMBERED {
+            std::mem::swap(&mut self.freed, &mut self.freed_before);
+            self.freed.clear();
+        }
+        self.freed.insert(id, line);
+        Ok(())
+    }
+
+    fn finish(self) -> ReplayReport {
+        let stats = self.allocator.stats();
+        let live_allocations = self.live.values().filter(|s| matches!(s, Slot::Live { .. })).count() as u64;
+        ReplayReport {
+            events: self.events,
+            lines: self.lines,
+            stopped_early: self.stopped_early,
+            current_allocated_bytes: stats.memory_allocated(),
+            peak_allocated_bytes: stats.max_memory_allocated(),
+            current_reserved_bytes: stats.memory_reserved(),
+            peak_reserved_bytes: stats.max_memory_reserved(),
+            live_allocations,
+            last_reset_peak_line: self.last_reset_peak_line,
+            ooms: self.ooms,
+            ooms_not_recorded: self.ooms_not_recorded,
+            memory_stats: stats.flatten(),
+            summary: self.allocator.memory_summary(false),
+        }
+    }
+}
+
+// ----- writing traces -----
+
+/// One op of a trace, for writing traces (tests, benches, exporters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceOp {
+    Alloc { id: u64, size: u64, stream: StreamId, tag: Option<Tag> },
+    Free { id: u64 },
+    EmptyCache,
+    ResetPeak,
+}
+
+impl TraceOp {
+    /// Writes the op as one trace line, newline included. Stream 0 and a missing
+    /// tag are left out.
+    pub fn write_line<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        match *self {
+            TraceOp::Alloc { id, size, stream, tag } => {
+                write!(w, r#"{{"op":"alloc","id":{id},"size":{size}"#)?;
+                if stream != 0 {
+                    write!(w, r#","stream":{stream}"#)?;
+                }
+                if let Some(tag) = tag {
+                    write!(w, r#","tag":"{tag}""#)?;
+                }
+                w.write_all(b"}\n")
+            }
+            TraceOp::Free { id } => writeln!(w, r#"{{"op":"free","id":{id}}}"#),
+            TraceOp::EmptyCache => w.write_all(b"{\"op\":\"empty_cache\"}\n"),
+            TraceOp::ResetPeak => w.write_all(b"{\"op\":\"reset_peak\"}\n"),
+        }
+    }
+}
+
+/// Writes `ops` as a version-1 trace.
+pub fn write_trace<W: Write, I: IntoIterator<Item = TraceOp>>(mut w: W, ops: I) -> io::Result<()> {
+    for op in ops {
+        op.write_line(&mut w)?;
+    }
+    w.flush()
+}
+
+/// A valid, deterministic trace of exactly `events` ops that looks like a
+/// training run: parameters and optimizer state allocated first and kept, then
+/// a stream of activations, gradients, temporaries and workspaces (small, medium
+/// and large, mostly freed last-in first-out, some on a second stream), with an
+/// occasional `empty_cache` and `reset_peak`.
+pub fn synthetic_trace(events: usize, seed: u64) -> String {
+    let mut out = Vec::with_capacity(events * 48);
+    write_trace(&mut out, SyntheticTrace::new(events, seed)).expect("writing to a Vec cannot fail");
+    String::from_utf8(out).expect("traces are ASCII")
+}
+
+/// The ops of [`synthetic_trace`], one at a time.
+#[derive(Debug, Clone)]
+pub struct SyntheticTrace {
+    remaining: usize,
+    emitted: u64,
+    rng: u64,
+    persistent: usize,
+    next_id: u64,
+    live: Vec<u64>,
+    recycled: Vec<u64>,
+}
+
+impl SyntheticTrace {
+    /// Live allocations the trace hovers around once past its set-up.
+    const TARGET_LIVE: usize = 256;
+
+    pub fn new(events: usize, seed: u64) -> SyntheticTrace {
+        SyntheticTrace {
+            remaining: events,
+            emitted: 0,
+            // xorshift must not start at 0.
+            rng: seed ^ 0x9e37_79b9_7f4a_7c15,
+            persistent: (events / 20).min(64),
+            next_id: 1,
+            live: Vec::new(),
+            recycled: Vec::new(),
+        }
+    }
+
+    /// xorshift64*.
+    fn next(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn new_id(&mut self) -> u64 {
+        // Reuse a freed id now and then, as PyTorch traces reuse addresses.
+        if !self.recycled.is_empty() && self.below(5) == 0 {
+            let i = self.below(self.recycled.len() as u64) as usize;
+            return self.recycled.swap_remove(i);
+        }
+        self.next_id += 1;
+        self.next_id - 1
+    }
+
+    fn alloc(&mut self) -> TraceOp {
+        const MIB: u64 = 1 << 20;
+        let id = self.new_id();
+        let class = self.below(100);
+        let size = if class < 55 {
+            4 * (1 + self.below(MIB / 4))
+        } else if class < 85 {
+            (MIB + self.below(15 * MIB)) & !3
+        } else {
+            2 * MIB * (8 + self.below(120))
+        };
+        let tag = match self.below(20) {
+            0..10 => Tag::Activation,
+            10..15 => Tag::Temporary,
+            15..18 => Tag::Gradient,
+            18 => Tag::Workspace,
+            _ => Tag::Input,
+        };
+        let stream = if self.below(10) == 0 { 1 } else { 0 };
+        self.live.push(id);
+        TraceOp::Alloc { id, size, stream, tag: Some(tag) }
+    }
+
+    fn free(&mut self) -> TraceOp {
+        let id = if self.below(4) == 0 {
+            let i = self.below(self.live.len() as u64) as usize;
+            self.live.swap_remove(i)
+        } else {
+            self.live.pop().expect("free is only chosen with live allocations")
+        };
+        if self.recycled.len() < 64 {
+            self.recycled.push(id);
+        }
+        TraceOp::Free { id }
+    }
+}
+
+impl Iterator for SyntheticTrace {
+    type Item = TraceOp;
+
+    fn next(&mut self) -> Option<TraceOp> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let i = self.emitted;
+        self.emitted += 1;
+        if (i as usize) < self.persistent {
+            const KIB: u64 = 1 << 10;
+            let size = 64 * KIB * (1 + self.below(1024));
+            let tag = if i.is_multiple_of(2) { Tag::Parameter } else { Tag::OptimizerState };
+            self.next_id += 1;
+            return Some(TraceOp::Alloc { id: self.next_id - 1, size, stream: 0, tag: Some(tag) });
+        }
+        if i % 5_000 == 4_999 {
+            return Some(TraceOp::EmptyCache);
+        }
+        if i % 20_000 == 19_998 {
+            return Some(TraceOp::ResetPeak);
+        }
+        let live = self.live.len();
+        let alloc_percent = match live {
+            0 => 100,
+            n if n < Self::TARGET_LIVE => 55,
+            n if n < 2 * Self::TARGET_LIVE => 45,
+            _ => 0,
+        };
+        Some(if self.below(100) < alloc_percent { self.alloc() } else { self.free() })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for SyntheticTrace {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn run(trace: &str) -> Result<ReplayReport, ReplayError> {
+        replay(trace.as_bytes(), &ReplayOptions::default())
+    }
+
+    fn run_with(trace: &str, capacity: u64, on_oom: OnOom) -> ReplayReport {
+        let opts = ReplayOptions { capacity_bytes: Some(capacity), on_oom, ..Default::default() };
+        replay(trace.as_bytes(), &opts).unwrap()
+    }
+
+    /// The error's message, checked to name `line`.
+    fn error_at(trace: &str, line: u64) -> String {
+        let err = run(trace).expect_err("the trace is bad");
+        assert_eq!(err.line(), Some(line), "{err}");
+        let message = err.to_string();
+        assert!(message.starts_with(&format!("line {line}")), "{message}");
+        message
+    }
+
+    fn stat(report: &ReplayReport, key: &str) -> i64 {
+        *report.memory_stats.get(key).unwrap_or_else(|| panic!("no stat {key}"))
+    }
+
+    #[test]
+    fn spec_vectors_as_a_trace() {
+        let trace = "\
+{\"op\":\"alloc\",\"id\":1,\"size\":3145728}
+{\"op\":\"alloc\",\"id\":2,\"size\":5242880,\"tag\":\"activation\"}
+
+{\"op\":\"free\",\"id\":1}
+{\"op\":\"free\",\"id\":2}
+{\"op\":\"empty_cache\"}
+";
+        let r = run(trace).unwrap();
+        assert_eq!(r.events, 5);
+        assert_eq!(r.lines, 6);
+        assert!(!r.stopped_early);
+        assert!(r.ooms.is_empty());
+        assert_eq!(r.current_allocated_bytes, 0);
+        assert_eq!(r.current_reserved_bytes, 0);
+        assert_eq!(r.peak_allocated_bytes, 8_388_608);
+        assert_eq!(r.peak_reserved_bytes, 20_971_520);
+        assert_eq!(r.live_allocations, 0);
+        assert_eq!(r.last_reset_peak_line, None);
+        assert_eq!(stat(&r, "num_device_alloc"), 1);
+        assert_eq!(stat(&r, "num_device_free"), 1);
+        assert_eq!(stat(&r, "allocation.all.allocated"), 2);
+        assert_eq!(stat(&r, "allocation.all.freed"), 2);
+        assert_eq!(stat(&r, "inactive_split_bytes.all.peak"), 17_825_792);
+        assert_eq!(stat(&r, "requested_bytes.large_pool.allocated"), 8_388_608);
+        assert_eq!(stat(&r, "max_split_size"), -1);
+        assert_eq!(r.memory_stats.len(), 9 * 3 * 4 + 2 * 4 + 6);
+    }
+
+    #[test]
+    fn spec_vector_unsplit_and_one_byte() {
+        let r = run("{\"op\":\"alloc\",\"id\":0,\"size\":11534337}\n{\"op\":\"alloc\",\"id\":1,\"size\":1}").unwrap();
+        assert_eq!(r.current_allocated_bytes, 12_582_912 + 512);
+        assert_eq!(r.current_reserved_bytes, 12_582_912 + 2_097_152);
+        assert_eq!(stat(&r, "requested_bytes.all.current"), 11_534_338);
+        assert_eq!(stat(&r, "segment.small_pool.current"), 1);
+        assert_eq!(stat(&r, "segment.large_pool.current"), 1);
+        assert_eq!(r.live_allocations, 2);
+    }
+
+    #[test]
+    fn thousand_small_allocations() {
+        let trace: String = (0..1000).map(|i| format!("{{\"op\":\"alloc\",\"id\":{i},\"size\":1000}}\n")).collect();
+        let r = run(&trace).unwrap();
+        assert_eq!(r.current_allocated_bytes, 1_024_000);
+        assert_eq!(r.current_reserved_bytes, 2_097_152);
+        assert_eq!(stat(&r, "segment.all.current"), 1);
+    }
+
+    #[test]
+    fn reset_peak_and_streams_and_tags() {
+        let trace = r#"{"op":"alloc","id":1,"size":4194304,"stream":0,"tag":"parameter"}
+{"op":"alloc","id":2,"size":4194304,"stream":3,"tag":"optimizer_state"}
+{"op":"free","id":2}
+{"op":"reset_peak"}
+{"op":"alloc","id":2,"size":1024,"stream":3,"tag":"workspace"}
+"#;
+        let r = run(trace).unwrap();
+        // Blocks are never shared across streams: two large segments.
+        assert_eq!(stat(&r, "segment.large_pool.current"), 2);
+        assert_eq!(r.peak_allocated_bytes, 4 * MIB + 1024, "peak restarts from current at reset_peak");
+        assert_eq!(r.last_reset_peak_line, Some(4));
+        assert_eq!(r.current_allocated_bytes, 4 * MIB + 1024);
+    }
+
+    #[test]
+    fn zero_byte_allocations_replay() {
+        let r = run("{\"op\":\"alloc\",\"id\":1,\"size\":0}\n{\"op\":\"free\",\"id\":1}\n").unwrap();
+        assert_eq!(r.events, 2);
+        assert_eq!(r.current_reserved_bytes, 0);
+        assert_eq!(stat(&r, "allocation.all.allocated"), 0);
+    }
+
+    #[test]
+    fn integral_floats_and_escaped_strings_are_accepted() {
+        let r = run(
+            "{\"op\":\"alloc\",\"id\":1,\"size\":1e6,\"tag\":\"activ\\u0061tion\"}\n{\"op\":\"fr\\u0065e\",\"id\":1}\n",
+        )
+        .unwrap();
+        assert_eq!(r.events, 2);
+        assert_eq!(stat(&r, "requested_bytes.all.allocated"), 1_000_000);
+    }
+
+    #[test]
+    fn unknown_fields_crlf_and_missing_final_newline_are_fine() {
+        let r = run(
+            "{\"op\":\"alloc\",\"id\":1,\"size\":512,\"time_us\":12,\"frames\":[]}\r\n  \r\n{\"op\":\"free\",\"id\":1}",
+        )
+        .unwrap();
+        assert_eq!(r.events, 2);
+        assert_eq!(r.lines, 3);
+    }
+
+    #[test]
+    fn empty_trace() {
+        let r = run("").unwrap();
+        assert_eq!(r.events, 0);
+        assert_eq!(r.current_reserved_bytes, 0);
+        assert!(!r.summary.is_empty());
+    }
+
+    #[test]
+    fn malformed_json() {
+        let m = error_at("{\"op\":\"empty_cache\"}\n{\"op\":\"alloc\",\"id\":1,\n", 2);
+        assert!(m.contains("malformed JSON"), "{m}");
+        assert!(!m.contains("at line 1"), "serde's own position is dropped: {m}");
+        let m = error_at("not json\n", 1);
+        assert!(m.contains("column"), "{m}");
+        let m = error_at("[1,2]\n", 1);
+        assert!(m.contains("a JSON object"), "{m}");
+        error_at("{\"op\":\"free\",\"id\":1} trailing\n", 1);
+        error_at("{\"op\":\"free\",\"id\":1,\"id\":2}\n", 1);
+    }
+
+    #[test]
+    fn wrong_field_types() {
+        let m = error_at("{\"op\":7}\n", 1);
+        assert!(m.contains("expected a string"), "{m}");
+        let m = error_at("{\"op\":\"alloc\",\"id\":1,\"size\":\"1024\"}\n", 1);
+        assert!(m.contains("expected a byte count"), "{m}");
+        let m = error_at("{\"op\":\"free\",\"id\":-1}\n", 1);
+        assert!(m.contains("-1"), "{m}");
+        error_at("{\"op\":\"free\",\"id\":1.5}\n", 1);
+        error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1,\"stream\":-2}\n", 1);
+        error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1,\"stream\":4294967296}\n", 1);
+        error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1,\"tag\":3}\n", 1);
+        error_at("{\"op\":\"free\",\"id\":18446744073709551616}\n", 1);
+    }
+
+    #[test]
+    fn missing_fields() {
+        assert_eq!(error_at("{\"id\":1}\n", 1), "line 1: missing field 'op'");
+        assert_eq!(
+            error_at("\n{\"op\":\"alloc\",\"size\":1}\n", 2),
+            "line 2: missing field 'id' (required by op 'alloc')"
+        );
+        assert_eq!(
+            error_at("{\"op\":\"alloc\",\"id\":1}\n", 1),
+            "line 1: missing field 'size' (required by op 'alloc')"
+        );
+        assert_eq!(error_at("{\"op\":\"free\"}\n", 1), "line 1: missing field 'id' (required by op 'free')");
+        assert_eq!(error_at("{\"op\":null}\n", 1), "line 1: missing field 'op'");
+    }
+
+    #[test]
+    fn unknown_op_and_tag() {
+        assert_eq!(
+            error_at("{\"op\":\"allocate\",\"id\":1,\"size\":1}\n", 1),
+            "line 1: unknown op 'allocate' (expected alloc, free, empty_cache or reset_peak)"
+        );
+        let m = error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1,\"tag\":\"weights\"}\n", 1);
+        assert_eq!(
+            m,
+            "line 1: unknown tag 'weights' (expected one of parameter, gradient, activation, optimizer_state, \
+             input, temporary, workspace)"
+        );
+    }
+
+    #[test]
+    fn bad_sizes() {
+        let size = |s: &str| error_at(&format!("{{\"op\":\"alloc\",\"id\":1,\"size\":{s}}}\n"), 1);
+        assert_eq!(size("-5"), "line 1: size -5 is negative");
+        assert_eq!(size("-0.5"), "line 1: size -0.5 is negative");
+        assert_eq!(size("1.5"), "line 1: size 1.5 is not a whole number of bytes");
+        assert!(size("1125899906842625").contains("is too large"));
+        assert!(size("18446744073709551615").contains("is too large"));
+        assert!(size("18446744073709551616").contains("is too large"));
+        assert!(size("1e300").contains("is too large"));
+        assert!(size("true").contains("malformed JSON"));
+        assert!(size("null").contains("missing field 'size'"));
+        // The limit itself is allowed (and fits the unlimited device exactly).
+        let r = run("{\"op\":\"alloc\",\"id\":1,\"size\":1125899906842624}\n").unwrap();
+        assert_eq!(r.current_allocated_bytes, MAX_BYTES);
+    }
+
+    #[test]
+    fn free_of_an_id_that_is_not_live() {
+        assert_eq!(
+            error_at("{\"op\":\"free\",\"id\":7}\n", 1),
+            "line 1: free of id 7, which is not live (never allocated, or freed long ago)"
+        );
+        let trace = "{\"op\":\"alloc\",\"id\":7,\"size\":1}\n{\"op\":\"empty_cache\"}\n{\"op\":\"free\",\"id\":7}\n\
+                     {\"op\":\"free\",\"id\":7}\n";
+        assert_eq!(error_at(trace, 4), "line 4: free of id 7, which is not live (already freed at line 3)");
+    }
+
+    #[test]
+    fn alloc_of_a_live_id() {
+        let trace = "{\"op\":\"alloc\",\"id\":7,\"size\":1}\n{\"op\":\"alloc\",\"id\":7,\"size\":2}\n";
+        assert_eq!(
+            error_at(trace, 2),
+            "line 2: alloc of id 7, which is already live (allocated at line 1); free it first"
+        );
+        // After a free the id may be used again.
+        let trace = "{\"op\":\"alloc\",\"id\":7,\"size\":1}\n{\"op\":\"free\",\"id\":7}\n{\"op\":\"alloc\",\"id\":7,\"size\":2}\n";
+        assert_eq!(run(trace).unwrap().live_allocations, 1);
+    }
+
+    #[test]
+    fn io_errors_name_the_line() {
+        struct Failing(usize);
+        impl io::Read for Failing {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(io::Error::other("disk on fire"));
+                }
+                let line = b"{\"op\":\"empty_cache\"}\n";
+                self.0 -= 1;
+                buf[..line.len()].copy_from_slice(line);
+                Ok(line.len())
+            }
+        }
+        let err = replay(io::BufReader::with_capacity(64, Failing(2)), &ReplayOptions::default()).unwrap_err();
+        assert!(matches!(err, ReplayError::Io { line: 3, .. }), "{err:?}");
+        assert_eq!(err.to_string(), "line 3: cannot read the trace: disk on fire");
+        // Invalid UTF-8 inside a string is a JSON error, not a panic.
+        let err = replay(&b"{\"op\":\"fr\xffee\",\"id\":1}\n"[..], &ReplayOptions::default()).unwrap_err();
+        assert_eq!(err.line(), Some(1));
+    }
+
+    #[test]
+    fn overlong_lines_are_refused_without_reading_them_whole() {
+        let mut trace = b"{\"op\":\"empty_cache\"}\n".to_vec();
+        trace.resize(trace.len() + MAX_LINE_BYTES, b' ');
+        trace.extend_from_slice(b"{\"op\":\"empty_cache\"}\n");
+        let err = replay(&trace[..], &ReplayOptions::default()).unwrap_err();
+        assert!(matches!(err, ReplayError::LineTooLong { line: 2, .. }), "{err:?}");
+        // Exactly at the limit, newline included, is fine.
+        let mut trace = vec![b' '; MAX_LINE_BYTES - 21];
+        trace.extend_from_slice(b"{\"op\":\"empty_cache\"}\n");
+        assert_eq!(trace.len(), MAX_LINE_BYTES);
+        assert_eq!(replay(&trace[..], &ReplayOptions::default()).unwrap().events, 1);
+    }
+
+    #[test]
+    fn bad_options() {
+        let opts = ReplayOptions { capacity_bytes: Some(MAX_BYTES + 1), ..Default::default() };
+        let err = replay(&b""[..], &opts).unwrap_err();
+        assert!(matches!(err, ReplayError::CapacityTooLarge { .. }));
+        assert_eq!(err.line(), None);
+        let opts = ReplayOptions {
+            config: AllocatorConfig { large_segment_size: 3 * MIB, ..Default::default() },
+            ..Default::default()
+        };
+        assert!(matches!(replay(&b""[..], &opts).unwrap_err(), ReplayError::Setup(_)));
+    }
+
+    const OOM_TRACE: &str = r#"{"op":"alloc","id":1,"size":41943040}
+{"op":"alloc","id":2,"size":41943040,"tag":"activation"}
+{"op":"alloc","id":3,"size":1}
+{"op":"free","id":2}
+{"op":"free","id":1}
+{"op":"alloc","id":4,"size":41943040}
+"#;
+
+    #[test]
+    fn oom_stop_ends_the_replay_with_stats() {
+        let r = run_with(OOM_TRACE, 64 * MIB, OnOom::Stop);
+        assert!(r.stopped_early);
+        assert_eq!(r.events, 2, "the failed alloc counts as applied");
+        assert_eq!(r.lines, 2);
+        assert_eq!(r.ooms.len(), 1);
+        let oom = &r.ooms[0];
+        assert_eq!((oom.event_index, oom.line, oom.requested_bytes), (1, 2, 41_943_040));
+        assert_eq!(oom.error.segment_bytes, 41_943_040);
+        assert_eq!(oom.error.total_bytes, 64 * MIB);
+        assert_eq!(oom.error.free_bytes, 24 * MIB);
+        assert_eq!(oom.error.allocated_bytes, 40 * MIB);
+        assert_eq!(oom.memory_stats["num_ooms"], 1);
+        assert_eq!(oom.memory_stats["allocated_bytes.all.current"], 40 * MIB as i64);
+        assert!(oom.error.to_string().contains("out of memory"));
+        assert_eq!(r.current_allocated_bytes, 40 * MIB);
+        assert_eq!(stat(&r, "num_ooms"), 1);
+        assert_eq!(r.live_allocations, 1);
+    }
+
+    #[test]
+    fn oom_continue_ignores_frees_of_failed_allocations() {
+        let r = run_with(OOM_TRACE, 64 * MIB, OnOom::Continue);
+        assert!(!r.stopped_early);
+        assert_eq!(r.events, 6);
+        assert_eq!(r.ooms.len(), 1);
+        assert_eq!(r.ooms[0].line, 2);
+        assert_eq!(stat(&r, "num_ooms"), 1);
+        assert_eq!(r.current_allocated_bytes, 40 * MIB + 512, "id 4 reuses id 1's cached segment");
+        assert_eq!(r.live_allocations, 2, "ids 3 and 4");
+        // A failed alloc's id stays taken until the trace frees it; a second free is an error.
+        let reuse = "{\"op\":\"alloc\",\"id\":1,\"size\":41943040}\n{\"op\":\"alloc\",\"id\":2,\"size\":41943040}\n\
+                     {\"op\":\"alloc\",\"id\":2,\"size\":1}\n";
+        let opts = ReplayOptions { capacity_bytes: Some(64 * MIB), on_oom: OnOom::Continue, ..Default::default() };
+        let err = replay(reuse.as_bytes(), &opts).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 3: alloc of id 2, which is already live (allocated at line 2, where it ran out of memory); free it first"
+        );
+        let twice =
+            "{\"op\":\"alloc\",\"id\":1,\"size\":104857600}\n{\"op\":\"free\",\"id\":1}\n{\"op\":\"free\",\"id\":1}\n";
+        let err = replay(twice.as_bytes(), &opts).unwrap_err();
+        assert_eq!(err.to_string(), "line 3: free of id 1, which is not live (already freed at line 2)");
+    }
+
+    #[test]
+    fn oom_records_are_capped() {
+        let mut trace = String::from("{\"op\":\"alloc\",\"id\":0,\"size\":1}\n");
+        for i in 1..=(MAX_OOM_RECORDS as u64 + 5) {
+            trace.push_str(&format!("{{\"op\":\"alloc\",\"id\":{i},\"size\":4194304}}\n"));
+        }
+        let r = run_with(&trace, 2 * MIB, OnOom::Continue);
+        assert_eq!(r.ooms.len(), MAX_OOM_RECORDS);
+        assert_eq!(r.ooms_not_recorded, 5);
+        assert_eq!(stat(&r, "num_ooms"), MAX_OOM_RECORDS as i64 + 5);
+    }
+
+    #[test]
+    fn report_serializes_with_messages() {
+        let r = run_with(OOM_TRACE, 64 * MIB, OnOom::Stop);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["events"], 2);
+        assert_eq!(v["stopped_early"], true);
+        assert_eq!(v["memory_stats"]["num_ooms"], 1);
+        let oom = &v["ooms"][0];
+        assert_eq!(oom["line"], 2);
+        assert_eq!(oom["event_index"], 1);
+        assert_eq!(oom["requested_bytes"], 41_943_040);
+        assert!(oom["message"].as_str().unwrap().contains("Tried to allocate 40.00 MiB"));
+        assert_eq!(oom["error"]["free_bytes"], 24 * MIB);
+        assert_eq!(oom["memory_stats"]["allocated_bytes.all.current"], 40 * MIB);
+    }
+
+    #[test]
+    fn alloc_conf_changes_the_replay() {
+        let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":5000}\n";
+        let config = AllocatorConfig { roundup_power2_divisions: [4; crate::ROUNDUP_BUCKETS], ..Default::default() };
+        let r = replay(trace.as_bytes(), &ReplayOptions { config, ..Default::default() }).unwrap();
+        assert_eq!(r.current_allocated_bytes, 5120);
+        assert_eq!(stat(&r, "max_split_size"), -1);
+    }
+
+    #[test]
+    fn synthetic_trace_is_valid_deterministic_and_exact() {
+        let a = synthetic_trace(20_000, 7);
+        assert_eq!(a, synthetic_trace(20_000, 7));
+        assert_ne!(a, synthetic_trace(20_000, 8));
+        assert_eq!(a.lines().count(), 20_000);
+        let r = run(&a).unwrap();
+        assert_eq!(r.events, 20_000);
+        assert!(r.ooms.is_empty());
+        assert!(r.peak_reserved_bytes > 1 << 30, "large tensors appear: {}", r.peak_reserved_bytes);
+        assert!(stat(&r, "segment.small_pool.allocated") > 0);
+        assert!(stat(&r, "num_device_free") > 0, "empty_cache released something");
+        for tag in Tag::ALL {
+            if tag != Tag::Parameter && tag != Tag::OptimizerState {
+                assert!(a.contains(&format!("\"tag\":\"{tag}\"")), "{tag}");
+            }
+        }
+        assert!(a.contains("\"stream\":1"));
+        assert_eq!(a.matches("empty_cache").count(), 4);
+        assert_eq!(a.matches("reset_peak").count(), 1);
+        assert!(synthetic_trace(0, 1).is_empty());
+        assert_eq!(run(&synthetic_trace(3, 1)).unwrap().events, 3);
+    }
+
+    #[test]
+    fn synthetic_trace_runs_out_of_memory_on_a_small_device() {
+        let trace = synthetic_trace(5_000, 3);
+        let r = run_with(&trace, 2 << 30, OnOom::Continue);
+        assert_eq!(r.events, 5_000);
+        assert!(!r.ooms.is_empty());
+        assert_eq!(r.ooms.len() as i64 + r.ooms_not_recorded as i64, stat(&r, "num_ooms"));
+    }
+
+    #[test]
+    fn write_trace_round_trips() {
+        let ops = [
+            TraceOp::Alloc { id: u64::MAX, size: 1, stream: 2, tag: Some(Tag::Gradient) },
+            TraceOp::Alloc { id: 0, size: 0, stream: 0, tag: None },
+            TraceOp::Free { id: u64::MAX },
+            TraceOp::EmptyCache,
+            TraceOp::ResetPeak,
+        ];
+        let mut out = Vec::new();
+        write_trace(&mut out, ops).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "{\"op\":\"alloc\",\"id\":18446744073709551615,\"size\":1,\"stream\":2,\"tag\":\"gradient\"}\n\
+             {\"op\":\"alloc\",\"id\":0,\"size\":0}\n{\"op\":\"free\",\"id\":18446744073709551615}\n\
+             {\"op\":\"empty_cache\"}\n{\"op\":\"reset_peak\"}\n"
+        );
+        let r = run(&text).unwrap();
+        assert_eq!(r.events, 5);
+        assert_eq!(r.live_allocations, 1);
+    }
+
+    #[test]
+    fn streams_the_allocator_refuses_are_errors_with_lines() {
+        let expandable = AllocatorConfig { expandable_segments: true, ..Default::default() };
+        let ok = "{\"op\":\"alloc\",\"id\":1,\"size\":1,\"stream\":4095}\n\
+                  {\"op\":\"alloc\",\"id\":2,\"size\":30000000,\"stream\":4095}\n\
+                  {\"op\":\"free\",\"id\":1}\n{\"op\":\"empty_cache\"}\n";
+        let bad = "{\"op\":\"empty_cache\"}\n{\"op\":\"alloc\",\"id\":1,\"size\":1,\"stream\":4294967295}\n";
+        for config in [AllocatorConfig::default(), expandable] {
+            let opts = ReplayOptions { config, ..Default::default() };
+            assert_eq!(replay(ok.as_bytes(), &opts).unwrap().events, 4);
+            let err = replay(bad.as_bytes(), &opts).unwrap_err();
+            assert!(matches!(err, ReplayError::Allocator { line: 2, .. }), "{err:?}");
+            assert!(err.to_string().contains("4294967295"), "{err}");
+        }
+    }
+
+    mod never_panics {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn quiet(trace: &[u8]) {
+            let opts = ReplayOptions { capacity_bytes: Some(256 * MIB), on_oom: OnOom::Continue, ..Default::default() };
+            let _ = replay(trace, &opts);
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+                quiet(&bytes);
+            }
+
+            #[test]
+            fn on_mutated_traces(seed in 0u64..1000, cuts in proptest::collection::vec((0usize..4000, any::<u8>()), 1..8)) {
+                let mut bytes = synthetic_trace(60, seed).into_bytes();
+                for (at, byte) in cuts {
+                    let at = at % bytes.len();
+                    bytes[at] = byte;
+                }
+                quiet(&bytes);
+            }
+
+            #[test]
+            fn on_arbitrary_ops(
+                ops in proptest::collection::vec(
+                    (0u8..5, 0u64..6, prop_oneof![Just(0u64), 0u64..(4 << 20), 0u64..(1 << 31), any::<u64>()], 0u32..3),
+                    0..60,
+                ),
+                expandable in any::<bool>(),
+            ) {
+                let mut text = String::new();
+                for (kind, id, size, stream) in ops {
+                    text.push_str(&match kind {
+                        0 | 1 => format!("{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream}}}\n"),
+                        2 => format!("{{\"op\":\"free\",\"id\":{id}}}\n"),
+                        3 => "{\"op\":\"empty_cache\"}\n".to_owned(),
+                        _ => "{\"op\":\"reset_peak\"}\n".to_owned(),
+                    });
+                }
+                let config = AllocatorConfig { expandable_segments: expandable, ..Default::default() };
+                let opts = ReplayOptions { capacity_bytes: Some(1 << 30), on_oom: OnOom::Continue, config };
+                let _ = replay(text.as_bytes(), &opts);
+            }
+        }
+    }
+}
