@@ -31,7 +31,7 @@ use vramlab_engine::alloc::{AllocError, AllocatorConfig, OutOfMemoryError, forma
 use vramlab_engine::device::{Device, DeviceId, DeviceKind};
 use vramlab_engine::hooks::Tag;
 use vramlab_engine::tensor::{DType, Tensor, TensorError, tag_scope};
-use vramlab_train::rng::Rng;
+use vramlab_rng::Rng;
 use vramlab_train::{self as nn, Module, NnError, Optimizer, Sgd};
 
 use crate::schema::{CaseResult, Finding, Outcome, Verdict};

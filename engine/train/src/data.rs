@@ -7,11 +7,11 @@
 //! with [`Tensor::from_host`] (`non_blocking` when pinned) under [`Tag::Input`].
 //! The staging buffers are reused for every batch of an epoch.
 
-use super::rng::Rng;
 use super::{NnError, Result};
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::{Tag, now_ns};
 use vramlab_engine::tensor::{DType, HostBuffer, Tensor, tag_scope};
+use vramlab_rng::Rng;
 
 /// What a dataset's samples are labelled with.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,11 +12,11 @@
 //! | `Flatten` | the input shape (no tensor) | a reshape of `gy` |
 
 use super::mode::{autocast_dtype, is_grad_enabled};
-use super::rng::Rng;
 use super::{Module, NnError, Parameter, Result};
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::Tag;
 use vramlab_engine::tensor::{Conv2dOptions, DType, Tensor, tag_scope};
+use vramlab_rng::Rng;
 
 /// `t` in `dtype`, allocated under `tag` if a cast is needed (else `t` itself).
 fn cast(t: &Tensor, dtype: DType, tag: Tag) -> Result<Tensor> {

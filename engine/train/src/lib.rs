@@ -125,7 +125,6 @@ mod models;
 mod module;
 mod optim;
 mod parameter;
-pub mod rng;
 mod scaler;
 mod train;
 

@@ -694,7 +694,7 @@ fn grad_check(name: &str, module: &mut dyn Module, x: &Tensor) {
 /// max-pool ties within ±EPS).
 fn distinct_inputs(n: usize, seed: u64) -> Vec<f32> {
     let mut v: Vec<f32> = (0..n).map(|i| (i as f32 - n as f32 / 2.0) * 0.07 + 0.035).collect();
-    nn::rng::Rng::new(seed).shuffle(&mut v);
+    vramlab_rng::Rng::new(seed).shuffle(&mut v);
     v
 }
 

@@ -1,5 +1,7 @@
-//! A small seeded generator (SplitMix64) for initialization, synthetic data and
-//! shuffling: the same seed gives the same numbers on every machine.
+//! vramlab's one seeded random generator (SplitMix64), for weight
+//! initialization, synthetic data and traces, shuffling and test inputs: the
+//! same seed gives the same numbers on every machine. Every crate of the
+//! workspace that draws random numbers draws them here.
 
 /// SplitMix64 with uniform, normal and shuffle helpers.
 #[derive(Debug, Clone)]
@@ -47,11 +49,47 @@ impl Rng {
         ((self.next_u64() as u128 * n as u128) >> 64) as usize
     }
 
+    /// `n` standard-normal values times `scale`, as f32.
+    pub fn normals(&mut self, n: usize, scale: f64) -> Vec<f32> {
+        (0..n).map(|_| (self.normal() * scale) as f32).collect()
+    }
+
     /// Fisher–Yates shuffle.
     pub fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in (1..v.len()).rev() {
             let j = self.below(i + 1);
             v.swap(i, j);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rng;
+
+    #[test]
+    fn splitmix64_known_answer() {
+        // The first outputs of SplitMix64 seeded with 0 (Vigna's reference implementation).
+        let mut r = Rng::new(0);
+        assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+    }
+
+    #[test]
+    fn draws_stay_in_range_and_shuffles_are_permutations() {
+        let mut r = Rng::derive(7, 3);
+        for _ in 0..1000 {
+            let u = r.uniform();
+            assert!((0.0..1.0).contains(&u));
+            assert!(r.below(10) < 10);
+            let x = r.uniform_range(-2.0, 3.0);
+            assert!((-2.0..3.0).contains(&x));
+        }
+        let mut v: Vec<u32> = (0..100).collect();
+        r.shuffle(&mut v);
+        let mut sorted = v.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..100).collect::<Vec<_>>());
+        assert_ne!(v, sorted, "a shuffle of 100 items left them in order");
     }
 }
