@@ -1,5 +1,7 @@
 //! `cargo xtask bench`: runs the suites with progress bars and writes the
-//! results (JSON + CSV per suite) after each suite, atomically.
+//! results (JSON + CSV per suite) after each suite, atomically; then appends
+//! the run to the history, saves it as a baseline (`--save-baseline`) and
+//! compares it with one (`--baseline`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,8 +19,22 @@ use vramlab_suites::{
 
 use crate::cli::BenchArgs;
 
-pub fn run(args: &BenchArgs) -> Result<()> {
+pub fn run(args: &BenchArgs) -> Result<u8> {
     let suites = select_suites(&args.suites)?;
+    // A baseline that cannot be compared is found before the run, not after it.
+    let baseline = match &args.baseline {
+        None => None,
+        Some(name) => {
+            let path = crate::check_cmd::resolve_baseline(name, &args.baseline_dir);
+            let loaded = crate::check_cmd::load_config(args.check.config.as_deref())
+                .map_err(|e| e.to_string())
+                .and_then(|cfg| Ok((cfg, vramlab_reports::check::load_results(&path, "baseline").map_err(|e| e.to_string())?)));
+            match loaded {
+                Ok((cfg, b)) => Some((cfg, b, path)),
+                Err(message) => return Ok(crate::check_cmd::impossible(&message)),
+            }
+        }
+    };
     let (device, gpu_unavailable) = match args.device.as_str() {
         "auto" => Device::auto(),
         name => {
@@ -72,7 +88,24 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     bars.clear();
     print_summary(&results, &args.out);
-    Ok(())
+
+    let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
+    match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
+        Ok(id) => println!("history: run {id} appended to {}", history.display()),
+        Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
+    }
+    if let Some(name) = &args.save_baseline {
+        let path = crate::check_cmd::save_baseline(&results, name, &args.baseline_dir)?;
+        println!("baseline '{name}' saved: {}", path.display());
+    }
+    match baseline {
+        None => Ok(0),
+        Some((cfg, base, path)) => {
+            println!();
+            let results_path = args.out.join(vramlab_reports::RESULTS_JSON);
+            crate::check_cmd::report(&base, &path, &results, &results_path, &cfg, &args.check, &args.out)
+        }
+    }
 }
 
 /// The suites named (all when none), or an error listing the valid names.

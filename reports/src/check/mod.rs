@@ -280,6 +280,9 @@ pub fn compare(
             }
             (a, b) => {
                 let why = match (a, b) {
+                    (Outcome::NotAvailable { reason }, Outcome::NotAvailable { .. }) => {
+                        format!("not available on either side: {reason}")
+                    }
                     (Outcome::NotAvailable { reason }, _) => format!("not available in the baseline: {reason}"),
                     (_, Outcome::NotAvailable { reason }) => format!("not available in this run: {reason}"),
                     _ => "not run on both sides".to_owned(),

@@ -52,7 +52,7 @@ fn method_line(c: &Comparison) -> String {
     )
 }
 
-/// The terminal report: every row that is not "no change" (all with `all`),
+/// The terminal report: every row that is not "no change" or "not compared" (all with `all`),
 /// worst first, then the summary. `colour`: ANSI colours (for a TTY).
 pub fn terminal(c: &Comparison, all: bool, colour: bool) -> String {
     let paint = |s: Status, text: &str| -> String {
@@ -69,7 +69,8 @@ pub fn terminal(c: &Comparison, all: bool, colour: bool) -> String {
     };
     let mut out = String::new();
     let _ = writeln!(out, "vramlab check: {} against baseline {}", c.current, c.baseline);
-    let shown: Vec<&Row> = c.rows.iter().filter(|r| all || r.status != Status::NoChange).collect();
+    let shown: Vec<&Row> =
+        c.rows.iter().filter(|r| all || !matches!(r.status, Status::NoChange | Status::NotCompared)).collect();
     let w_case = shown.iter().map(|r| r.case.to_string().chars().count()).max().unwrap_or(4).clamp(4, 70);
     let w_metric = shown.iter().map(|r| r.metric.chars().count()).max().unwrap_or(6).max(6);
     if !shown.is_empty() {
