@@ -392,6 +392,56 @@ mod tests {
         p
     }
 
+    /// A one-case run whose segment is `segment_bytes` and whose samples sit at `time_ns`.
+    fn run(commit: &str, segment_bytes: u64, time_ns: f64) -> RunResults {
+        serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "vramlab_version": "0.1.0", "started_at": "2026-11-24T00:00:00Z",
+            "options": {"suites": [], "device": "cpu", "quick": true, "samples": null, "seed": 42, "capacity_bytes": 1},
+            "environment": {"cpu_model": "Test CPU", "cpu_cores": 2, "host_memory_bytes": 1, "gpus": [],
+                "gpu_unavailable_reason": null, "device": "cpu", "os": "linux", "rustc": null, "git_commit": commit},
+            "suites": [{"name": "memory", "description": "", "device": "cpu", "duration_ns": 1, "findings": [],
+                "cases": [{"name": "frag", "params": {"n": 1}, "outcome": {"status": "ok"}, "memory": null,
+                    "notes": [], "duration_ns": 1, "metrics": {"segment_bytes": segment_bytes, "bandwidth_gbps": 2.0},
+                    "timing": {"clock": "host", "iterations_per_sample": 1, "median_ns": time_ns, "p25_ns": time_ns,
+                        "p75_ns": time_ns, "iqr_ns": 0.0, "min_ns": time_ns, "max_ns": time_ns, "mean_ns": time_ns,
+                        "samples_ns": [time_ns]}}]}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn runs_round_trip_and_a_memory_step_is_marked() {
+        let p = temp("roundtrip");
+        let mut h = History::open_or_create(&p).unwrap();
+        for i in 0..12u64 {
+            let seg = if i < 8 { 20 << 20 } else { 22 << 20 };
+            assert_eq!(h.append(&run(&format!("c{i}"), seg, 1000.0 + (i % 3) as f64)).unwrap(), i as i64 + 1);
+        }
+        drop(h);
+        let h = History::open_existing(&p).unwrap();
+        assert_eq!(h.runs().unwrap(), 12);
+        let all = h.trends(None, 100).unwrap();
+        let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "memory/frag {\"n\":1} (cpu) bandwidth_gbps",
+                "memory/frag {\"n\":1} (cpu) segment_bytes",
+                "memory/frag {\"n\":1} (cpu) time"
+            ]
+        );
+        let seg = h.trends(Some("*SEGMENT_bytes"), 100).unwrap();
+        assert_eq!(seg.len(), 1, "patterns are case-insensitive");
+        assert_eq!(seg[0].points.len(), 12);
+        assert_eq!(seg[0].change_points, vec![8], "the step from 20 to 22 MiB at the 9th run");
+        assert_eq!(seg[0].points[8].git_commit.as_deref(), Some("c8"));
+        assert_eq!(seg[0].points[8].environment, "Test CPU ×2; GPUs: none; device cpu");
+        let last = h.trends(Some("*segment_bytes"), 3).unwrap();
+        assert_eq!(last[0].points.iter().map(|p| p.run_id).collect::<Vec<_>>(), [10, 11, 12]);
+        assert!(last[0].change_points.is_empty());
+        let _ = std::fs::remove_file(&p);
+    }
+
     #[test]
     fn corrupt_and_newer_databases_are_reported_and_kept() {
         let p = temp("corrupt");

@@ -67,8 +67,9 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
     let stderr = text(&second.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     let stdout = text(&second.stdout);
-    let json_start = stdout.find("\n{\n").map(|i| i + 1).expect("the comparison's JSON follows the run's summary");
-    let cmp: Value = serde_json::from_str(&stdout[json_start..]).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    // With --json, stdout is the comparison only (the run's summary went to stderr).
+    let cmp: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert!(stderr.contains("history: run 2 appended"), "{stderr}");
     let rows = cmp["rows"].as_array().unwrap();
     let memory: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "memory").collect();
     assert!(memory.len() > 100, "only {} memory figures compared", memory.len());

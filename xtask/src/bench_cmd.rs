@@ -87,21 +87,25 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         bars.println(&format!("  wrote {}", csv.display()));
     }
     bars.clear();
-    print_summary(&results, &args.out);
+    // With --json, stdout carries only the comparison: the summary goes to stderr.
+    let mut summary: Box<dyn std::io::Write> =
+        if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
+    print_summary(&mut *summary, &results, &args.out)?;
 
     let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
     match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
-        Ok(id) => println!("history: run {id} appended to {}", history.display()),
+        Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
         Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
     }
     if let Some(name) = &args.save_baseline {
         let path = crate::check_cmd::save_baseline(&results, name, &args.baseline_dir)?;
-        println!("baseline '{name}' saved: {}", path.display());
+        writeln!(summary, "baseline '{name}' saved: {}", path.display())?;
     }
     match baseline {
         None => Ok(0),
         Some((cfg, base, path)) => {
-            println!();
+            writeln!(summary)?;
+            drop(summary);
             let results_path = args.out.join(vramlab_reports::RESULTS_JSON);
             crate::check_cmd::report(&base, &path, &results, &results_path, &cfg, &args.check, &args.out)
         }
@@ -192,18 +196,19 @@ impl Progress for Bars {
     }
 }
 
-fn print_summary(results: &RunResults, out: &Path) {
-    println!("vramlab bench — {} on {}", results.environment.cpu_model, results.environment.device);
+fn print_summary(w: &mut dyn std::io::Write, results: &RunResults, out: &Path) -> std::io::Result<()> {
+    writeln!(w, "vramlab bench — {} on {}", results.environment.cpu_model, results.environment.device)?;
     for s in &results.suites {
         let count = |f: fn(&Outcome) -> bool| s.cases.iter().filter(|c| f(&c.outcome)).count();
-        println!(
+        writeln!(
+            w,
             "\n{} ({:.1} s): {} ok, {} failed, {} not available",
             s.name,
             s.duration_ns as f64 / 1e9,
             count(|o| matches!(o, Outcome::Ok)),
             count(|o| matches!(o, Outcome::Failed { .. })),
             count(|o| matches!(o, Outcome::NotAvailable { .. })),
-        );
+        )?;
         for f in &s.findings {
             let verdict = match f.verdict {
                 Verdict::Holds => "holds",
@@ -211,8 +216,8 @@ fn print_summary(results: &RunResults, out: &Path) {
                 Verdict::Inconclusive => "inconclusive",
                 Verdict::NotApplicable => "not applicable",
             };
-            println!("  {}: {verdict} — {}", f.claim, f.evidence);
+            writeln!(w, "  {}: {verdict} — {}", f.claim, f.evidence)?;
         }
     }
-    println!("\nresults: {}", out.join(vramlab_reports::RESULTS_JSON).display());
+    writeln!(w, "\nresults: {}", out.join(vramlab_reports::RESULTS_JSON).display())
 }

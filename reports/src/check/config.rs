@@ -10,6 +10,7 @@
 //! false_discovery_rate = 0.05     # Benjamini–Hochberg q over all time comparisons
 //! bootstrap_resamples = 2000
 //! seed = 42
+//! gate_times = true               # false: times reported, never a regression
 //!
 //! [suite.allocator]               # one suite
 //! time_threshold_percent = 10.0
@@ -53,6 +54,8 @@ pub struct Overrides {
     pub memory_tolerance_bytes: Option<u64>,
     /// Leave this suite, case or metric out of the verdict (still listed).
     pub ignore: Option<bool>,
+    /// False: its times are judged and reported, but a slowdown is not a regression.
+    pub gate_times: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -64,6 +67,7 @@ struct CheckSection {
     false_discovery_rate: Option<f64>,
     bootstrap_resamples: Option<usize>,
     seed: Option<u64>,
+    gate_times: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -88,6 +92,7 @@ pub struct CheckConfig {
     pub false_discovery_rate: f64,
     pub bootstrap_resamples: usize,
     pub seed: u64,
+    pub gate_times: bool,
     suites: BTreeMap<String, Overrides>,
     cases: Vec<(String, GlobMatcher, Overrides)>,
     metrics: Vec<(String, GlobMatcher, Overrides)>,
@@ -101,6 +106,7 @@ pub struct Resolved {
     pub time_threshold: f64,
     pub memory_tolerance_bytes: u64,
     pub ignore: bool,
+    pub gate_times: bool,
 }
 
 impl Default for CheckConfig {
@@ -112,6 +118,7 @@ impl Default for CheckConfig {
             false_discovery_rate: 0.05,
             bootstrap_resamples: 2000,
             seed: 42,
+            gate_times: true,
             suites: BTreeMap::new(),
             cases: Vec::new(),
             metrics: Vec::new(),
@@ -148,6 +155,7 @@ impl CheckConfig {
             false_discovery_rate: c.false_discovery_rate.unwrap_or(d.false_discovery_rate),
             bootstrap_resamples: c.bootstrap_resamples.unwrap_or(d.bootstrap_resamples),
             seed: c.seed.unwrap_or(d.seed),
+            gate_times: c.gate_times.unwrap_or(d.gate_times),
             suites: file.suite.clone(),
             cases: globs("case", &file.case)?,
             metrics: globs("metric", &file.metric)?,
@@ -185,6 +193,7 @@ impl CheckConfig {
             time_threshold: self.time_threshold_percent / 100.0,
             memory_tolerance_bytes: self.memory_tolerance_bytes,
             ignore: false,
+            gate_times: self.gate_times,
         };
         let mut apply = |o: &Overrides| {
             if let Some(t) = o.time_threshold_percent {
@@ -195,6 +204,9 @@ impl CheckConfig {
             }
             if let Some(i) = o.ignore {
                 r.ignore = i;
+            }
+            if let Some(g) = o.gate_times {
+                r.gate_times = g;
             }
         };
         if let Some(o) = self.suites.get(suite) {
@@ -247,7 +259,7 @@ mod tests {
         assert_eq!(c.time_threshold_percent, 5.0);
         assert_eq!(c.memory_tolerance_bytes, 0);
         let r = c.resolve("memory", "x", "peak_allocated_bytes");
-        assert_eq!(r, Resolved { time_threshold: 0.05, memory_tolerance_bytes: 0, ignore: false });
+        assert_eq!(r, Resolved { time_threshold: 0.05, memory_tolerance_bytes: 0, ignore: false, gate_times: true });
     }
 
     #[test]
@@ -263,6 +275,8 @@ mod tests {
             time_threshold_percent = 20.0
             [metric."*_capacity_bytes"]
             ignore = true
+            [suite.amp]
+            gate_times = false
             "#,
         )
         .unwrap();
@@ -271,6 +285,7 @@ mod tests {
         let r = c.resolve("allocator", "cached/64MiB", "peak_reserved_bytes");
         assert_eq!((r.time_threshold, r.memory_tolerance_bytes, r.ignore), (0.20, 100, false));
         assert!(c.resolve("devices", "props", "memory_capacity_bytes").ignore);
+        assert!(!c.resolve("amp", "a", "time").gate_times && c.resolve("memory", "a", "time").gate_times);
     }
 
     #[test]

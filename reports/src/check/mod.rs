@@ -121,6 +121,8 @@ pub struct Row {
     pub detectable_slowdown: Option<f64>,
     /// Time: the noise threshold that applied (fraction); memory: the tolerance (bytes).
     pub threshold: f64,
+    /// Time: false when `gate_times = false` applied (a slowdown is reported, not a regression).
+    pub gated: bool,
     /// In words, for people.
     pub detail: String,
     #[serde(skip)]
@@ -138,6 +140,7 @@ pub struct Method {
     pub false_discovery_rate: f64,
     pub bootstrap_resamples: usize,
     pub seed: u64,
+    pub gate_times: bool,
     pub config_file: Option<PathBuf>,
     /// How many time comparisons Benjamini–Hochberg adjusted together.
     pub time_tests: usize,
@@ -254,6 +257,7 @@ pub fn compare(
             q_slower: None,
             detectable_slowdown: None,
             threshold: 0.0,
+            gated: true,
             detail,
             p_faster: None,
             interval: None,
@@ -343,6 +347,7 @@ pub fn compare(
             r.old = Some(stats::median(&ot.samples_ns));
             r.new = Some(stats::median(&nt.samples_ns));
             r.threshold = rule.time_threshold;
+            r.gated = rule.gate_times;
             if rule.ignore {
                 r.status = Status::NotCompared;
                 r.detail = "ignored by vramlab.toml".into();
@@ -394,8 +399,10 @@ pub fn compare(
         let slower = ci.lower > 1.0 + t && q_slower[j] <= cfg.false_discovery_rate;
         let faster = ci.upper < 1.0 / (1.0 + t) && q_faster[j] <= cfg.false_discovery_rate;
         let within = ci.lower >= 1.0 / (1.0 + t) && ci.upper <= 1.0 + t;
-        r.status = if slower {
+        r.status = if slower && r.gated {
             Status::Regression
+        } else if slower {
+            Status::Inconclusive
         } else if faster {
             Status::Improvement
         } else if within {
@@ -415,6 +422,7 @@ pub fn compare(
             r.p_slower.unwrap_or(1.0),
             q_slower[j],
             match r.status {
+                _ if slower && !r.gated => "; slower, but times are not gated here (gate_times = false)".to_owned(),
                 Status::Regression | Status::Improvement => String::new(),
                 _ => format!(
                     "; could detect a slowdown of {:.0} % or more",
@@ -445,6 +453,7 @@ pub fn compare(
             false_discovery_rate: cfg.false_discovery_rate,
             bootstrap_resamples: cfg.bootstrap_resamples,
             seed: cfg.seed,
+            gate_times: cfg.gate_times,
             config_file: cfg.source.clone(),
             time_tests: tested.len(),
         },

@@ -239,6 +239,11 @@ fn a_failing_case_is_a_regression_and_other_machines_skip_times() {
     assert!(c.environment_differences[0].contains("CPU model: Test CPU (baseline) vs Other CPU"));
     let forced = compare(&old, &elsewhere, &CheckConfig::default(), true, labels());
     assert_eq!(forced.exit_code(), 1, "--force-times compares them");
+    let ungated = CheckConfig::parse("[check]\ngate_times = false\n").unwrap();
+    let reported = compare(&old, &elsewhere, &ungated, true, labels());
+    assert_eq!(reported.exit_code(), 0, "gate_times = false: reported, not gated");
+    assert_eq!(time_row(&reported).status, Status::Inconclusive);
+    assert!(time_row(&reported).detail.contains("not gated"), "{}", time_row(&reported).detail);
 }
 
 fn temp(name: &str, contents: &[u8]) -> std::path::PathBuf {
