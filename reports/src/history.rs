@@ -25,11 +25,17 @@ pub const HISTORY_SCHEMA: i64 = 1;
 
 #[derive(Debug, Error)]
 pub enum HistoryError {
-    #[error("history {path}: no such file — every `cargo xtask bench` run appends to it (or `cargo xtask history --import results.json`)")]
+    #[error(
+        "history {path}: no such file — every `cargo xtask bench` run appends to it (or `cargo xtask history --import results.json`)"
+    )]
     Missing { path: PathBuf },
-    #[error("history {path}: not a vramlab history database, or corrupt ({reason}); it was left as it is — move it away to start a new history")]
+    #[error(
+        "history {path}: not a vramlab history database, or corrupt ({reason}); it was left as it is — move it away to start a new history"
+    )]
     Corrupt { path: PathBuf, reason: String },
-    #[error("history {path}: schema version {found}, newer than this build's {HISTORY_SCHEMA}; it was left as it is — update vramlab to read it")]
+    #[error(
+        "history {path}: schema version {found}, newer than this build's {HISTORY_SCHEMA}; it was left as it is — update vramlab to read it"
+    )]
     Newer { path: PathBuf, found: i64 },
     #[error("history {path}: {source}")]
     Sql {
@@ -109,8 +115,9 @@ impl History {
         if !path.is_file() {
             return Err(HistoryError::Missing { path: path.into() });
         }
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .map_err(|e| corrupt(path, e))?;
+        let conn =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|e| corrupt(path, e))?;
         let h = History { conn, path: path.to_path_buf() };
         h.check_schema(false)?;
         Ok(h)
@@ -149,7 +156,10 @@ impl History {
                 .optional()
                 .map_err(|e| corrupt(path, e))?;
             if found.is_none() {
-                return Err(HistoryError::Corrupt { path: path.clone(), reason: format!("the table `{t}` is missing") });
+                return Err(HistoryError::Corrupt {
+                    path: path.clone(),
+                    reason: format!("the table `{t}` is missing"),
+                });
             }
         }
         Ok(())
@@ -186,7 +196,8 @@ impl History {
                 ids.insert(name, id);
             }
             let mut new_series = tx.prepare("INSERT INTO series (name) VALUES (?1)").map_err(sql)?;
-            let mut point = tx.prepare("INSERT INTO points (series_id, run_id, value) VALUES (?1, ?2, ?3)").map_err(sql)?;
+            let mut point =
+                tx.prepare("INSERT INTO points (series_id, run_id, value) VALUES (?1, ?2, ?3)").map_err(sql)?;
             for (name, value) in figures(run) {
                 let id = match ids.get(&name) {
                     Some(&id) => id,
@@ -326,25 +337,28 @@ pub fn figures(run: &RunResults) -> Vec<(String, f64)> {
 /// changes. Returns the indices where new levels start, ascending.
 pub fn change_points(values: &[f64]) -> Vec<usize> {
     let n = values.len();
-    if n < 2 {
+    if n < 2 || values.iter().all(|&v| v == values[0]) {
         return Vec::new();
     }
     let mut diffs: Vec<f64> = values.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
     let mad = crate::check::stats::median_in_place(&mut diffs);
     // |difference of two N(0, σ²)| has median 0.6745·√2·σ.
     let sigma = mad / (0.6745 * std::f64::consts::SQRT_2);
-    let scale = values.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1.0);
-    let penalty = if sigma > 0.0 { 2.0 * sigma * sigma * (n as f64).ln() } else { 1e-18 * scale * scale };
+    // Centred, so the sums of squares below do not cancel catastrophically.
+    let mean = values.iter().sum::<f64>() / n as f64;
     let mut s1 = vec![0.0; n + 1];
     let mut s2 = vec![0.0; n + 1];
     for (i, v) in values.iter().enumerate() {
-        s1[i + 1] = s1[i] + v;
-        s2[i + 1] = s2[i] + v * v;
+        let c = v - mean;
+        s1[i + 1] = s1[i] + c;
+        s2[i + 1] = s2[i] + c * c;
     }
     let cost = |a: usize, b: usize| {
         let (k, s) = ((b - a) as f64, s1[b] - s1[a]);
         (s2[b] - s2[a] - s * s / k).max(0.0)
     };
+    // With no noise at all, any real step counts, but not rounding error.
+    let penalty = (2.0 * sigma * sigma * (n as f64).ln()).max(1e-9 * cost(0, n));
     let min_len = if sigma > 0.0 { 2 } else { 1 };
     let mut found = Vec::new();
     let mut stack = vec![(0usize, n)];
@@ -373,6 +387,10 @@ mod tests {
     #[test]
     fn change_points_known_answers() {
         assert!(change_points(&[5.0; 50]).is_empty(), "flat");
+        assert!(change_points(&[42.4123456789; 1000]).is_empty(), "flat, where sums of squares would round");
+        let mut late = vec![41.8; 999];
+        late.push(41.9);
+        assert_eq!(change_points(&late), vec![999], "an exact series steps wherever it changes");
         // An exact memory series that steps once by 2 MiB.
         let mut mem = vec![1048576.0; 10];
         mem.extend([3145728.0; 5]);

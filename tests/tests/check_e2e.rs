@@ -50,7 +50,18 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
     let first = xtask(
         &bin,
         &dir,
-        &["bench", "--quick", "--device", "cpu", "--out", &d("out"), "--save-baseline", "e2e", "--baseline-dir", &d("b")],
+        &[
+            "bench",
+            "--quick",
+            "--device",
+            "cpu",
+            "--out",
+            &d("out"),
+            "--save-baseline",
+            "e2e",
+            "--baseline-dir",
+            &d("b"),
+        ],
     );
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
     assert!(dir.join("b/e2e.json").is_file());
@@ -60,8 +71,21 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
         &bin,
         &dir,
         &[
-            "bench", "--quick", "--device", "cpu", "--out", &d("out"), "--baseline", "e2e", "--baseline-dir", &d("b"),
-            "--json", "--export", "bmf", "--export", "gab",
+            "bench",
+            "--quick",
+            "--device",
+            "cpu",
+            "--out",
+            &d("out"),
+            "--baseline",
+            "e2e",
+            "--baseline-dir",
+            &d("b"),
+            "--json",
+            "--export",
+            "bmf",
+            "--export",
+            "gab",
         ],
     );
     let stderr = text(&second.stderr);
@@ -79,7 +103,9 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
         .map(|r| format!("{} {}: {}", r["case"]["suite"], r["case"]["case"], r["detail"]))
         .collect();
     assert!(changed.is_empty(), "memory not reproducible run to run:\n{}", changed.join("\n"));
-    assert!(cmp["only_in_baseline"].as_array().unwrap().is_empty() && cmp["only_in_current"].as_array().unwrap().is_empty());
+    assert!(
+        cmp["only_in_baseline"].as_array().unwrap().is_empty() && cmp["only_in_current"].as_array().unwrap().is_empty()
+    );
     assert!(cmp["environment_differences"].as_array().unwrap().is_empty());
     // Times are judged (this machine's noise decides how), never gated here.
     let times = rows.iter().filter(|r| r["kind"] == "time").count();
@@ -100,7 +126,12 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
     let bmf: Value = serde_json::from_slice(&std::fs::read(dir.join("out/bmf.json")).unwrap()).unwrap();
     assert!(bmf.as_object().unwrap().values().all(|m| m.as_object().unwrap().values().all(|v| v["value"].is_number())));
     let gab: Value = serde_json::from_slice(&std::fs::read(dir.join("out/gab.json")).unwrap()).unwrap();
-    assert!(gab.as_array().unwrap().iter().all(|e| e["name"].is_string() && e["unit"].is_string() && e["value"].is_number()));
+    assert!(
+        gab.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"].is_string() && e["unit"].is_string() && e["value"].is_number())
+    );
 
     // A planted memory regression: the baseline had one 2 MiB segment less in one case.
     let mut base: Value = serde_json::from_slice(&std::fs::read(dir.join("b/e2e.json")).unwrap()).unwrap();
@@ -128,18 +159,29 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
     let good = std::fs::read(dir.join("b/e2e.json")).unwrap();
     std::fs::write(dir.join("b/truncated.json"), &good[..good.len() / 3]).unwrap();
     std::fs::write(dir.join("b/corrupt.json"), b"\x00\x01garbage").unwrap();
-    for (name, needle) in [("missing", "no such file"), ("truncated", "EOF while parsing"), ("corrupt", "not vramlab results")] {
-        let o = xtask(&bin, &dir, &["check", "--baseline", name, "--baseline-dir", &d("b"), "--from", &d("out/results.json")]);
+    for (name, needle) in
+        [("missing", "no such file"), ("truncated", "EOF while parsing"), ("corrupt", "not vramlab results")]
+    {
+        let o = xtask(
+            &bin,
+            &dir,
+            &["check", "--baseline", name, "--baseline-dir", &d("b"), "--from", &d("out/results.json")],
+        );
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{name}: {err}");
         assert!(err.contains(&format!("{name}.json")) && err.contains(needle), "{name}: {err}");
     }
-    let o = xtask(&bin, &dir, &["bench", "--quick", "--suite", "devices", "--baseline", "missing", "--baseline-dir", &d("b")]);
+    let o = xtask(
+        &bin,
+        &dir,
+        &["bench", "--quick", "--suite", "devices", "--baseline", "missing", "--baseline-dir", &d("b")],
+    );
     assert_eq!(o.status.code(), Some(2), "a missing baseline is found before the run");
     assert!(!dir.join("target").exists(), "nothing ran");
 
     // The history holds both runs; identical memory never steps.
-    let h = xtask(&bin, &dir, &["history", "--db", &d("out/history.sqlite"), "--metric", "*peak_reserved_bytes", "--json"]);
+    let h =
+        xtask(&bin, &dir, &["history", "--db", &d("out/history.sqlite"), "--metric", "*peak_reserved_bytes", "--json"]);
     assert_eq!(h.status.code(), Some(0), "{}", text(&h.stderr));
     let series: Value = serde_json::from_slice(&h.stdout).unwrap();
     let series = series.as_array().unwrap();

@@ -28,7 +28,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             let path = crate::check_cmd::resolve_baseline(name, &args.baseline_dir);
             let loaded = crate::check_cmd::load_config(args.check.config.as_deref())
                 .map_err(|e| e.to_string())
-                .and_then(|cfg| Ok((cfg, vramlab_reports::check::load_results(&path, "baseline").map_err(|e| e.to_string())?)));
+                .and_then(|cfg| {
+                    Ok((cfg, vramlab_reports::check::load_results(&path, "baseline").map_err(|e| e.to_string())?))
+                });
             match loaded {
                 Ok((cfg, b)) => Some((cfg, b, path)),
                 Err(message) => return Ok(crate::check_cmd::impossible(&message)),

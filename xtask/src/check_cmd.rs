@@ -164,8 +164,7 @@ pub fn report(
     opts: &CheckOptions,
     out_dir: &Path,
 ) -> Result<u8> {
-    let labels =
-        Labels { baseline: baseline_path.display().to_string(), current: current_path.display().to_string() };
+    let labels = Labels { baseline: baseline_path.display().to_string(), current: current_path.display().to_string() };
     let comparison = check::compare(baseline, current, cfg, opts.force_times, labels);
     let md = output::write_markdown(out_dir, &comparison)?;
     let mut written = vec![md];

@@ -103,11 +103,7 @@ pub fn run(args: &HistoryArgs) -> Result<u8> {
 }
 
 fn value_text(name: &str, v: f64) -> String {
-    if name.ends_with(" time") || name.ends_with("_ns") {
-        fmt_ns(v)
-    } else {
-        fmt_amount(v, name.ends_with("_bytes"))
-    }
+    if name.ends_with(" time") || name.ends_with("_ns") { fmt_ns(v) } else { fmt_amount(v, name.ends_with("_bytes")) }
 }
 
 /// "run 12 (commit abc): 1.00 MiB → 3.00 MiB (+200.0 %)", the levels' means.

@@ -132,7 +132,8 @@ impl CheckConfig {
     /// for "the file if there is one").
     pub fn load(path: &Path) -> Result<CheckConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io { path: path.into(), source })?;
-        let mut cfg = CheckConfig::parse(&text).map_err(|message| ConfigError::Invalid { path: path.into(), message })?;
+        let mut cfg =
+            CheckConfig::parse(&text).map_err(|message| ConfigError::Invalid { path: path.into(), message })?;
         cfg.source = Some(path.to_path_buf());
         Ok(cfg)
     }

@@ -84,7 +84,11 @@ pub fn environment_differences(old: &Environment, new: &Environment) -> Vec<Stri
     diff("CPU model", old.cpu_model.clone(), new.cpu_model.clone());
     diff("CPU cores", old.cpu_cores.to_string(), new.cpu_cores.to_string());
     let gpus = |e: &Environment| {
-        if e.gpus.is_empty() { "none".to_owned() } else { e.gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ") }
+        if e.gpus.is_empty() {
+            "none".to_owned()
+        } else {
+            e.gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+        }
     };
     diff("GPUs", gpus(old), gpus(new));
     diff("device", old.device.clone(), new.device.clone());
@@ -98,7 +102,9 @@ mod tests {
 
     #[test]
     fn memory_metrics_by_name() {
-        for m in ["peak_allocated_bytes", "segment_bytes", "oom_batch_count", "largest_fitting_batch_count", "oom_count"] {
+        for m in
+            ["peak_allocated_bytes", "segment_bytes", "oom_batch_count", "largest_fitting_batch_count", "oom_count"]
+        {
             assert!(is_memory_metric(m), "{m}");
         }
         for m in ["pair_ns", "bandwidth_gbps", "steps_count", "speedup_vs_off_ratio", "bytes_per_s"] {

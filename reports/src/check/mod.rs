@@ -62,8 +62,11 @@ pub fn load_results(path: &Path, role: &'static str) -> Result<RunResults, Check
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(CheckError::Corrupt { role, path: path.into(), reason: "the file is empty".into() });
     }
-    let run: RunResults = serde_json::from_slice(&bytes)
-        .map_err(|e| CheckError::Corrupt { role, path: path.into(), reason: e.to_string() })?;
+    let run: RunResults = serde_json::from_slice(&bytes).map_err(|e| CheckError::Corrupt {
+        role,
+        path: path.into(),
+        reason: e.to_string(),
+    })?;
     if run.schema_version == 0 || run.schema_version > MAX_SCHEMA_READ {
         return Err(CheckError::Incompatible {
             role,
@@ -266,7 +269,12 @@ pub fn compare(
             (Outcome::Ok, Outcome::Ok) => {}
             (Outcome::Ok, Outcome::Failed { message }) => {
                 let status = if case_rule.ignore { Status::NotCompared } else { Status::Regression };
-                rows.push(row("outcome", Kind::Outcome, status, format!("passed in the baseline, fails now: {message}")));
+                rows.push(row(
+                    "outcome",
+                    Kind::Outcome,
+                    status,
+                    format!("passed in the baseline, fails now: {message}"),
+                ));
                 continue;
             }
             (Outcome::Failed { message }, Outcome::Ok) => {
@@ -279,7 +287,12 @@ pub fn compare(
                 continue;
             }
             (Outcome::Failed { .. }, Outcome::Failed { message }) => {
-                rows.push(row("outcome", Kind::Outcome, Status::NotCompared, format!("fails on both sides: {message}")));
+                rows.push(row(
+                    "outcome",
+                    Kind::Outcome,
+                    Status::NotCompared,
+                    format!("fails on both sides: {message}"),
+                ));
                 continue;
             }
             (a, b) => {
@@ -389,8 +402,10 @@ pub fn compare(
 
     // Benjamini–Hochberg over every time comparison that produced a p-value.
     let tested: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].p_slower.is_some()).collect();
-    let q_slower = stats::benjamini_hochberg(&tested.iter().map(|&i| rows[i].p_slower.unwrap_or(1.0)).collect::<Vec<_>>());
-    let q_faster = stats::benjamini_hochberg(&tested.iter().map(|&i| rows[i].p_faster.unwrap_or(1.0)).collect::<Vec<_>>());
+    let q_slower =
+        stats::benjamini_hochberg(&tested.iter().map(|&i| rows[i].p_slower.unwrap_or(1.0)).collect::<Vec<_>>());
+    let q_faster =
+        stats::benjamini_hochberg(&tested.iter().map(|&i| rows[i].p_faster.unwrap_or(1.0)).collect::<Vec<_>>());
     for (j, &i) in tested.iter().enumerate() {
         let r = &mut rows[i];
         let Some(ci) = r.interval else { continue };
@@ -469,9 +484,7 @@ fn severity(r: &Row) -> f64 {
             let (old, change) = (r.old.unwrap_or(0.0), r.change.unwrap_or(0.0));
             if old > 0.0 { change / old } else { change.signum() * f64::MAX.sqrt() }
         }
-        (Kind::Time, Status::Improvement) => {
-            -r.ratio_interval.map_or(0.0, |(_, hi)| 1.0 - hi).max(0.0) - 1.0
-        }
+        (Kind::Time, Status::Improvement) => -r.ratio_interval.map_or(0.0, |(_, hi)| 1.0 - hi).max(0.0) - 1.0,
         (Kind::Time, _) => r.ratio_interval.map_or(0.0, |(lo, _)| lo - 1.0),
     }
 }

@@ -49,7 +49,11 @@ fn method_line(c: &Comparison) -> String {
         m.time_tests,
         if m.time_tests == 1 { "" } else { "s" },
         m.false_discovery_rate * 100.0,
-    ) + if m.gate_times { "" } else { " Times are not gated (gate_times = false): a slowdown is reported as inconclusive." }
+    ) + if m.gate_times {
+        ""
+    } else {
+        " Times are not gated (gate_times = false): a slowdown is reported as inconclusive."
+    }
 }
 
 /// The terminal report: every row that is not "no change" or "not compared" (all with `all`),

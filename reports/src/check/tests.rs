@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use vramlab_suites::harness::summarize;
-use vramlab_suites::{CaseResult, Environment, MemoryPeaks, Outcome, RunOptions, RunResults, SCHEMA_VERSION, SuiteResult};
+use vramlab_suites::{
+    CaseResult, Environment, MemoryPeaks, Outcome, RunOptions, RunResults, SCHEMA_VERSION, SuiteResult,
+};
 
 use super::*;
 
@@ -328,7 +330,9 @@ fn bmf_export_has_the_documented_shape() {
 #[test]
 fn gab_export_has_the_documented_shape() {
     let mut r = run(vec![case("a", vec![10.0, 12.0, 11.0, 13.0], 4096.0)]);
-    r.suites[0].cases.push(CaseResult { outcome: Outcome::Failed { message: "x".into() }, ..case("f", vec![1.0], 1.0) });
+    r.suites[0]
+        .cases
+        .push(CaseResult { outcome: Outcome::Failed { message: "x".into() }, ..case("f", vec![1.0], 1.0) });
     let v = export::gab(&r);
     // customSmallerIsBetter: an array of {name, unit, value} with optional
     // string `range` and `extra`, nothing else.
