@@ -100,7 +100,7 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
     let changed: Vec<String> = memory
         .iter()
         .filter(|r| r["status"] != "no_change")
-        .map(|r| format!("{} {}: {}", r["case"]["suite"], r["case"]["case"], r["detail"]))
+        .map(|r| format!("{} {} {}: {}", r["case"]["suite"], r["case"]["case"], r["metric"], r["detail"]))
         .collect();
     assert!(changed.is_empty(), "memory not reproducible run to run:\n{}", changed.join("\n"));
     assert!(

@@ -177,10 +177,17 @@ pub fn report(
         vramlab_reports::write_atomic(&path, export::render(format, current).as_bytes())?;
         written.push(path);
     }
-    let mut stdout = std::io::stdout().lock();
     if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
-        write!(stdout, "{}", output::annotations(&comparison))?;
+        // The runner reads workflow commands from both streams; with --json,
+        // stdout carries only the JSON.
+        let annotations = output::annotations(&comparison);
+        if opts.json {
+            eprint!("{annotations}");
+        } else {
+            print!("{annotations}");
+        }
     }
+    let mut stdout = std::io::stdout().lock();
     if opts.json {
         writeln!(stdout, "{}", output::json(&comparison)?)?;
     } else {

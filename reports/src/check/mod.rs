@@ -426,16 +426,22 @@ pub fn compare(
             Status::Inconclusive
         };
         let pct = |x: f64| format!("{:+.1} %", (x - 1.0) * 100.0);
+        // The U test's p-value in the direction the medians moved.
+        let (direction, p, q) = if ci.ratio < 1.0 {
+            ("faster", r.p_faster.unwrap_or(1.0), q_faster[j])
+        } else {
+            ("slower", r.p_slower.unwrap_or(1.0), q_slower[j])
+        };
         r.detail = format!(
-            "median {} → {} ({}; {:.0} % interval {} to {}; Mann–Whitney p = {:.2e}, BH-adjusted {:.2e}){}",
+            "median {} → {} ({}; {:.0} % interval {} to {}; Mann–Whitney p({direction}) = {:.2e}, BH-adjusted {:.2e}){}",
             fmt_ns(r.old.unwrap_or(0.0)),
             fmt_ns(r.new.unwrap_or(0.0)),
             pct(ci.ratio),
             cfg.confidence * 100.0,
             pct(ci.lower),
             pct(ci.upper),
-            r.p_slower.unwrap_or(1.0),
-            q_slower[j],
+            p,
+            q,
             match r.status {
                 _ if slower && !r.gated => "; slower, but times are not gated here (gate_times = false)".to_owned(),
                 Status::Regression | Status::Improvement => String::new(),
