@@ -306,6 +306,15 @@ mod tests {
     }
 
     #[test]
+    fn the_repositorys_own_file_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(CONFIG_FILE);
+        let c = CheckConfig::load(&path).unwrap();
+        assert_eq!((c.time_threshold_percent, c.memory_tolerance_bytes), (5.0, 0));
+        assert!(c.resolve("devices", "device_properties", "memory_capacity_bytes").ignore);
+        assert!(!c.resolve("devices", "to_roundtrip/4KiB", "size_bytes").ignore);
+    }
+
+    #[test]
     fn load_names_the_file() {
         let path = std::env::temp_dir().join(format!("vramlab-config-{}.toml", std::process::id()));
         std::fs::write(&path, "[check]\nseed = -3\n").unwrap();

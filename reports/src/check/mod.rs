@@ -21,9 +21,10 @@ use vramlab_suites::{Outcome, RunResults};
 pub use config::{CONFIG_FILE, CheckConfig, ConfigError};
 pub use matching::CaseKey;
 
-/// The newest results schema the check reads. Fields it does not know (a later
-/// schema's additions) are ignored.
-pub const MAX_SCHEMA_READ: u32 = 2;
+/// The newest results schema the check reads: this build's, and version 2
+/// (which adds memory timelines) even before this build writes it. Fields it
+/// does not know are ignored.
+pub const MAX_SCHEMA_READ: u32 = if vramlab_suites::SCHEMA_VERSION > 2 { vramlab_suites::SCHEMA_VERSION } else { 2 };
 
 /// Fewer samples than this on a side: the time comparison is inconclusive.
 pub const MIN_SAMPLES: usize = 5;
@@ -31,9 +32,7 @@ pub const MIN_SAMPLES: usize = 5;
 /// Why a comparison could not be made (exit 2).
 #[derive(Debug, Error)]
 pub enum CheckError {
-    #[error(
-        "{role} {path}: no such file — save one with `cargo xtask bench --save-baseline NAME`, or name an existing results file"
-    )]
+    #[error("{role} {path}: no such file — {}", missing_hint(role))]
     Missing { role: &'static str, path: PathBuf },
     #[error("{role} {path}: cannot be read: {source}")]
     Unreadable {
@@ -46,6 +45,14 @@ pub enum CheckError {
     Corrupt { role: &'static str, path: PathBuf, reason: String },
     #[error("{role} {path}: incompatible: {reason}")]
     Incompatible { role: &'static str, path: PathBuf, reason: String },
+}
+
+fn missing_hint(role: &str) -> &'static str {
+    if role == "baseline" {
+        "save one with `cargo xtask bench --save-baseline NAME`, or name an existing results file"
+    } else {
+        "run `cargo xtask bench` first, or name an existing results file"
+    }
 }
 
 /// Reads a results file for comparison (`role`: "baseline" or "results", for

@@ -260,6 +260,9 @@ fn missing_corrupt_truncated_and_incompatible_baselines_are_named() {
     let missing = std::env::temp_dir().join("vramlab-check-no-such-baseline.json");
     let e = load_results(&missing, "baseline").unwrap_err().to_string();
     assert!(e.contains("vramlab-check-no-such-baseline.json") && e.contains("no such file"), "{e}");
+    assert!(e.contains("--save-baseline"), "{e}");
+    let e = load_results(&missing, "results").unwrap_err().to_string();
+    assert!(e.starts_with("results ") && e.contains("run `cargo xtask bench` first"), "{e}");
 
     let truncated = temp("truncated.json", &good[..good.len() / 2]);
     let e = load_results(&truncated, "baseline").unwrap_err().to_string();
