@@ -319,8 +319,18 @@ pub fn compare(
         // Memory: exact.
         let old_mem = matching::memory_figures(old_case);
         let new_mem = matching::memory_figures(new_case);
+        for (name, &v) in old_mem.iter().filter(|(k, _)| !new_mem.contains_key(*k)) {
+            let mut r = row(name, Kind::Memory, Status::NotCompared, "in the baseline only".into());
+            r.old = Some(v);
+            rows.push(r);
+        }
         for (name, &new_v) in &new_mem {
-            let Some(&old_v) = old_mem.get(name) else { continue };
+            let Some(&old_v) = old_mem.get(name) else {
+                let mut r = row(name, Kind::Memory, Status::NotCompared, "not in the baseline".into());
+                r.new = Some(new_v);
+                rows.push(r);
+                continue;
+            };
             let rule = cfg.resolve(&key.suite, &key.case, name);
             let diff = new_v - old_v;
             let tol = rule.memory_tolerance_bytes as f64;
@@ -461,7 +471,12 @@ pub fn compare(
     }
 
     rows.sort_by(|a, b| {
-        a.status.cmp(&b.status).then_with(|| severity(b).total_cmp(&severity(a))).then_with(|| a.case.cmp(&b.case))
+        // Within a status: outcomes, then memory (exact), then times; the largest change first.
+        a.status
+            .cmp(&b.status)
+            .then_with(|| a.kind.cmp(&b.kind))
+            .then_with(|| severity(b).total_cmp(&severity(a)))
+            .then_with(|| a.case.cmp(&b.case))
     });
     Comparison {
         baseline: labels.baseline,
@@ -488,8 +503,8 @@ pub fn compare(
     }
 }
 
-/// How bad a row is within its status: memory by bytes (scaled to compare with
-/// times as a fraction of the old value), time by the interval's nearer bound.
+/// How bad a row is within its status and kind: memory by the change as a
+/// fraction of the old value, time by the interval's nearer bound.
 fn severity(r: &Row) -> f64 {
     match (r.kind, r.status) {
         (Kind::Outcome, _) => f64::INFINITY,

@@ -219,6 +219,16 @@ fn cases_match_by_suite_name_and_params_and_one_sided_cases_are_listed() {
     assert_eq!(names(&c.only_in_baseline), ["demo/gone {\"size\":64} (cpu)"]);
     assert_eq!(names(&c.only_in_current), ["demo/added {\"size\":64} (cpu)", "demo/a {\"size\":128} (cpu)"]);
     assert_eq!(c.exit_code(), 0);
+
+    // A memory figure on one side only is listed, not judged.
+    let mut more = old.clone();
+    more.suites[0].cases[0].metrics.insert("workspace_bytes".into(), 4096.0);
+    let c = compare(&old, &more, &CheckConfig::default(), false, labels());
+    let r = c.rows.iter().find(|r| r.metric == "workspace_bytes").unwrap();
+    assert_eq!((r.status, r.detail.as_str(), r.new), (Status::NotCompared, "not in the baseline", Some(4096.0)));
+    let c = compare(&more, &old, &CheckConfig::default(), false, labels());
+    let r = c.rows.iter().find(|r| r.metric == "workspace_bytes").unwrap();
+    assert_eq!((r.status, r.detail.as_str()), (Status::NotCompared, "in the baseline only"));
 }
 
 #[test]
