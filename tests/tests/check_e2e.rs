@@ -143,7 +143,9 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
         &["check", "--baseline", &d("planted.json"), "--from", &d("out/results.json"), "--config", &d("loose.toml")],
     );
     assert_eq!(planted.status.code(), Some(2), "a missing --config file makes the comparison impossible");
-    std::fs::write(dir.join("loose.toml"), "[check]\ntime_threshold_percent = 1000\n").unwrap();
+    // Times not gated: only the planted memory figure may fail (a raw 4 MiB
+    // malloc can take 50× longer in one run than in the next on a busy machine).
+    std::fs::write(dir.join("loose.toml"), "[check]\ngate_times = false\n").unwrap();
     let planted = xtask(
         &bin,
         &dir,
