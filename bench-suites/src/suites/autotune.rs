@@ -137,11 +137,14 @@ impl Problem {
 
     /// How the autotuner's key writes the problem (its `Debug` form), so that
     /// this problem's tuning record can be told from others'.
-    fn key_fragment(self) -> String {
+    /// The problem as the autotuner's key holds it (its JSON; on a GPU the
+    /// key's problem also carries the math mode, around this).
+    fn key_problem(self) -> String {
         match self {
-            Problem::Conv(p) => format!("{p:?}"),
-            Problem::Matmul(shape) => format!("{shape:?}"),
+            Problem::Conv(p) => serde_json::to_string(&p),
+            Problem::Matmul(shape) => serde_json::to_string(&shape),
         }
+        .expect("shapes serialize")
     }
 
     /// The heuristic's algorithm (what off mode runs).
@@ -347,8 +350,8 @@ impl Operands {
     /// Whether `record` is this problem's tuning (f32, this op and shape).
     fn is_tuning_of(&self, record: &TuningRecord) -> bool {
         record.op == self.problem.tuner_op()
-            && record.key.contains(&format!("|{}|", DType::F32.as_str()))
-            && record.key.contains(&self.problem.key_fragment())
+            && record.key.dtype == DType::F32.as_str()
+            && record.key.problem.contains(&self.problem.key_problem())
     }
 }
 
