@@ -524,6 +524,13 @@ impl CachingAllocator {
     pub fn snapshot(&self) -> Vec<SegmentInfo> {
         self.lock().snapshot()
     }
+
+    /// [`stats`](Self::stats) and [`snapshot`](Self::snapshot) taken under one lock,
+    /// so that they describe the same moment.
+    pub fn stats_and_snapshot(&self) -> (MemoryStats, Vec<SegmentInfo>) {
+        let st = self.lock();
+        (st.stats.clone(), st.snapshot())
+    }
 }
 
 impl Drop for CachingAllocator {

@@ -22,8 +22,13 @@ pub enum AllocError {
         #[source]
         source: RawError,
     },
-    /// A request of 1 EiB or more, which PyTorch refuses before allocating.
-    #[error("{device} out of memory: tried to allocate {requested_bytes} bytes, more than 1 EiB")]
+    /// A request of 1 EiB or more, which PyTorch refuses before its allocator sees it
+    /// (`NativeCachingAllocator::allocate`: "CUDA out of memory. Tried to allocate
+    /// more than 1EB memory."); no statistic changes.
+    #[error(
+        "vramlab: {device} out of memory. Tried to allocate more than 1EB memory ({requested_bytes} bytes requested; \
+         PyTorch refuses requests of 1 EiB or more before its allocator sees them)"
+    )]
     RequestTooLarge { device: String, requested_bytes: u64 },
     /// A stream id beyond what the allocator tracks.
     #[error("stream {stream} on {device}: stream ids go up to {max}")]

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! - `alloc` needs `id` (any `u64`, unique among the live allocations) and `size`
-//!   (bytes, an integer from 0 to [`MAX_BYTES`]); `stream` (default 0; a stream
+//!   (bytes, any integer from 0 to 2^64 − 1: see "Request sizes" below); `stream` (default 0; a stream
 //!   id the allocator does not track is an error) and `tag` (one of `parameter`,
 //!   `gradient`, `activation`, `optimizer_state`, `input`, `temporary`,
 //!   `workspace`) are optional.
@@ -30,6 +30,23 @@
 //! [`OnOom::Continue`] the replay goes on, the failed allocation's id counts as
 //! live for the trace, and its later `free` is ignored; with [`OnOom::Stop`] the
 //! replay ends at the first one.
+//!
+//! # Request sizes, as PyTorch treats them
+//!
+//! Every `u64` size is valid input; what happens to it is what PyTorch does
+//! (`CUDACachingAllocator.cpp`, `NativeCachingAllocator::allocate` and
+//! `DeviceCachingAllocator::malloc`):
+//!
+//! - 0 bytes: a null allocation that never reaches the allocator (no statistic moves).
+//! - [`MAX_REQUEST`] (1 EiB) or more: refused before the allocator ("Tried to allocate
+//!   more than 1EB memory", an `OutOfMemoryError` in PyTorch). No statistic changes
+//!   (`num_ooms` included); the refusal is a [`TooLargeRecord`] in the report and,
+//!   like an out-of-memory, ends the replay under [`OnOom::Stop`].
+//! - Anything else goes through the allocator: a request larger than the simulated
+//!   device releases the cached blocks, retries once (`num_alloc_retries` + 1) and
+//!   fails with an out-of-memory (`num_ooms` + 1), as on a GPU.
+//!
+//! The simulated device's capacity has its own, separate limit, [`MAX_BYTES`] (1 PiB).
 
 use std::borrow::Cow;
 use std::collections::hash_map::Entry;
@@ -45,10 +62,13 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::hooks::Tag;
-use crate::{AllocError, Allocation, AllocatorConfig, CachingAllocator, OutOfMemoryError, SimulatedMemory, StreamId};
+use crate::{
+    AllocError, Allocation, AllocatorConfig, CachingAllocator, MAX_REQUEST, OutOfMemoryError, SimulatedMemory, StreamId,
+};
 
-/// The largest `size` a trace may ask for and the largest capacity a replay may
-/// simulate: 1 PiB, the capacity of an unlimited [`SimulatedMemory`].
+/// The largest capacity a replay may simulate: 1 PiB, the capacity of an
+/// unlimited [`SimulatedMemory`]. (Request sizes have no such limit: see the
+/// module docs.)
 pub const MAX_BYTES: u64 = 1 << 50;
 
 /// How many out-of-memory events a report keeps in full; later ones are only
@@ -115,6 +135,20 @@ impl Serialize for OomRecord {
     }
 }
 
+/// A request of [`MAX_REQUEST`] (1 EiB) or more, which PyTorch refuses before its
+/// allocator sees it: no statistic changes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TooLargeRecord {
+    /// 0-based index of the op among the trace's ops (blank lines not counted).
+    pub event_index: u64,
+    /// 1-based line number in the trace.
+    pub line: u64,
+    /// The `size` the trace asked for.
+    pub requested_bytes: u64,
+    /// The error's text.
+    pub message: String,
+}
+
 /// The outcome of a replay. The memory figures are the allocator's
 /// (`torch.cuda.memory_allocated()` and friends); peaks count from the last
 /// `reset_peak` op.
@@ -139,6 +173,11 @@ pub struct ReplayReport {
     pub ooms: Vec<OomRecord>,
     /// Out-of-memory events beyond [`MAX_OOM_RECORDS`], counted only.
     pub ooms_not_recorded: u64,
+    /// The first [`MAX_OOM_RECORDS`] requests of 1 EiB or more (refused before the
+    /// allocator, so not in `num_ooms`).
+    pub too_large: Vec<TooLargeRecord>,
+    /// Such requests beyond [`MAX_OOM_RECORDS`], counted only.
+    pub too_large_not_recorded: u64,
     /// `torch.cuda.memory_stats()` at the end, flattened.
     pub memory_stats: BTreeMap<String, i64>,
     /// `torch.cuda.memory_summary()` at the end.
@@ -298,17 +337,19 @@ impl<'de> Deserialize<'de> for SizeValue {
 }
 
 impl SizeValue {
-    /// The size in bytes; integral floats (`1e6`, `1024.0`) are accepted.
+    /// The size in bytes: any `u64` (PyTorch's `size_t`); integral floats (`1e6`,
+    /// `1024.0`) are accepted.
     fn bytes(self, line: u64) -> Result<u64, ReplayError> {
         let bad = |value: String, reason| Err(ReplayError::BadSize { line, value, reason });
-        let too_large = "is too large (the limit is 1125899906842624 bytes, 1 PiB)";
         match self {
-            SizeValue::Unsigned(n) if n <= MAX_BYTES => Ok(n),
-            SizeValue::Unsigned(n) => bad(n.to_string(), too_large),
+            SizeValue::Unsigned(n) => Ok(n),
             SizeValue::Negative(n) => bad(n.to_string(), "is negative"),
             SizeValue::Float(f) if f < 0.0 => bad(f.to_string(), "is negative"),
             SizeValue::Float(f) if f.fract() != 0.0 => bad(f.to_string(), "is not a whole number of bytes"),
-            SizeValue::Float(f) if f > MAX_BYTES as f64 => bad(f.to_string(), too_large),
+            // 2^64 and above do not fit a size_t.
+            SizeValue::Float(f) if f >= 18_446_744_073_709_551_616.0 => {
+                bad(f.to_string(), "is too large (a size is at most 2^64 - 1 bytes)")
+            }
             SizeValue::Float(f) => Ok(f as u64),
         }
     }
@@ -358,6 +399,8 @@ struct Replayer<'o> {
     stopped_early: bool,
     ooms: Vec<OomRecord>,
     ooms_not_recorded: u64,
+    too_large: Vec<TooLargeRecord>,
+    too_large_not_recorded: u64,
 }
 
 impl<'o> Replayer<'o> {
@@ -382,6 +425,8 @@ impl<'o> Replayer<'o> {
             stopped_early: false,
             ooms: Vec::new(),
             ooms_not_recorded: 0,
+            too_large: Vec::new(),
+            too_large_not_recorded: 0,
         })
     }
 
@@ -502,6 +547,27 @@ impl<'o> Replayer<'o> {
                     }
                 }
             }
+            Err(error @ AllocError::RequestTooLarge { .. }) => {
+                // PyTorch's `OutOfMemoryError` from before the allocator: data, like an OOM.
+                debug_assert!(size >= MAX_REQUEST);
+                if self.too_large.len() < MAX_OOM_RECORDS {
+                    self.too_large.push(TooLargeRecord {
+                        event_index: self.events,
+                        line,
+                        requested_bytes: size,
+                        message: error.to_string(),
+                    });
+                } else {
+                    self.too_large_not_recorded += 1;
+                }
+                match self.opts.on_oom {
+                    OnOom::Stop => Ok(Flow::Stop),
+                    OnOom::Continue => {
+                        slot.insert(Slot::Failed { line });
+                        Ok(Flow::Go)
+                    }
+                }
+            }
             Err(source) => Err(ReplayError::Allocator { line, source }),
         }
     }
@@ -541,6 +607,8 @@ impl<'o> Replayer<'o> {
             last_reset_peak_line: self.last_reset_peak_line,
             ooms: self.ooms,
             ooms_not_recorded: self.ooms_not_recorded,
+            too_large: self.too_large,
+            too_large_not_recorded: self.too_large_not_recorded,
             memory_stats: stats.flatten(),
             summary: self.allocator.memory_summary(false),
         }
@@ -923,15 +991,63 @@ mod tests {
         assert_eq!(size("-5"), "line 1: size -5 is negative");
         assert_eq!(size("-0.5"), "line 1: size -0.5 is negative");
         assert_eq!(size("1.5"), "line 1: size 1.5 is not a whole number of bytes");
-        assert!(size("1125899906842625").contains("is too large"));
-        assert!(size("18446744073709551615").contains("is too large"));
+        // 2^64 does not fit a size_t: malformed (serde reads it as a float).
         assert!(size("18446744073709551616").contains("is too large"));
         assert!(size("1e300").contains("is too large"));
         assert!(size("true").contains("malformed JSON"));
         assert!(size("null").contains("missing field 'size'"));
-        // The limit itself is allowed (and fits the unlimited device exactly).
+        // The capacity limit fits the unlimited device exactly.
         let r = run("{\"op\":\"alloc\",\"id\":1,\"size\":1125899906842624}\n").unwrap();
         assert_eq!(r.current_allocated_bytes, MAX_BYTES);
+    }
+
+    #[test]
+    fn sizes_past_the_device_go_through_the_allocator_as_in_pytorch() {
+        // 800 000 000 GiB: below 1 EiB, so PyTorch's allocator sees it, releases the
+        // cache, retries once and raises its out-of-memory error.
+        let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":1}\n{\"op\":\"free\",\"id\":1}\n\
+                     {\"op\":\"alloc\",\"id\":2,\"size\":858993459200000000}\n";
+        let r = run(trace).unwrap();
+        assert!(r.stopped_early);
+        assert_eq!(r.ooms.len(), 1);
+        assert!(r.ooms[0].error.to_string().contains("Tried to allocate 800000000.00 GiB"), "{}", r.ooms[0].error);
+        assert_eq!(stat(&r, "num_ooms"), 1);
+        assert_eq!(stat(&r, "num_alloc_retries"), 1);
+        // The retry released the cached 2 MiB segment first.
+        assert_eq!(stat(&r, "num_device_free"), 1);
+        assert_eq!(r.current_reserved_bytes, 0);
+        assert!(r.too_large.is_empty());
+    }
+
+    #[test]
+    fn sizes_of_an_exbibyte_are_refused_before_the_allocator() {
+        for size in [MAX_REQUEST, u64::MAX] {
+            let trace = format!(
+                "{{\"op\":\"alloc\",\"id\":1,\"size\":1}}\n{{\"op\":\"alloc\",\"id\":2,\"size\":{size}}}\n\
+                 {{\"op\":\"free\",\"id\":2}}\n{{\"op\":\"free\",\"id\":1}}\n"
+            );
+            let before = run("{\"op\":\"alloc\",\"id\":1,\"size\":1}\n").unwrap();
+            let stopped = run(&trace).unwrap();
+            assert!(stopped.stopped_early);
+            assert_eq!(stopped.events, 2);
+            // Every statistic is as it was before the refused request.
+            assert_eq!(stopped.memory_stats, before.memory_stats);
+            assert_eq!(stopped.too_large.len(), 1);
+            let record = &stopped.too_large[0];
+            assert_eq!((record.line, record.event_index, record.requested_bytes), (2, 1, size));
+            assert!(record.message.contains("Tried to allocate more than 1EB memory"), "{}", record.message);
+            assert!(stopped.ooms.is_empty());
+            // Under Continue the failed id's free is ignored, like a failed allocation's.
+            let went_on = run_with(&trace, MAX_BYTES, OnOom::Continue);
+            assert!(!went_on.stopped_early);
+            assert_eq!(went_on.events, 4);
+            assert_eq!(stat(&went_on, "num_ooms"), 0);
+            assert_eq!(stat(&went_on, "num_alloc_retries"), 0);
+            assert_eq!(went_on.too_large.len(), 1);
+        }
+        // Just below 1 EiB reaches the allocator.
+        let r = run(&format!("{{\"op\":\"alloc\",\"id\":1,\"size\":{}}}\n", MAX_REQUEST - 1)).unwrap();
+        assert_eq!((r.ooms.len(), r.too_large.len(), stat(&r, "num_ooms")), (1, 0, 1));
     }
 
     #[test]
