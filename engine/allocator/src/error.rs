@@ -35,6 +35,12 @@ pub enum AllocError {
     InvalidStream { device: String, stream: StreamId, max: StreamId },
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `set_allocator_settings` switching `expandable_segments` while segments are held.
+    #[error(
+        "{device}: cannot switch expandable_segments while the allocator holds {reserved_bytes} reserved bytes; \
+         free the live allocations and call empty_cache first (vramlab does not model a mix of both segment kinds)"
+    )]
+    SettingsWhileHolding { device: String, reserved_bytes: u64 },
     /// `set_memory_fraction` outside [0, 1].
     #[error("invalid memory fraction {0}: it must lie between 0 and 1")]
     InvalidFraction(f64),

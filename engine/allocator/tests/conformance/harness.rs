@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use vramlab_allocator::consts::GIB;
+use vramlab_allocator::hooks::{EventLog, Hooks};
 use vramlab_allocator::{
-    AllocError, Allocation, AllocatorConfig, CachingAllocator, MemoryStats, RawAllocator, SimulatedMemory,
+    AllocError, Allocation, AllocatorConfig, CachingAllocator, MemoryStats, RawAllocator, SimulatedMemory, StreamId,
 };
 
 /// The simulated GPU's total memory: an 80 GiB device (an H100's class).
@@ -26,11 +27,26 @@ pub struct Gpu {
 
 impl Gpu {
     pub fn new(config: AllocatorConfig) -> Gpu {
-        let raw = Arc::new(SimulatedMemory::with_capacity(TOTAL_MEMORY_BYTES));
+        Gpu::with_capacity(config, TOTAL_MEMORY_BYTES)
+    }
+
+    /// A device of `total_bytes`, for the tests that fill a device up.
+    pub fn with_capacity(config: AllocatorConfig, total_bytes: u64) -> Gpu {
+        let raw = Arc::new(SimulatedMemory::with_capacity(total_bytes));
         let allocator = CachingAllocator::new(raw.clone(), config).expect("a valid config");
         let gpu = Gpu { raw, allocator };
         gpu.check();
         gpu
+    }
+
+    /// A device whose allocator events go to the returned log.
+    pub fn with_event_log(config: AllocatorConfig) -> (Gpu, Arc<EventLog>) {
+        let raw = Arc::new(SimulatedMemory::with_capacity(TOTAL_MEMORY_BYTES));
+        let hooks = Hooks::new();
+        let log = EventLog::new();
+        hooks.subscribe(log.clone());
+        let allocator = CachingAllocator::with_hooks(raw.clone(), config, hooks, 0).expect("a valid config");
+        (Gpu { raw, allocator }, log)
     }
 
     /// The default allocator, or expandable segments (`test_cuda_expandable_segments.py`).
@@ -55,9 +71,30 @@ impl Gpu {
     /// `torch.empty(bytes, dtype=torch.int8)` (and every other tensor, by its byte size).
     #[track_caller]
     pub fn empty(&self, bytes: u64) -> Result<Tensor<'_>, AllocError> {
-        let result = self.allocator.malloc(bytes, 0, None);
+        self.empty_on(bytes, 0)
+    }
+
+    /// A tensor allocated with `stream` current (`with torch.cuda.stream(s):`).
+    #[track_caller]
+    pub fn empty_on(&self, bytes: u64, stream: StreamId) -> Result<Tensor<'_>, AllocError> {
+        let result = self.allocator.malloc(bytes, stream, None);
         self.check();
         result.map(|allocation| Tensor { gpu: self, allocation: Some(allocation), numel: bytes })
+    }
+
+    /// `tensor.record_stream(stream)`.
+    pub fn record_stream(&self, tensor: &Tensor<'_>, stream: StreamId) {
+        if let Some(allocation) = &tensor.allocation {
+            self.allocator.record_stream(allocation, stream);
+        }
+        self.check();
+    }
+
+    /// `torch.cuda.memory._set_allocator_settings(settings)`.
+    pub fn set_allocator_settings(&self, settings: &str) -> Result<(), AllocError> {
+        let result = self.allocator.set_allocator_settings(settings);
+        self.check();
+        result
     }
 
     /// `torch.cuda.FloatTensor(*size)`: 4 bytes per element.
@@ -67,6 +104,16 @@ impl Gpu {
         let mut t = self.empty(4 * numel).expect("fits the simulated device");
         t.numel = numel;
         t
+    }
+
+    /// `torch.empty(*size)` of floats that may fail.
+    #[track_caller]
+    pub fn floats_checked(&self, size: &[u64]) -> Result<Tensor<'_>, AllocError> {
+        let numel: u64 = size.iter().product();
+        self.empty(4 * numel).map(|mut t| {
+            t.numel = numel;
+            t
+        })
     }
 
     pub fn empty_cache(&self) {
@@ -121,6 +168,10 @@ pub struct Tensor<'g> {
 impl Tensor<'_> {
     pub fn numel(&self) -> u64 {
         self.numel
+    }
+    /// `tensor.data_ptr()`.
+    pub fn data_ptr(&self) -> u64 {
+        self.allocation.as_ref().map_or(0, Allocation::addr)
     }
     /// Bytes of the block behind the tensor.
     pub fn block_bytes(&self) -> u64 {
