@@ -1,7 +1,11 @@
 //! `test/test_cuda.py` (pytorch/pytorch commit 000e43cdff99f30291164c1f2e90133f19fa83fb):
-//! `TestCuda`'s memory tests whose subject is the allocator's arithmetic. Each is a
-//! function of the allocator config so that `test_cuda_expandable_segments.py`
-//! (which re-runs `TestCuda` with `expandable_segments:True`) reuses it.
+//! the memory tests of `TestCuda` and `TestCudaMallocAsync` (the class that, despite
+//! its name, holds the native allocator's settings and OOM tests) whose subject is
+//! the allocator's arithmetic. Each takes `expandable` so that
+//! `test_cuda_expandable_segments.py` (which re-runs `TestCuda` with
+//! `expandable_segments:True`) reuses it; the `TestCudaMallocAsync` ones are run
+//! with expandable segments too, as vramlab's extra (PyTorch's expandable runner
+//! does not import that class).
 
 use vramlab_allocator::consts::GIB;
 use vramlab_allocator::hooks::{AllocatorAction, Event};
@@ -245,7 +249,7 @@ fn power2_div(size: u64, div_factor: u64) -> u64 {
     ret
 }
 
-/// `TestCuda.test_allocator_settings`: `_set_allocator_settings` between
+/// `TestCudaMallocAsync.test_allocator_settings`: `_set_allocator_settings` between
 /// allocations changes the rounding of the next ones, resets the keys it leaves
 /// out, and refuses bad strings.
 pub fn allocator_settings(expandable: bool) {
@@ -323,7 +327,7 @@ pub fn allocator_settings(expandable: bool) {
     }
 }
 
-/// `TestCuda.test_raises_oom` (parametrized on `max_split_size_mb_setting`): 4 TiB
+/// `TestCudaMallocAsync.test_raises_oom` (parametrized on `max_split_size_mb_setting`): 4 TiB
 /// raises `OutOfMemoryError`, with or without `max_split_size_mb:1024` set first.
 pub fn raises_oom(expandable: bool, max_split_size_mb_setting: bool) {
     let gpu = Gpu::with_expandable(expandable);
@@ -335,7 +339,7 @@ pub fn raises_oom(expandable: bool, max_split_size_mb_setting: bool) {
     assert!(err.as_oom().is_some(), "{err}");
 }
 
-/// `TestCuda.test_notifies_oom`: the out-of-memory observer is called. vramlab's
+/// `TestCudaMallocAsync.test_notifies_oom`: the out-of-memory observer is called. vramlab's
 /// observers are hook subscribers; the allocator emits an `oom` event.
 pub fn notifies_oom(expandable: bool) {
     let (gpu, log) = Gpu::with_event_log(AllocatorConfig { expandable_segments: expandable, ..Default::default() });
@@ -344,7 +348,7 @@ pub fn notifies_oom(expandable: bool) {
     assert!(x);
 }
 
-/// `TestCuda.test_allocator_fuzz`: 10 000 random allocs (2–20 MiB of int32), frees
+/// `TestCudaMallocAsync.test_allocator_fuzz`: 10 000 random allocs (2–20 MiB of int32), frees
 /// and `empty_cache` calls, keeping the total under 1 GiB / 10 … of elements as
 /// PyTorch's does. PyTorch checks each tensor still holds its own values; here every
 /// live tensor must own a distinct, non-overlapping block, and the statistics must
@@ -389,7 +393,7 @@ pub fn allocator_fuzz(expandable: bool) {
     assert_eq!(gpu.memory_allocated(), ranges.iter().map(|r| r.1).sum::<u64>());
 }
 
-/// `TestCuda.test_allocator_memory_fraction_setting`: `per_process_memory_fraction`
+/// `TestCudaMallocAsync.test_allocator_memory_fraction_setting`: `per_process_memory_fraction`
 /// in the config string is what the allocator reports; outside [0, 1] it is refused
 /// (PyTorch: "per_process_memory_fraction is invalid"; vramlab words it its own way).
 pub fn allocator_memory_fraction_setting(expandable: bool) {
@@ -413,7 +417,7 @@ pub fn allocator_memory_fraction_setting(expandable: bool) {
     assert_eq!(err.as_oom().unwrap().allowed_bytes, Some(gpu.total_memory() / 2));
 }
 
-/// `TestCuda.test_cachingAllocator_raw_alloc`, its enabled half: a 1 MiB raw
+/// `TestCudaMallocAsync.test_cachingAllocator_raw_alloc`, its enabled half: a 1 MiB raw
 /// allocation adds 1 MiB to `requested_bytes.all.allocated`. (The half with
 /// `caching_allocator_enable(False)` is not converted: vramlab has no switch
 /// that bypasses the caching allocator.)
@@ -507,4 +511,41 @@ fn test_allocator_memory_fraction_setting() {
 #[test]
 fn test_caching_allocator_raw_alloc() {
     caching_allocator_raw_alloc(false);
+}
+
+// vramlab's extra: the `TestCudaMallocAsync` conversions under expandable segments.
+
+#[test]
+fn test_allocator_settings_with_expandable_segments() {
+    allocator_settings(true);
+}
+
+#[test]
+fn test_raises_oom_max_split_size_mb_setting_false_with_expandable_segments() {
+    raises_oom(true, false);
+}
+
+#[test]
+fn test_raises_oom_max_split_size_mb_setting_true_with_expandable_segments() {
+    raises_oom(true, true);
+}
+
+#[test]
+fn test_notifies_oom_with_expandable_segments() {
+    notifies_oom(true);
+}
+
+#[test]
+fn test_allocator_fuzz_with_expandable_segments() {
+    allocator_fuzz(true);
+}
+
+#[test]
+fn test_allocator_memory_fraction_setting_with_expandable_segments() {
+    allocator_memory_fraction_setting(true);
+}
+
+#[test]
+fn test_caching_allocator_raw_alloc_with_expandable_segments() {
+    caching_allocator_raw_alloc(true);
 }

@@ -50,38 +50,3 @@ fn test_record_stream_on_shifted_view() {
 fn test_caching_allocator_record_stream_oom() {
     test_cuda::caching_allocator_record_stream_oom(true);
 }
-
-#[test]
-fn test_allocator_settings() {
-    test_cuda::allocator_settings(true);
-}
-
-#[test]
-fn test_raises_oom_max_split_size_mb_setting_false() {
-    test_cuda::raises_oom(true, false);
-}
-
-#[test]
-fn test_raises_oom_max_split_size_mb_setting_true() {
-    test_cuda::raises_oom(true, true);
-}
-
-#[test]
-fn test_notifies_oom() {
-    test_cuda::notifies_oom(true);
-}
-
-#[test]
-fn test_allocator_fuzz() {
-    test_cuda::allocator_fuzz(true);
-}
-
-#[test]
-fn test_allocator_memory_fraction_setting() {
-    test_cuda::allocator_memory_fraction_setting(true);
-}
-
-#[test]
-fn test_caching_allocator_raw_alloc() {
-    test_cuda::caching_allocator_raw_alloc(true);
-}

@@ -1,6 +1,6 @@
 //! `test/test_cuda_multigpu.py` (pytorch/pytorch commit 042452378619d10f8ba1986cd78086f4018c179c):
 //! `TestCudaMultiGPU._test_memory_stats_generator` with `test_memory_stats` and
-//! `test_memory_stats_multigpu`.
+//! `test_memory_stats_multigpu`, and `test_mem_get_info`.
 
 use std::sync::mpsc;
 
@@ -264,5 +264,23 @@ fn test_memory_stats_multigpu() {
             assert_eq!((gpu.memory_allocated(), gpu.memory_reserved()), (0, 0));
             gpu.check();
         }
+    }
+}
+
+/// `test_cuda_multigpu.py::TestCudaMultiGPU.test_mem_get_info`: allocating 32 MiB
+/// (8 Mi floats, enough to need a new block) after `empty_cache` lowers the free
+/// bytes and leaves the total alone, on each device.
+#[test]
+fn test_mem_get_info() {
+    for _device in 0..2 {
+        let gpu = Gpu::new(AllocatorConfig::default());
+        gpu.empty_cache();
+        let before = gpu.allocator.mem_info();
+        let _t = gpu.floats(&[1024 * 1024 * 8]);
+        let after = gpu.allocator.mem_info();
+        assert!(after.free_bytes < before.free_bytes);
+        assert_eq!(before.total_bytes, after.total_bytes);
+        // From the source: the free bytes fell by the new segment, 32 MiB.
+        assert_eq!(before.free_bytes - after.free_bytes, 32 << 20);
     }
 }
