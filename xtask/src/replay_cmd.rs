@@ -137,6 +137,20 @@ fn text_report(name: &str, opts: &ReplayOptions, r: &ReplayReport) -> String {
     let _ = writeln!(s, "  final allocated    {}", bytes_exact(r.current_allocated_bytes));
     let _ = writeln!(s, "  final reserved     {}", bytes_exact(r.current_reserved_bytes));
     let _ = writeln!(s, "  live allocations   {}", r.live_allocations);
+    if r.devices.len() > 1 {
+        let _ =
+            writeln!(s, "  devices            {} (the figures above and the summary are device 0's)", r.devices.len());
+        for d in &r.devices {
+            let _ = writeln!(
+                s,
+                "    device {}: peak allocated {}, peak reserved {}, final reserved {}",
+                d.device,
+                bytes_exact(d.peak_allocated_bytes),
+                bytes_exact(d.peak_reserved_bytes),
+                bytes_exact(d.current_reserved_bytes)
+            );
+        }
+    }
     s.push('\n');
     s.push_str(&r.summary);
     s

@@ -61,7 +61,7 @@ pub fn out_of_memory(expandable: bool) {
     let gpu = Gpu::with_expandable(expandable);
     let tensor = gpu.floats(&[1024]); // torch.zeros(1024)
 
-    let err = gpu.empty(1024 * 1024 * 1024 * 800_000_000).err().expect("out of memory");
+    let err = gpu.empty(1024 * 1024 * 1024 * 800_000_000).expect_err("out of memory");
     // PyTorch: "Tried to allocate 800000000.00 GiB. GPU 0 has a total capacity of";
     // vramlab names its device "simulated" where PyTorch writes "GPU 0".
     let message = err.to_string();
@@ -75,7 +75,7 @@ pub fn out_of_memory(expandable: bool) {
     let before = gpu.memory_stats();
     let size = 1024u64 * 1024 * 1024 * 8_000_000_000;
     assert!(size >= MAX_REQUEST);
-    let err = gpu.empty(size).err().expect("refused");
+    let err = gpu.empty(size).expect_err("refused");
     assert!(err.to_string().contains("Tried to allocate more than 1EB memory"), "{err}");
     assert!(err.is_out_of_memory() && matches!(err, AllocError::RequestTooLarge { .. }));
     // From the source: refused before the allocator, so no statistic changed.
@@ -96,7 +96,7 @@ pub fn out_of_memory_retry(expandable: bool) {
     let total_memory = gpu.total_memory();
     let size = (total_memory as f64 * 0.5) as u64;
     let a = gpu.empty(size).unwrap();
-    let err = gpu.empty(size).err().expect("out of memory");
+    let err = gpu.empty(size).expect_err("out of memory");
     assert!(err.to_string().contains("Tried to allocate"), "{err}");
     // From the source: the failure released the cache and retried once.
     assert_eq!((gpu.stat("num_ooms"), gpu.stat("num_alloc_retries")), (1, 1));
@@ -136,7 +136,7 @@ pub fn set_per_process_memory_fraction(expandable: bool) {
 
     let application = (total_memory as f64 * 0.5) as u64;
     // it will get OOM when try to allocate more than half memory.
-    let err = gpu.empty(application).err().expect("out of memory");
+    let err = gpu.empty(application).expect_err("out of memory");
     assert!(err.to_string().contains("out of memory"), "{err}");
     // From the source: the message carries the allowed bytes.
     assert_eq!(err.as_oom().unwrap().allowed_bytes, Some(total_memory / 2));
@@ -335,7 +335,7 @@ pub fn raises_oom(expandable: bool, max_split_size_mb_setting: bool) {
         gpu.set_allocator_settings("max_split_size_mb:1024").unwrap();
         gpu.empty_cache();
     }
-    let err = gpu.floats_checked(&[1024 * 1024 * 1024 * 1024]).err().expect("out of memory");
+    let err = gpu.floats_checked(&[1024 * 1024 * 1024 * 1024]).expect_err("out of memory");
     assert!(err.as_oom().is_some(), "{err}");
 }
 
@@ -413,7 +413,7 @@ pub fn allocator_memory_fraction_setting(expandable: bool) {
     }
     // From the source: the fraction from the config is in force — half the device.
     let gpu = Gpu::new(AllocatorConfig::parse("per_process_memory_fraction:0.5").unwrap());
-    let err = gpu.empty(gpu.total_memory() / 2 + 1).err().expect("past the fraction");
+    let err = gpu.empty(gpu.total_memory() / 2 + 1).expect_err("past the fraction");
     assert_eq!(err.as_oom().unwrap().allowed_bytes, Some(gpu.total_memory() / 2));
 }
 
