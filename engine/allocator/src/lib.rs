@@ -3,13 +3,15 @@
 //! ARCHITECTURE.md), with its configuration, statistics, errors and the raw
 //! device memory it sits on; [`hooks`], the one event mechanism through which
 //! the allocator (and the runtime's kernels, copies and phases) report what they
-//! do; and [`replay`], the allocation-trace format and its replay.
+//! do; [`replay`], the allocation-trace format and its replay; and
+//! [`consistency`], PyTorch's check that the statistics agree with the snapshot.
 //!
 //! It depends on nothing else of vramlab: the runtime (`vramlab-engine`) builds
 //! devices on it and re-exports it as `vramlab_engine::alloc`.
 
 mod caching;
 mod config;
+pub mod consistency;
 pub mod consts;
 mod error;
 mod expandable;
@@ -23,6 +25,7 @@ mod summary;
 
 pub use caching::{Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, SegmentInfo};
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
+pub use consistency::{StatInconsistency, check_memory_stat_consistency};
 pub use error::{AllocError, OutOfMemoryError};
 pub use format::format_size;
 pub use raw::{EventId, HostMemory, MemInfo, RawAllocator, RawError, SimulatedMemory, StreamId, physical_memory_bytes};
