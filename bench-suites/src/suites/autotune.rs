@@ -27,6 +27,7 @@ use vramlab_engine::device::Device;
 use vramlab_engine::hooks::{Event, EventLog, now_ns};
 use vramlab_engine::tensor::{Conv2dOptions, DType, KernelTiming, Tensor, TensorError};
 
+use super::common;
 use crate::harness::measure;
 use crate::schema::{CaseResult, Finding, TimingStats, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
@@ -52,13 +53,7 @@ const FASTER: f64 = 1.05;
 /// lower, and its upper quartile below the other's lower quartile (when both
 /// were timed), so that noise is not read as a difference.
 fn clearly_faster(fast: &CaseResult, slow: &CaseResult) -> bool {
-    let median = |c: &CaseResult| c.metrics.get("time_per_call_ns").copied();
-    let (Some(f), Some(s)) = (median(fast), median(slow)) else { return false };
-    let separated = match (&fast.timing, &slow.timing) {
-        (Some(f), Some(s)) => f.p75_ns < s.p25_ns,
-        _ => true,
-    };
-    s / f >= FASTER && separated
+    common::clearly_faster(fast, slow, "time_per_call_ns", FASTER)
 }
 
 /// One problem the autotuner chooses an algorithm for.
