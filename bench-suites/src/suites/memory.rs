@@ -860,6 +860,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::schema::Outcome;
     use crate::suite::testing::quick_private_context as quick_context;
 
     use crate::runner::run_suite;
