@@ -903,7 +903,7 @@ impl SyntheticTrace {
     }
 
     fn alloc(&mut self) -> TraceOp {
-        const MIB: u64 = 1 << 20;
+        use crate::consts::MIB;
         let id = self.new_id();
         let class = self.below(100);
         let size = if class < 55 {
@@ -950,7 +950,7 @@ impl Iterator for SyntheticTrace {
         let i = self.emitted;
         self.emitted += 1;
         if (i as usize) < self.persistent {
-            const KIB: u64 = 1 << 10;
+            use crate::consts::KIB;
             let size = 64 * KIB * (1 + self.below(1024));
             let tag = if i.is_multiple_of(2) { Tag::Parameter } else { Tag::OptimizerState };
             self.next_id += 1;
@@ -983,7 +983,7 @@ impl ExactSizeIterator for SyntheticTrace {}
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use crate::consts::MIB;
 
     fn run(trace: &str) -> Result<ReplayReport, ReplayError> {
         replay(trace.as_bytes(), &ReplayOptions::default())
