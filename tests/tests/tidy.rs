@@ -17,9 +17,7 @@
 //!    renames or removes a file or folder (`fs::write`, `File::create`,
 //!    `OpenOptions`, `fs::rename`, `fs::copy`, `create_dir…`, `remove_…`,
 //!    `set_permissions`). Test code may write (fixtures, temporary folders):
-//!    `tests/`, `benches/` and `examples/` folders, and everything from a
-//!    file's first `#[cfg(test)]` on, which by the project's convention is its
-//!    test module at the end.
+//!    `tests/`, `benches/` and `examples/` folders, and `#[cfg(test)]` items.
 //! 4. **Headers.** Every Rust source file opens with a `//!` comment saying
 //!    what it holds.
 
@@ -127,10 +125,41 @@ fn check_native(krates: &[Krate]) -> Vec<String> {
     errors
 }
 
-/// The part of a source file that is not test code: everything before its
-/// first `#[cfg(test)]`.
-fn non_test_part(source: &str) -> &str {
-    source.find("#[cfg(test)]").map_or(source, |i| &source[..i])
+/// The lines of `source` outside `#[cfg(test)]` items, with their 0-based
+/// index. A `#[cfg(test)]` item runs from the attribute to the `}` closing its
+/// first `{` (braces counted naively: a brace in a string literal would confuse
+/// it) or to a `;` before any brace.
+fn non_test_lines(source: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut pending = false; // saw #[cfg(test)], the item not opened yet
+    let mut depth = 0i64; // brace depth inside a test item
+    for (i, line) in source.lines().enumerate() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        if !pending && depth == 0 && code.starts_with("#[cfg(test)]") {
+            pending = true;
+        }
+        if pending || depth > 0 {
+            for c in code.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        pending = false;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if pending && code.ends_with(';') {
+                pending = false;
+            }
+            continue;
+        }
+        out.push((i, line));
+    }
+    out
 }
 
 /// Whether `path` (relative to the root) holds only test, bench or example code.
@@ -144,7 +173,7 @@ fn check_writes(krate: &str, path: &Path, source: &str) -> Vec<String> {
         return Vec::new();
     }
     let mut errors = Vec::new();
-    for (n, line) in non_test_part(source).lines().enumerate() {
+    for (n, line) in non_test_lines(source) {
         let code = line.split("//").next().unwrap_or("");
         if let Some(call) = WRITE_CALLS.iter().find(|c| code.contains(*c)) {
             errors.push(format!(
