@@ -480,6 +480,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         }
     }
 
@@ -516,6 +518,8 @@ mod tests {
             memory: None,
             notes: Vec::new(),
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         }
     }
 

@@ -1,0 +1,2 @@
+//! placeholder until written
+fn main() {}
