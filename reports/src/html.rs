@@ -35,6 +35,9 @@ pub struct TimelineView<'a> {
     pub peak: String,
     pub peak_time: String,
     pub peak_phase: Option<String>,
+    /// The static chart's files beside `index.html`.
+    pub png: String,
+    pub svg_file: String,
     pub data: &'a MemoryTimeline,
 }
 

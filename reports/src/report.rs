@@ -145,7 +145,7 @@ fn suite_charts<'a>(dir: &Path, suite: &'a SuiteResult, files: &mut Vec<PathBuf>
         let chart = Chart::Bars { title: format!("{}: peak allocated per case", suite.name), unit: BarUnit::Bytes, bars: peaks };
         x.charts.push(chart_files(dir, &format!("{s}-peak"), &chart, files)?);
     }
-    for c in &ok {
+    for c in ok.iter().filter(|c| c.categories.is_some()).take(MAX_TIMELINES_PER_SUITE) {
         if let Some(stack) = &c.categories {
             let chart = Chart::Categories { title: format!("{}: allocated by category", c.name), stack };
             x.charts.push(chart_files(dir, &format!("{s}-{}-categories", slug(&c.name)), &chart, files)?);
@@ -156,9 +156,12 @@ fn suite_charts<'a>(dir: &Path, suite: &'a SuiteResult, files: &mut Vec<PathBuf>
     with_timeline.sort_by_key(|(_, t)| std::cmp::Reverse(t.peak_allocated_bytes));
     for (k, (c, t)) in with_timeline.into_iter().take(MAX_TIMELINES_PER_SUITE).enumerate() {
         let title = format!("{}: memory over time", c.name);
+        // The page draws this one interactively from its data; the files are linked.
         let chart = Chart::Timeline { title: title.clone(), timeline: t };
-        x.charts.push(chart_files(dir, &format!("{s}-{}-timeline", slug(&c.name)), &chart, files)?);
+        let view = chart_files(dir, &format!("{s}-{}-timeline", slug(&c.name)), &chart, files)?;
         x.timelines.push(TimelineView {
+            png: view.png,
+            svg_file: view.svg_file,
             id: format!("tl-{s}-{k}"),
             title,
             peak: fmt_bytes(t.peak_allocated_bytes),

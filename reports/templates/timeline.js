@@ -2,7 +2,7 @@
 // Each figure[data-timeline] holds its data as JSON; the chart is an SVG drawn here.
 // Hover shows time, allocated, reserved and phase; drag selects a range to zoom;
 // double-click resets. `#hover=F` in the URL hovers the first timeline at fraction F
-// of its width (used by the browser test and handy for sharing a moment).
+// of its time axis (used by the browser test and handy for sharing a moment).
 (function () {
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
@@ -121,13 +121,15 @@
     svg.addEventListener("mouseleave", function () { cursor.setAttribute("visibility", "hidden"); dragFrom = null; sel.setAttribute("visibility", "hidden"); });
     svg.addEventListener("dblclick", function () { self.t0 = 0; self.t1 = Math.max(1, d.duration_ns); self.draw(); });
     this.svg = svg;
+    this.plotBox = { left: L, width: pw, svgWidth: W };
   };
   var charts = [];
   var figs = document.querySelectorAll("figure[data-timeline]");
   for (var i = 0; i < figs.length; i++) charts.push(new Timeline(figs[i]));
   var m = /hover=([0-9.]+)/.exec(location.hash);
   if (m && charts.length) {
-    var svg = charts[0].svg, r = svg.getBoundingClientRect();
-    svg.dispatchEvent(new MouseEvent("mousemove", { clientX: r.left + r.width * parseFloat(m[1]), clientY: r.top + r.height / 2, bubbles: true }));
+    var svg = charts[0].svg, r = svg.getBoundingClientRect(), b = charts[0].plotBox;
+    var px = (b.left + b.width * parseFloat(m[1])) * r.width / b.svgWidth;
+    svg.dispatchEvent(new MouseEvent("mousemove", { clientX: r.left + px, clientY: r.top + r.height / 2, bubbles: true }));
   }
 })();

@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: runs the suites with progress bars and writes the
-//! results (JSON + CSV per suite) after each suite, atomically.
+//! results (JSON + CSV per suite) after each suite, atomically, then the
+//! report and a short summary.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,7 +13,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::Hooks;
 use vramlab_suites::{
-    CaseResult, Context, HarnessConfig, Outcome, Progress, RunOptions, RunResults, SCHEMA_VERSION, Suite, Verdict,
+    CaseResult, Context, HarnessConfig, Outcome, Progress, RunOptions, RunResults, SCHEMA_VERSION, Suite,
 };
 
 use crate::cli::BenchArgs;
@@ -71,7 +72,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bars.println(&format!("  wrote {}", csv.display()));
     }
     bars.clear();
-    print_summary(&results, &args.out);
+    let index = crate::report_cmd::write_for_bench(&results, &args.out.join("report"))?;
+    crate::report_cmd::print_short_summary(&results);
+    println!("\nresults: {}", args.out.join(vramlab_reports::RESULTS_JSON).display());
+    println!("report:  {}", index.display());
     Ok(())
 }
 
@@ -157,29 +161,4 @@ impl Progress for Bars {
             b.finish_with_message("done");
         }
     }
-}
-
-fn print_summary(results: &RunResults, out: &Path) {
-    println!("vramlab bench — {} on {}", results.environment.cpu_model, results.environment.device);
-    for s in &results.suites {
-        let count = |f: fn(&Outcome) -> bool| s.cases.iter().filter(|c| f(&c.outcome)).count();
-        println!(
-            "\n{} ({:.1} s): {} ok, {} failed, {} not available",
-            s.name,
-            s.duration_ns as f64 / 1e9,
-            count(|o| matches!(o, Outcome::Ok)),
-            count(|o| matches!(o, Outcome::Failed { .. })),
-            count(|o| matches!(o, Outcome::NotAvailable { .. })),
-        );
-        for f in &s.findings {
-            let verdict = match f.verdict {
-                Verdict::Holds => "holds",
-                Verdict::DoesNotHold => "does not hold",
-                Verdict::Inconclusive => "inconclusive",
-                Verdict::NotApplicable => "not applicable",
-            };
-            println!("  {}: {verdict} — {}", f.claim, f.evidence);
-        }
-    }
-    println!("\nresults: {}", out.join(vramlab_reports::RESULTS_JSON).display());
 }

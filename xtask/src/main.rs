@@ -1,14 +1,16 @@
 //! vramlab's command line (`cargo xtask …`): the only part of vramlab that talks
-//! to the terminal. Commands: `bench`, `replay`, `gpu-check`.
+//! to the terminal. Commands: `bench`, `replay`, `gpu-check`, `report`.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
-//! names the file and line), 2 for usage errors (clap's), 3 from `gpu-check`
+//! names the file and line), 2 for usage errors (clap's) and from `report` for a
+//! bad results file, 3 from `gpu-check`
 //! when the machine has no GPU.
 
 mod bench_cmd;
 mod cli;
 mod gpu_check;
 mod replay_cmd;
+mod report_cmd;
 mod size;
 
 use std::io::Write;
@@ -24,6 +26,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(args).map(|()| 0),
         Command::Replay(args) => replay_cmd::run(args).map(|()| 0),
         Command::GpuCheck(args) => gpu_check::run(args),
+        Command::Report(args) => report_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
