@@ -29,7 +29,7 @@ pub struct ChartView {
 
 /// An interactive timeline: its data goes into the page as JSON.
 #[derive(Debug, Clone, Serialize)]
-pub struct TimelineView<'a> {
+pub struct TimelineView {
     pub id: String,
     pub title: String,
     pub peak: String,
@@ -38,14 +38,14 @@ pub struct TimelineView<'a> {
     /// The static chart's files beside `index.html`.
     pub png: String,
     pub svg_file: String,
-    pub data: &'a MemoryTimeline,
+    pub data: MemoryTimeline,
 }
 
 /// What a suite section shows besides its cases.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct SuiteExtras<'a> {
+pub struct SuiteExtras {
     pub charts: Vec<ChartView>,
-    pub timelines: Vec<TimelineView<'a>>,
+    pub timelines: Vec<TimelineView>,
     pub csv: String,
 }
 
@@ -84,7 +84,7 @@ struct SuiteView<'a> {
     finding: String,
     cases: Vec<CaseRow>,
     charts: &'a [ChartView],
-    timelines: &'a [TimelineView<'a>],
+    timelines: &'a [TimelineView],
     csv: &'a str,
 }
 
@@ -160,7 +160,7 @@ fn environment() -> Environment<'static> {
 /// Renders the page. `extras` holds one entry per suite of `results`, in order.
 pub fn render_index(
     results: &RunResults,
-    extras: &[SuiteExtras<'_>],
+    extras: &[SuiteExtras],
     trace: Option<&TraceLink>,
     problems: &[String],
     source: Option<&str>,

@@ -83,7 +83,7 @@ pub fn write_results_json(dir: &Path, results: &RunResults) -> Result<PathBuf, R
 /// not parse is an error (see [`load_results`] for the lenient reader).
 pub fn read_results_json(path: &Path) -> Result<RunResults, ReportError> {
     let loaded = load_results(path)?;
-    match loaded.problems.iter().find(|p| p.contains("does not parse")) {
+    match loaded.problems.first() {
         Some(p) => Err(ReportError::NotResults { path: path.to_path_buf(), reason: p.clone() }),
         None => Ok(loaded.results),
     }

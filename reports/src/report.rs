@@ -7,8 +7,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use serde_json::Value;
-use vramlab_suites::{CaseResult, Outcome, RunResults, SCHEMA_VERSION, SuiteResult};
+use vramlab_suites::{
+    CaseResult, CategoryStack, MemoryTimeline, Outcome, RunResults, SCHEMA_VERSION, Series, SuiteResult, TIMELINE_POINTS,
+};
 
 use crate::charts::{BarUnit, Chart};
 use crate::html::{ChartView, SuiteExtras, TimelineView, TraceLink, render_index};
@@ -26,29 +29,35 @@ pub const MAX_TIMELINES_PER_SUITE: usize = 6;
 /// Bars per bar chart (the first cases in run order).
 pub const MAX_BARS: usize = 40;
 
-/// A results file as read for a report: the run, and what was wrong with the
-/// file (empty when nothing was).
+/// A results file as read for a report: the run, what was wrong with the file
+/// (parts left out; empty when nothing was) and notes (an older version).
 #[derive(Debug, Clone)]
 pub struct Loaded {
     pub results: RunResults,
     pub problems: Vec<String>,
+    pub notes: Vec<String>,
 }
 
 /// Reads `path` for a report. A file that is not JSON, not vramlab results, or
 /// of a schema version this build does not read is an error; a version 1 file
-/// renders without timelines (noted as a problem); a suite or case that does not
+/// renders without timelines (with a note); a suite or case that does not
 /// parse is left out and named as a problem while the rest renders.
 pub fn load_results(path: &Path) -> Result<Loaded, ReportError> {
     let bytes = fs::read(path).map_err(|source| ReportError::Io { path: path.to_path_buf(), source })?;
     let not = |reason: String| ReportError::NotResults { path: path.to_path_buf(), reason };
-    let mut v: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        schema_version: Option<u64>,
+    }
+    let head: Head = serde_json::from_slice(&bytes).map_err(|e| {
         not(if e.is_eof() { format!("the JSON ends early (truncated file?): {e}") } else { format!("not JSON: {e}") })
     })?;
-    let version = v.get("schema_version").and_then(Value::as_u64).ok_or_else(|| not("no schema_version field".into()))?;
+    let version = head.schema_version.ok_or_else(|| not("no schema_version field".into()))?;
     let mut problems = Vec::new();
-    match version as u32 {
-        SCHEMA_VERSION => {}
-        1 => problems.push(format!(
+    let mut notes = Vec::new();
+    match version {
+        v if v == u64::from(SCHEMA_VERSION) => {}
+        1 => notes.push(format!(
             "{}: schema version 1 (this build writes {SCHEMA_VERSION}); it has no memory timelines, so none are drawn",
             path.display()
         )),
@@ -59,6 +68,12 @@ pub fn load_results(path: &Path) -> Result<Loaded, ReportError> {
             )));
         }
     }
+    // The common case, typed and in one pass (a 10-million-point file stays small in memory).
+    if let Ok(mut results) = serde_json::from_slice::<RunResults>(&bytes) {
+        results.schema_version = SCHEMA_VERSION;
+        return Ok(Loaded { results, problems, notes });
+    }
+    let mut v: Value = serde_json::from_slice(&bytes).map_err(|e| not(format!("not JSON: {e}")))?;
     // Suites one by one, so a damaged suite does not hide the others.
     let suites = v.get_mut("suites").map(Value::take).unwrap_or(Value::Array(vec![]));
     let mut head: RunResults = serde_json::from_value({
@@ -77,7 +92,7 @@ pub fn load_results(path: &Path) -> Result<Loaded, ReportError> {
             }
         }
     }
-    Ok(Loaded { results: head, problems })
+    Ok(Loaded { results: head, problems, notes })
 }
 
 /// What [`write_report`] wrote.
@@ -112,7 +127,7 @@ fn chart_files(dir: &Path, name: &str, chart: &Chart<'_>, files: &mut Vec<PathBu
     Ok(ChartView { title: chart.title().to_owned(), svg: inline, png, svg_file })
 }
 
-fn suite_charts<'a>(dir: &Path, suite: &'a SuiteResult, files: &mut Vec<PathBuf>) -> Result<SuiteExtras<'a>, ReportError> {
+fn suite_charts(dir: &Path, suite: &SuiteResult, files: &mut Vec<PathBuf>) -> Result<SuiteExtras, ReportError> {
     let mut x = SuiteExtras { csv: format!("{}.csv", suite.name), ..SuiteExtras::default() };
     let s = slug(&suite.name);
     let ok: Vec<&CaseResult> = suite.cases.iter().filter(|c| c.outcome.is_ok()).collect();
@@ -146,15 +161,16 @@ fn suite_charts<'a>(dir: &Path, suite: &'a SuiteResult, files: &mut Vec<PathBuf>
         x.charts.push(chart_files(dir, &format!("{s}-peak"), &chart, files)?);
     }
     for c in ok.iter().filter(|c| c.categories.is_some()).take(MAX_TIMELINES_PER_SUITE) {
-        if let Some(stack) = &c.categories {
+        if let Some(stack) = &c.categories.as_ref().map(decimated_stack) {
             let chart = Chart::Categories { title: format!("{}: allocated by category", c.name), stack };
             x.charts.push(chart_files(dir, &format!("{s}-{}-categories", slug(&c.name)), &chart, files)?);
         }
     }
-    let mut with_timeline: Vec<(&CaseResult, &vramlab_suites::MemoryTimeline)> =
+    let mut with_timeline: Vec<(&CaseResult, &MemoryTimeline)> =
         ok.iter().filter_map(|c| Some((*c, c.timeline.as_ref()?))).collect();
     with_timeline.sort_by_key(|(_, t)| std::cmp::Reverse(t.peak_allocated_bytes));
     for (k, (c, t)) in with_timeline.into_iter().take(MAX_TIMELINES_PER_SUITE).enumerate() {
+        let t = &decimated(t);
         let title = format!("{}: memory over time", c.name);
         // The page draws this one interactively from its data; the files are linked.
         let chart = Chart::Timeline { title: title.clone(), timeline: t };
@@ -167,10 +183,56 @@ fn suite_charts<'a>(dir: &Path, suite: &'a SuiteResult, files: &mut Vec<PathBuf>
             peak: fmt_bytes(t.peak_allocated_bytes),
             peak_time: fmt_ns(t.peak_time_ns as f64),
             peak_phase: t.peak_phase.clone(),
-            data: t,
+            data: t.clone(),
         });
     }
     Ok(x)
+}
+
+fn decimated_series(s: &Series) -> Series {
+    if s.time_ns.len() <= TIMELINE_POINTS {
+        return s.clone();
+    }
+    let d = vramlab_profiler::decimate(&s.time_ns, &s.bytes, TIMELINE_POINTS);
+    Series {
+        time_ns: d.indices.iter().map(|&i| s.time_ns[i]).collect(),
+        bytes: d.indices.iter().map(|&i| s.bytes[i]).collect(),
+    }
+}
+
+/// A timeline with at most [`TIMELINE_POINTS`] points per series (min/max
+/// decimation, peaks kept): files written by this build already are; a file
+/// from elsewhere with millions of points is cut down before drawing.
+pub fn decimated(t: &MemoryTimeline) -> MemoryTimeline {
+    MemoryTimeline {
+        device: t.device.clone(),
+        duration_ns: t.duration_ns,
+        allocated: decimated_series(&t.allocated),
+        reserved: decimated_series(&t.reserved),
+        active: decimated_series(&t.active),
+        phases: t.phases.clone(),
+        peak_allocated_bytes: t.peak_allocated_bytes,
+        peak_time_ns: t.peak_time_ns,
+        peak_phase: t.peak_phase.clone(),
+        events: t.events,
+    }
+}
+
+fn decimated_stack(s: &CategoryStack) -> CategoryStack {
+    if s.time_ns.len() <= TIMELINE_POINTS {
+        return s.clone();
+    }
+    let totals: Vec<u64> =
+        (0..s.time_ns.len()).map(|i| s.by_category_bytes.values().map(|v| v.get(i).copied().unwrap_or(0)).sum()).collect();
+    let d = vramlab_profiler::decimate(&s.time_ns, &totals, TIMELINE_POINTS);
+    CategoryStack {
+        time_ns: d.indices.iter().map(|&i| s.time_ns[i]).collect(),
+        by_category_bytes: s
+            .by_category_bytes
+            .iter()
+            .map(|(k, v)| (k.clone(), d.indices.iter().map(|&i| v.get(i).copied().unwrap_or(0)).collect()))
+            .collect(),
+    }
 }
 
 /// The case whose trace the report writes: the memory suite's training step,
@@ -193,18 +255,30 @@ pub fn write_report(
     source: Option<&Path>,
 ) -> Result<ReportFiles, ReportError> {
     fs::create_dir_all(dir.join(CHARTS_DIR)).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
+    // Suites in parallel: drawing and PNG encoding are most of the time.
+    let per_suite: Vec<(SuiteExtras, PathBuf, Vec<PathBuf>)> = results
+        .suites
+        .par_iter()
+        .map(|suite| {
+            let mut files = Vec::new();
+            let extras = suite_charts(dir, suite, &mut files)?;
+            Ok((extras, tidy::write_suite_csv(dir, suite)?, files))
+        })
+        .collect::<Result<_, ReportError>>()?;
     let mut charts = Vec::new();
-    let mut extras = Vec::with_capacity(results.suites.len());
-    let mut csv = Vec::with_capacity(results.suites.len());
-    for suite in &results.suites {
-        extras.push(suite_charts(dir, suite, &mut charts)?);
-        csv.push(tidy::write_suite_csv(dir, suite)?);
+    let mut extras = Vec::with_capacity(per_suite.len());
+    let mut csv = Vec::with_capacity(per_suite.len());
+    for (x, c, files) in per_suite {
+        extras.push(x);
+        csv.push(c);
+        charts.extend(files);
     }
     let trace = match trace_case(results) {
         Some((s, c)) => {
-            let t = c.timeline.as_ref().expect("trace_case keeps cases with a timeline");
+            let t = decimated(c.timeline.as_ref().expect("trace_case keeps cases with a timeline"));
             let path = dir.join(TRACE_JSON);
-            write_atomic(&path, trace::case_trace(&s.name, c, t).as_bytes())?;
+            let c = CaseResult { categories: c.categories.as_ref().map(decimated_stack), ..c.clone() };
+            write_atomic(&path, trace::case_trace(&s.name, &c, &t).as_bytes())?;
             Some((path, TraceLink { case: format!("{} / {}", s.name, c.name), file: TRACE_JSON.into() }))
         }
         None => None,

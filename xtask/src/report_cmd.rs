@@ -22,10 +22,14 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
             return Ok(BAD_INPUT);
         }
     };
-    let files = vramlab_reports::write_report(&loaded.results, &args.out, &loaded.problems, Some(&args.from))?;
+    let shown: Vec<String> = loaded.problems.iter().chain(&loaded.notes).cloned().collect();
+    let files = vramlab_reports::write_report(&loaded.results, &args.out, &shown, Some(&args.from))?;
     print_short_summary(&loaded.results);
     for p in &loaded.problems {
-        let _ = writeln!(std::io::stderr(), "warning: {p}");
+        let _ = writeln!(std::io::stderr(), "error: {p}");
+    }
+    for n in &loaded.notes {
+        let _ = writeln!(std::io::stderr(), "note: {n}");
     }
     println!("report: {}", files.index_html.display());
     Ok(if loaded.problems.is_empty() { 0 } else { BAD_INPUT })
