@@ -1,8 +1,8 @@
 // vramlab report: interactive memory timelines, written for this report (no library).
 // Each figure[data-timeline] holds its data as JSON; the chart is an SVG drawn here.
 // Hover shows time, allocated, reserved and phase; drag selects a range to zoom;
-// double-click resets. `#hover=F` in the URL hovers the first timeline at fraction F
-// of its time axis (used by the browser test and handy for sharing a moment).
+// double-click resets. `#hover=F` (or `?hover=F`) in the URL hovers every timeline at
+// fraction F of its time axis (used by the browser test and handy for sharing a moment).
 (function () {
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
@@ -126,10 +126,10 @@
   var charts = [];
   var figs = document.querySelectorAll("figure[data-timeline]");
   for (var i = 0; i < figs.length; i++) charts.push(new Timeline(figs[i]));
-  var m = /hover=([0-9.]+)/.exec(location.hash);
-  if (m && charts.length) {
-    var svg = charts[0].svg, r = svg.getBoundingClientRect(), b = charts[0].plotBox;
+  var m = /hover=([0-9.]+)/.exec(location.search + location.hash);
+  if (m) charts.forEach(function (c) {
+    var svg = c.svg, r = svg.getBoundingClientRect(), b = c.plotBox;
     var px = (b.left + b.width * parseFloat(m[1])) * r.width / b.svgWidth;
     svg.dispatchEvent(new MouseEvent("mousemove", { clientX: r.left + px, clientY: r.top + r.height / 2, bubbles: true }));
-  }
+  });
 })();
