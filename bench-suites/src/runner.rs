@@ -160,7 +160,7 @@ fn case_memory(
             by_category_at_peak_bytes: by_category,
             allocator_events: d.counts.allocator_events,
         })
-        })();
+    })();
     let Some(peaks) = peaks else { return (None, None, None) };
     let t0 = profile.start_ns;
     let rel = |t: u64| t.saturating_sub(t0);

@@ -66,7 +66,14 @@ fn results(suites: usize, cases: usize, events: usize) -> RunResults {
         schema_version: SCHEMA_VERSION,
         vramlab_version: "bench".into(),
         started_at: "2026-11-24T00:00:00Z".into(),
-        options: RunOptions { suites: vec![], device: "cpu".into(), quick: true, samples: None, seed: 1, capacity_bytes: 1 },
+        options: RunOptions {
+            suites: vec![],
+            device: "cpu".into(),
+            quick: true,
+            samples: None,
+            seed: 1,
+            capacity_bytes: 1,
+        },
         environment: Environment {
             cpu_model: "bench".into(),
             cpu_cores: 1,
@@ -92,9 +99,9 @@ fn results(suites: usize, cases: usize, events: usize) -> RunResults {
 }
 
 fn out_dir(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").join("target")
-    });
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").join("target"));
     target.join("vramlab-bench").join(name)
 }
 

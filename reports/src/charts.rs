@@ -79,7 +79,8 @@ impl Chart<'_> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
         }
-        let err = |reason: String| ReportError::Chart { chart: format!("{} ({})", self.title(), path.display()), reason };
+        let err =
+            |reason: String| ReportError::Chart { chart: format!("{} ({})", self.title(), path.display()), reason };
         let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
         self.draw(&root).map_err(err)?;
         root.present().map_err(|e| err(e.to_string()))
@@ -187,11 +188,9 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str,
         .light_line_style(RGBColor(240, 240, 240))
         .draw()?;
     // Top-level phases as bands, named at their top.
-    let mut k = 0;
-    for p in t.phases.iter().filter(|p| p.depth == 1) {
+    for (k, p) in t.phases.iter().filter(|p| p.depth == 1).enumerate() {
         let (x0, x1) = (p.start_ns as f64 / tdiv, p.end_ns as f64 / tdiv);
         let color = PHASE_COLORS[k % PHASE_COLORS.len()];
-        k += 1;
         chart.draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x1, y_max)], color.filled())))?;
         chart.draw_series(std::iter::once(Text::new(
             p.name.clone(),
@@ -202,7 +201,10 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str,
     let reserved = RGBColor(230, 120, 30);
     let allocated = RGBColor(31, 100, 180);
     chart
-        .draw_series(LineSeries::new(steps(&t.reserved.time_ns, &t.reserved.bytes, tdiv, bdiv), reserved.stroke_width(2)))?
+        .draw_series(LineSeries::new(
+            steps(&t.reserved.time_ns, &t.reserved.bytes, tdiv, bdiv),
+            reserved.stroke_width(2),
+        ))?
         .label("reserved")
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], reserved.stroke_width(2)));
     chart
@@ -240,9 +242,14 @@ const CATEGORY_COLORS: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-fn draw_categories<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, s: &CategoryStack) -> DrawResult<DB> {
+fn draw_categories<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    s: &CategoryStack,
+) -> DrawResult<DB> {
     let n = s.time_ns.len();
-    let totals: Vec<u64> = (0..n).map(|i| s.by_category_bytes.values().map(|v| v.get(i).copied().unwrap_or(0)).sum()).collect();
+    let totals: Vec<u64> =
+        (0..n).map(|i| s.by_category_bytes.values().map(|v| v.get(i).copied().unwrap_or(0)).sum()).collect();
     let max_bytes = totals.iter().copied().max().unwrap_or(0).max(1);
     let (bdiv, bunit) = byte_unit(max_bytes);
     let (tdiv, tunit) = time_unit(s.time_ns.last().copied().unwrap_or(1));
@@ -267,8 +274,8 @@ fn draw_categories<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &st
     let mut cumulative = vec![0u64; n];
     let mut layers = Vec::new();
     for (name, v) in &cats {
-        for i in 0..n {
-            cumulative[i] += v.get(i).copied().unwrap_or(0);
+        for (i, c) in cumulative.iter_mut().enumerate() {
+            *c += v.get(i).copied().unwrap_or(0);
         }
         layers.push((name.to_string(), cumulative.clone()));
     }
@@ -329,7 +336,10 @@ pub(crate) mod tests {
         MemoryTimeline {
             device: "cpu:0".into(),
             duration_ns: 10_000_000,
-            allocated: Series { time_ns: vec![0, 2_000_000, 5_000_000, 8_000_000], bytes: vec![0, 1 << 20, 3 << 20, 0] },
+            allocated: Series {
+                time_ns: vec![0, 2_000_000, 5_000_000, 8_000_000],
+                bytes: vec![0, 1 << 20, 3 << 20, 0],
+            },
             reserved: Series { time_ns: vec![0, 2_000_000, 8_000_000], bytes: vec![0, 4 << 20, 4 << 20] },
             active: Series::default(),
             phases: vec![PhaseBand {

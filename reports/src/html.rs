@@ -121,7 +121,8 @@ pub fn suite_finding(suite: &SuiteResult) -> String {
     let ok = suite.cases.iter().filter(|c| c.outcome.is_ok()).count();
     let slowest =
         suite.cases.iter().filter_map(|c| Some((c, c.timing.as_ref()?.median_ns))).max_by(|a, b| a.1.total_cmp(&b.1));
-    let biggest = suite.cases.iter().filter_map(|c| Some((c, c.memory.as_ref()?.peak_allocated_bytes))).max_by_key(|x| x.1);
+    let biggest =
+        suite.cases.iter().filter_map(|c| Some((c, c.memory.as_ref()?.peak_allocated_bytes))).max_by_key(|x| x.1);
     let mut s = format!("{ok} of {} cases ran", suite.cases.len());
     if let Some((c, t)) = slowest {
         s += &format!("; the slowest was {} at {} (median)", c.name, fmt_ns(t));

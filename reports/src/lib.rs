@@ -92,9 +92,9 @@ pub fn read_results_json(path: &Path) -> Result<RunResults, ReportError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use vramlab_suites::{Outcome, SuiteResult};
     use std::collections::BTreeMap;
     use vramlab_suites::{CaseResult, Environment, RunOptions, SCHEMA_VERSION};
+    use vramlab_suites::{Outcome, SuiteResult};
 
     pub(crate) fn sample() -> RunResults {
         let case = CaseResult {

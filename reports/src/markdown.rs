@@ -109,7 +109,11 @@ pub fn render_summary(results: &RunResults) -> String {
             );
         }
         if suite.cases.len() > MAX_ROWS_PER_SUITE {
-            let _ = writeln!(s, "\n… and {} more cases (see the HTML report and CSV).", suite.cases.len() - MAX_ROWS_PER_SUITE);
+            let _ = writeln!(
+                s,
+                "\n… and {} more cases (see the HTML report and CSV).",
+                suite.cases.len() - MAX_ROWS_PER_SUITE
+            );
         }
     }
     s

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde_json::Value;
 use vramlab_suites::{
-    CaseResult, CategoryStack, MemoryTimeline, Outcome, RunResults, SCHEMA_VERSION, Series, SuiteResult, TIMELINE_POINTS,
+    CaseResult, CategoryStack, MemoryTimeline, Outcome, RunResults, SCHEMA_VERSION, Series, SuiteResult,
+    TIMELINE_POINTS,
 };
 
 use crate::charts::{BarUnit, Chart};
@@ -88,7 +89,11 @@ pub fn load_results(path: &Path) -> Result<Loaded, ReportError> {
             Ok(suite) => head.suites.push(suite),
             Err(e) => {
                 let name = s.get("name").and_then(Value::as_str).unwrap_or("?");
-                problems.push(format!("{}: suite #{} ({name}) does not parse and is left out: {e}", path.display(), i + 1));
+                problems.push(format!(
+                    "{}: suite #{} ({name}) does not parse and is left out: {e}",
+                    path.display(),
+                    i + 1
+                ));
             }
         }
     }
@@ -148,7 +153,11 @@ fn suite_charts(dir: &Path, suite: &SuiteResult, files: &mut Vec<PathBuf>) -> Re
     let times: Vec<(String, f64)> =
         ok.iter().filter_map(|c| Some((c.name.clone(), c.timing.as_ref()?.median_ns))).take(MAX_BARS).collect();
     if !times.is_empty() {
-        let chart = Chart::Bars { title: format!("{}: median time per case", suite.name), unit: BarUnit::Nanoseconds, bars: times };
+        let chart = Chart::Bars {
+            title: format!("{}: median time per case", suite.name),
+            unit: BarUnit::Nanoseconds,
+            bars: times,
+        };
         x.charts.push(chart_files(dir, &format!("{s}-time"), &chart, files)?);
     }
     let peaks: Vec<(String, f64)> = ok
@@ -157,7 +166,11 @@ fn suite_charts(dir: &Path, suite: &SuiteResult, files: &mut Vec<PathBuf>) -> Re
         .take(MAX_BARS)
         .collect();
     if !peaks.is_empty() {
-        let chart = Chart::Bars { title: format!("{}: peak allocated per case", suite.name), unit: BarUnit::Bytes, bars: peaks };
+        let chart = Chart::Bars {
+            title: format!("{}: peak allocated per case", suite.name),
+            unit: BarUnit::Bytes,
+            bars: peaks,
+        };
         x.charts.push(chart_files(dir, &format!("{s}-peak"), &chart, files)?);
     }
     for c in ok.iter().filter(|c| c.categories.is_some()).take(MAX_TIMELINES_PER_SUITE) {
@@ -222,8 +235,9 @@ fn decimated_stack(s: &CategoryStack) -> CategoryStack {
     if s.time_ns.len() <= TIMELINE_POINTS {
         return s.clone();
     }
-    let totals: Vec<u64> =
-        (0..s.time_ns.len()).map(|i| s.by_category_bytes.values().map(|v| v.get(i).copied().unwrap_or(0)).sum()).collect();
+    let totals: Vec<u64> = (0..s.time_ns.len())
+        .map(|i| s.by_category_bytes.values().map(|v| v.get(i).copied().unwrap_or(0)).sum())
+        .collect();
     let d = vramlab_profiler::decimate(&s.time_ns, &totals, TIMELINE_POINTS);
     CategoryStack {
         time_ns: d.indices.iter().map(|&i| s.time_ns[i]).collect(),
@@ -238,7 +252,9 @@ fn decimated_stack(s: &CategoryStack) -> CategoryStack {
 /// The case whose trace the report writes: the memory suite's training step,
 /// else the first case with a category stack, else the largest timeline.
 pub fn trace_case(results: &RunResults) -> Option<(&SuiteResult, &CaseResult)> {
-    let all = || results.suites.iter().flat_map(|s| s.cases.iter().map(move |c| (s, c))).filter(|(_, c)| c.timeline.is_some());
+    let all = || {
+        results.suites.iter().flat_map(|s| s.cases.iter().map(move |c| (s, c))).filter(|(_, c)| c.timeline.is_some())
+    };
     all()
         .find(|(s, c)| s.name == "memory" && c.name == "train_step_peak")
         .or_else(|| all().find(|(_, c)| c.categories.is_some()))

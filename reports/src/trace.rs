@@ -42,11 +42,8 @@ pub fn case_trace(suite: &str, case: &CaseResult, timeline: &MemoryTimeline) -> 
 
 fn push_categories(events: &mut Vec<Value>, stack: &CategoryStack) {
     for (i, &t) in stack.time_ns.iter().enumerate() {
-        let args: serde_json::Map<String, Value> = stack
-            .by_category_bytes
-            .iter()
-            .map(|(k, v)| (k.clone(), json!(v.get(i).copied().unwrap_or(0))))
-            .collect();
+        let args: serde_json::Map<String, Value> =
+            stack.by_category_bytes.iter().map(|(k, v)| (k.clone(), json!(v.get(i).copied().unwrap_or(0)))).collect();
         events.push(json!({"name": "allocated_by_category", "ph": "C", "ts": us(t), "pid": PID, "tid": 0,
                            "args": args}));
     }

@@ -282,7 +282,10 @@ fn report_in_a_headless_browser() {
     assert!(html.contains("<svg viewBox="), "the timeline script drew nothing:\n{log}");
     // At 5.5 ms of a 10 ms timeline, allocated is 3 MiB, reserved 4 MiB, in forward.
     let readout = html.split("tl-memory-0-readout\">").nth(1).and_then(|r| r.split('<').next()).unwrap_or("");
-    assert!(readout.starts_with("t = 5.4") || readout.starts_with("t = 5.5"), "hover did not update the readout: {readout:?}");
+    assert!(
+        readout.starts_with("t = 5.4") || readout.starts_with("t = 5.5"),
+        "hover did not update the readout: {readout:?}"
+    );
     assert!(readout.contains("allocated 3.00 MiB") && readout.contains("reserved 4.00 MiB"), "{readout}");
     assert!(readout.contains("phase train_step/forward"), "{readout}");
     // No console error, no network request (a file:// page with nothing to fetch).
@@ -309,7 +312,8 @@ fn report_in_a_headless_browser() {
                 url.clone(),
             ],
         );
-        let bytes = std::fs::read(&path).unwrap_or_else(|_| panic!("no screenshot: {}", String::from_utf8_lossy(&out.stderr)));
+        let bytes =
+            std::fs::read(&path).unwrap_or_else(|_| panic!("no screenshot: {}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), width);
         println!("screenshot: {}", path.display());

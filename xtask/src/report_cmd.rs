@@ -56,7 +56,12 @@ pub fn print_short_summary(results: &RunResults) {
             println!("  {:<10} {} cases{failed}", s.name, s.cases.len());
         }
         for f in &s.findings {
-            println!("  {:<10} {:<14} {}{failed}", s.name, verdict_text(f.verdict), key_line(&f.claim, &f.evidence, reason));
+            println!(
+                "  {:<10} {:<14} {}{failed}",
+                s.name,
+                verdict_text(f.verdict),
+                key_line(&f.claim, &f.evidence, reason)
+            );
         }
     }
 }
@@ -67,13 +72,17 @@ fn key_line(claim: &str, evidence: &str, reason: Option<&str>) -> String {
     let mut ev = evidence.to_owned();
     if let Some(r) = reason {
         let rest = r.strip_prefix("CUDA unavailable: ").unwrap_or(r);
-        for (from, to) in [(format!(" ({r})"), ""), (format!(" ({rest})"), ""), (r.to_owned(), "no GPU"), (rest.to_owned(), "no GPU")] {
+        for (from, to) in
+            [(format!(" ({r})"), ""), (format!(" ({rest})"), ""), (r.to_owned(), "no GPU"), (rest.to_owned(), "no GPU")]
+        {
             ev = ev.replace(&from, to);
         }
     }
     let first = ev.split("; ").next().unwrap_or("").trim();
-    let claim: String = if claim.chars().count() > 60 { claim.chars().take(59).collect::<String>() + "…" } else { claim.to_owned() };
-    let first: String = if first.chars().count() > 70 { first.chars().take(69).collect::<String>() + "…" } else { first.to_owned() };
+    let claim: String =
+        if claim.chars().count() > 60 { claim.chars().take(59).collect::<String>() + "…" } else { claim.to_owned() };
+    let first: String =
+        if first.chars().count() > 70 { first.chars().take(69).collect::<String>() + "…" } else { first.to_owned() };
     format!("{claim} — {first}")
 }
 
