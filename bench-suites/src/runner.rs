@@ -6,7 +6,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use vramlab_engine::hooks::now_ns;
 use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
 
-use crate::schema::{CaseResult, MemoryPeaks, Outcome, SuiteResult};
+use crate::schema::{
+    CaseResult, CategoryStack, MemoryPeaks, MemoryTimeline, Outcome, PhaseBand, Series, SuiteResult, TIMELINE_POINTS,
+};
 use crate::suite::{Case, CaseOutput, Context, Progress, Suite};
 
 /// Runs every case of `suite` and returns its results (never fails: failures
@@ -25,6 +27,8 @@ pub fn run_suite(suite: &dyn Suite, ctx: &Context, progress: &dyn Progress) -> S
                 memory: None,
                 notes: vec![],
                 duration_ns: 0,
+                timeline: None,
+                categories: None,
             };
             return SuiteResult {
                 name: suite.name().into(),
@@ -79,30 +83,11 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
     // emitted once the device has run them: wait before stopping the profiler.
     let synchronized = ctx.device.synchronize();
     let duration_ns = now_ns() - started;
-    let memory = profiler.map(|p| p.stop()).and_then(|profile| {
-        let d =
-            profile.devices.iter().filter(|d| d.counts.allocator_events > 0).max_by_key(|d| d.peak_allocated.bytes)?;
-        let by_category = match serde_json::to_value(d.peak_by_category) {
-            Ok(serde_json::Value::Object(m)) => m.into_iter().filter_map(|(k, v)| Some((k, v.as_u64()?))).collect(),
-            _ => Default::default(),
-        };
-        // Devices the profiler was not told about (the suites' private ones) are
-        // named from their event index, as `DeviceId::event_index` numbers them.
-        let device = match d.info.index {
-            i if i == ctx.device.id().event_index() => ctx.device.to_string(),
-            i if i < 1024 => format!("cpu:{i}"),
-            i => format!("cuda:{}", i - 1024),
-        };
-        Some(MemoryPeaks {
-            device,
-            peak_allocated_bytes: d.peak_allocated.bytes,
-            peak_reserved_bytes: d.peak_reserved.bytes,
-            peak_active_bytes: d.peak_active.bytes,
-            peak_phase: d.peak_allocated.phase.clone(),
-            by_category_at_peak_bytes: by_category,
-            allocator_events: d.counts.allocator_events,
-        })
-    });
+    let profile = profiler.map(|p| p.stop());
+    let (memory, timeline, categories) = match &profile {
+        Some(profile) => case_memory(profile, ctx),
+        None => (None, None, None),
+    };
     let mut result = CaseResult {
         name,
         params,
@@ -112,6 +97,8 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
         memory,
         notes: vec![],
         duration_ns,
+        timeline,
+        categories,
     };
     match outcome {
         Ok(Ok(CaseOutput { not_available: Some(reason), .. })) => result.outcome = Outcome::NotAvailable { reason },
@@ -137,6 +124,90 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
         result.outcome = Outcome::Failed { message: format!("the device failed while finishing the case's work: {e}") };
     }
     result
+}
+
+/// The case's memory from its recording: the peaks, the decimated timeline
+/// (with phase spans) and, when its allocations are tagged, the category stack.
+fn case_memory(
+    profile: &vramlab_profiler::Profile,
+    ctx: &Context,
+) -> (Option<MemoryPeaks>, Option<MemoryTimeline>, Option<CategoryStack>) {
+    let Some(d) =
+        profile.devices.iter().filter(|d| d.counts.allocator_events > 0).max_by_key(|d| d.peak_allocated.bytes)
+    else {
+        return (None, None, None);
+    };
+    let peaks = (|| {
+        let d =
+            profile.devices.iter().filter(|d| d.counts.allocator_events > 0).max_by_key(|d| d.peak_allocated.bytes)?;
+        let by_category = match serde_json::to_value(d.peak_by_category) {
+            Ok(serde_json::Value::Object(m)) => m.into_iter().filter_map(|(k, v)| Some((k, v.as_u64()?))).collect(),
+            _ => Default::default(),
+        };
+        // Devices the profiler was not told about (the suites' private ones) are
+        // named from their event index, as `DeviceId::event_index` numbers them.
+        let device = match d.info.index {
+            i if i == ctx.device.id().event_index() => ctx.device.to_string(),
+            i if i < 1024 => format!("cpu:{i}"),
+            i => format!("cuda:{}", i - 1024),
+        };
+        Some(MemoryPeaks {
+            device,
+            peak_allocated_bytes: d.peak_allocated.bytes,
+            peak_reserved_bytes: d.peak_reserved.bytes,
+            peak_active_bytes: d.peak_active.bytes,
+            peak_phase: d.peak_allocated.phase.clone(),
+            by_category_at_peak_bytes: by_category,
+            allocator_events: d.counts.allocator_events,
+        })
+    })();
+    let Some(peaks) = peaks else { return (None, None, None) };
+    let t0 = profile.start_ns;
+    let rel = |t: u64| t.saturating_sub(t0);
+    let series = |s: &vramlab_profiler::StepSeries| Series {
+        time_ns: s.time_ns.iter().map(|&t| rel(t)).collect(),
+        bytes: s.bytes.clone(),
+    };
+    let timeline = profile.timeline_decimated(d.info.index, TIMELINE_POINTS).ok().map(|t| MemoryTimeline {
+        device: peaks.device.clone(),
+        duration_ns: rel(t.end_ns),
+        allocated: series(&t.allocated_bytes),
+        reserved: series(&t.reserved_bytes),
+        active: series(&t.active_bytes),
+        phases: profile
+            .phases
+            .iter()
+            .map(|p| PhaseBand {
+                name: p.name.clone(),
+                path: p.path.clone(),
+                depth: p.depth,
+                start_ns: rel(p.start_ns),
+                end_ns: rel(p.end_ns),
+            })
+            .collect(),
+        peak_allocated_bytes: d.peak_allocated.bytes,
+        peak_time_ns: rel(d.peak_allocated.time_ns),
+        peak_phase: d.peak_allocated.phase.clone(),
+        events: d.counts.allocator_events,
+    });
+    // The stack is drawn only where allocations carry tags: some category other
+    // than `untagged` was non-zero at the peak.
+    let tagged = peaks.by_category_at_peak_bytes.iter().any(|(k, &v)| k != "untagged" && v > 0);
+    let categories = if tagged {
+        profile.categories_decimated(d.info.index, TIMELINE_POINTS).ok().map(|c| {
+            let mut by_category_bytes = std::collections::BTreeMap::new();
+            for cat in vramlab_profiler::Category::ALL {
+                let v: Vec<u64> = c.by_category.iter().map(|b| b.get(cat)).collect();
+                if v.iter().any(|&b| b > 0) {
+                    by_category_bytes.insert(cat.as_str().to_owned(), v);
+                }
+            }
+            CategoryStack { time_ns: c.time_ns.iter().map(|&t| rel(t)).collect(), by_category_bytes }
+        })
+    } else {
+        None
+    };
+    (Some(peaks), timeline, categories)
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

@@ -5,8 +5,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Bumped whenever a field changes meaning or disappears.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped whenever a field changes meaning or disappears. Version 2 added each
+/// profiled case's [`MemoryTimeline`] and [`CategoryStack`]; a version 1 file
+/// reads as version 2 without them.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest version this build still reads (its cases have no timelines).
+pub const OLDEST_READABLE_SCHEMA_VERSION: u32 = 1;
+
+/// Points per series kept in a case's timeline (min/max decimation: peaks kept).
+pub const TIMELINE_POINTS: usize = 2000;
 
 /// One `cargo xtask bench` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,6 +100,65 @@ pub struct CaseResult {
     pub memory: Option<MemoryPeaks>,
     pub notes: Vec<String>,
     pub duration_ns: u64,
+    /// The case's memory over time, decimated for drawing (schema v2; absent
+    /// for cases that did not allocate and in version 1 files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<MemoryTimeline>,
+    /// Allocated bytes by category over time, for cases whose allocations are
+    /// tagged (the memory suite's training step; schema v2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories: Option<CategoryStack>,
+}
+
+/// A step series: `bytes[i]` holds from `time_ns[i]` until the next point.
+/// Times are nanoseconds since the case's recording started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Series {
+    pub time_ns: Vec<u64>,
+    pub bytes: Vec<u64>,
+}
+
+/// One device's memory during a case (source: allocator), each series
+/// decimated to at most [`TIMELINE_POINTS`] points by min/max buckets, so the
+/// peak is always kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryTimeline {
+    pub device: String,
+    /// Length of the recording; every time lies in `0..=duration_ns`.
+    pub duration_ns: u64,
+    pub allocated: Series,
+    pub reserved: Series,
+    pub active: Series,
+    /// Phases open during the case, in the order they began.
+    pub phases: Vec<PhaseBand>,
+    /// The allocated peak: bytes, first time reached, phase path then.
+    pub peak_allocated_bytes: u64,
+    pub peak_time_ns: u64,
+    pub peak_phase: Option<String>,
+    /// Allocator events behind the (decimated) series.
+    pub events: u64,
+}
+
+/// One instance of a phase, times relative to the recording's start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseBand {
+    pub name: String,
+    /// Enclosing phases and this one, joined by `/`.
+    pub path: String,
+    /// 1 for a top-level phase.
+    pub depth: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Allocated bytes by category over time (rows chosen by min/max decimation of
+/// the total, so every row still sums and the peak row is kept).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CategoryStack {
+    pub time_ns: Vec<u64>,
+    /// Category name (`parameter`, `gradient`, …) → bytes at each time; only
+    /// categories that were ever non-zero.
+    pub by_category_bytes: BTreeMap<String, Vec<u64>>,
 }
 
 /// How a case ended.

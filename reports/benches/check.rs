@@ -43,6 +43,8 @@ fn full_run(seed: u64, scale: f64) -> RunResults {
                     by_category_at_peak_bytes: BTreeMap::from([("activation".into(), 1 << 20)]),
                     allocator_events: 10,
                 }),
+                timeline: None,
+                categories: None,
                 notes: vec![],
                 duration_ns: 1,
             }

@@ -1,20 +1,33 @@
-//! vramlab's reports: everything that turns results into files. Today: the run's
-//! versioned JSON and one CSV per suite, each written atomically (to a temporary
-//! file, then renamed), so an interrupted run keeps every suite that finished and
-//! never leaves a half-written file; the regression check against a baseline
-//! (`check`) and the run history (`history`).
+//! vramlab's reports: everything that turns results into files — the run's
+//! versioned JSON, one tidy CSV per suite ([`tidy`]), charts ([`charts`]), the
+//! offline HTML page ([`html`]), `summary.md` ([`markdown`]) and a Perfetto
+//! trace ([`trace`]), put together by [`report`]; the regression check against
+//! a baseline ([`check`]), the run history ([`history`]), and the file stores
+//! of engine parts that persist state ([`FileTuningStore`]). Every file is
+//! written atomically (to a temporary file, then renamed), so an interrupted
+//! run keeps every suite that finished and never leaves a half-written file.
 
+pub mod charts;
 pub mod check;
 pub mod history;
+pub mod html;
+pub mod markdown;
+pub mod report;
 mod stores;
+pub mod tidy;
+pub mod trace;
+pub mod units;
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
-use vramlab_suites::{Outcome, RunResults, SuiteResult};
+use vramlab_suites::RunResults;
+
+pub use markdown::render_summary;
+pub use report::{ReportFiles, load_results, write_report};
+pub use tidy::write_suite_csv;
 
 pub use stores::FileTuningStore;
 
@@ -43,6 +56,10 @@ pub enum ReportError {
     },
     #[error("reading {path}: not vramlab results ({reason})")]
     NotResults { path: PathBuf, reason: String },
+    #[error("drawing the chart {chart}: {reason}")]
+    Chart { chart: String, reason: String },
+    #[error("rendering the HTML report: {reason}")]
+    Template { reason: String },
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file beside it, then a rename.
@@ -79,87 +96,25 @@ pub fn write_results_json(dir: &Path, results: &RunResults) -> Result<PathBuf, R
     Ok(path)
 }
 
-/// Reads a run's JSON back, checking it is results of a version this build reads.
+/// Reads a run's JSON back, checking it is results of a version this build
+/// reads (version 1 files read without timelines); strict: any part that does
+/// not parse is an error (see [`load_results`] for the lenient reader).
 pub fn read_results_json(path: &Path) -> Result<RunResults, ReportError> {
-    let bytes = fs::read(path).map_err(|source| ReportError::Io { path: path.to_path_buf(), source })?;
-    let results: RunResults = serde_json::from_slice(&bytes)
-        .map_err(|e| ReportError::NotResults { path: path.to_path_buf(), reason: e.to_string() })?;
-    if results.schema_version != vramlab_suites::SCHEMA_VERSION {
-        return Err(ReportError::NotResults {
-            path: path.to_path_buf(),
-            reason: format!(
-                "schema version {} (this build reads {})",
-                results.schema_version,
-                vramlab_suites::SCHEMA_VERSION
-            ),
-        });
+    let loaded = load_results(path)?;
+    match loaded.problems.first() {
+        Some(p) => Err(ReportError::NotResults { path: path.to_path_buf(), reason: p.clone() }),
+        None => Ok(loaded.results),
     }
-    Ok(results)
-}
-
-/// Writes `{suite}.csv` into `dir`: one row per case with its parameters, outcome,
-/// timing summary, metrics and memory peaks; returns its path.
-pub fn write_suite_csv(dir: &Path, suite: &SuiteResult) -> Result<PathBuf, ReportError> {
-    let path = dir.join(format!("{}.csv", suite.name));
-    let params: BTreeSet<&str> = suite.cases.iter().flat_map(|c| c.params.keys().map(String::as_str)).collect();
-    let metrics: BTreeSet<&str> = suite.cases.iter().flat_map(|c| c.metrics.keys().map(String::as_str)).collect();
-    let mut header = vec!["suite", "case", "outcome", "message"];
-    header.extend(params.iter().copied());
-    header.extend([
-        "median_ns",
-        "p25_ns",
-        "p75_ns",
-        "iqr_ns",
-        "min_ns",
-        "samples",
-        "peak_allocated_bytes",
-        "peak_reserved_bytes",
-    ]);
-    header.extend(metrics.iter().copied());
-    let csv_err = |source| ReportError::Csv { path: path.clone(), source };
-    let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(&header).map_err(csv_err)?;
-    for c in &suite.cases {
-        let (outcome, message) = match &c.outcome {
-            Outcome::Ok => ("ok", String::new()),
-            Outcome::Failed { message } => ("failed", message.clone()),
-            Outcome::NotAvailable { reason } => ("not_available", reason.clone()),
-        };
-        let mut row = vec![suite.name.clone(), c.name.clone(), outcome.to_owned(), message];
-        for p in &params {
-            row.push(match c.params.get(*p) {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(v) => v.to_string(),
-                None => String::new(),
-            });
-        }
-        let t = c.timing.as_ref();
-        let num = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_default();
-        row.push(num(t.map(|t| t.median_ns)));
-        row.push(num(t.map(|t| t.p25_ns)));
-        row.push(num(t.map(|t| t.p75_ns)));
-        row.push(num(t.map(|t| t.iqr_ns)));
-        row.push(num(t.map(|t| t.min_ns)));
-        row.push(t.map(|t| t.samples_ns.len().to_string()).unwrap_or_default());
-        row.push(c.memory.as_ref().map(|m| m.peak_allocated_bytes.to_string()).unwrap_or_default());
-        row.push(c.memory.as_ref().map(|m| m.peak_reserved_bytes.to_string()).unwrap_or_default());
-        for m in &metrics {
-            row.push(c.metrics.get(*m).map(|v| v.to_string()).unwrap_or_default());
-        }
-        w.write_record(&row).map_err(csv_err)?;
-    }
-    let bytes = w.into_inner().map_err(|e| ReportError::Io { path: path.clone(), source: e.into_error() })?;
-    write_atomic(&path, &bytes)?;
-    Ok(path)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use vramlab_suites::{CaseResult, Environment, RunOptions, SCHEMA_VERSION};
+    use vramlab_suites::{Outcome, SuiteResult};
 
-    fn sample() -> RunResults {
+    pub(crate) fn sample() -> RunResults {
         let case = CaseResult {
             name: "matmul_64".into(),
             params: BTreeMap::from([
@@ -172,6 +127,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 5,
+            timeline: None,
+            categories: None,
         };
         let failed = CaseResult {
             name: "broken, with \"quotes\"".into(),
@@ -235,22 +192,19 @@ mod tests {
     }
 
     #[test]
-    fn csv_has_a_row_per_case_with_quoting() {
+    fn csv_is_tidy_one_row_per_case_and_metric() {
         let dir = temp_dir("csv");
         let r = sample();
         let path = write_suite_csv(&dir, &r.suites[0]).unwrap();
-        let mut rd = csv::Reader::from_path(&path).unwrap();
-        let headers = rd.headers().unwrap().clone();
-        assert_eq!(&headers[0], "suite");
-        assert!(headers.iter().any(|h| h == "throughput_gflops"));
-        assert!(headers.iter().any(|h| h == "size"));
-        let rows: Vec<_> = rd.records().map(|r| r.unwrap()).collect();
-        assert_eq!(rows.len(), 2);
-        let median = headers.iter().position(|h| h == "median_ns").unwrap();
-        assert_eq!(&rows[0][median], "11.0");
-        assert_eq!(&rows[1][1], "broken, with \"quotes\"");
-        assert_eq!(&rows[1][2], "failed");
-        assert_eq!(&rows[1][3], "it broke, badly");
+        let text = fs::read_to_string(&path).unwrap();
+        // The whole file, as a person opening it sees it.
+        assert_eq!(
+            text,
+            "suite,case,device,dtype,params,outcome,metric,value,unit,samples,median,iqr\n\
+             demo,matmul_64,cpu,f32,dtype=f32;size=64,ok,time,11.0,ns,3,11.0,1.0\n\
+             demo,matmul_64,cpu,f32,dtype=f32;size=64,ok,throughput_gflops,1.5,GFLOP/s,,,\n\
+             demo,\"broken, with \"\"quotes\"\"\",cpu,,,\"failed: it broke, badly\",,,,,,\n"
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

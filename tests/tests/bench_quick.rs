@@ -56,6 +56,24 @@ fn bench_quick_on_cpu_writes_sane_results() {
         assert!(names.contains(&expected), "suite {expected} missing from {names:?}");
         assert!(out.join(format!("{expected}.csv")).is_file(), "no CSV for {expected}");
     }
+    // The report is written too, and the terminal summary ends with its path.
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let index = out.join("report").join("index.html");
+    assert!(index.is_file(), "no report: {stdout}");
+    assert!(stdout.trim_end().ends_with(&index.display().to_string()), "{stdout}");
+    assert!(out.join("report").join("summary.md").is_file() && out.join("report").join("trace.json").is_file());
+    if let Some(reason) = &results.environment.gpu_unavailable_reason {
+        assert_eq!(stdout.matches(reason.as_str()).count(), 1, "the CUDA reason once: {stdout}");
+    }
+    // Schema v2: the training step keeps its timeline (peak included) and category stack.
+    let memory = results.suites.iter().find(|s| s.name == "memory").expect("memory suite");
+    let train = memory.cases.iter().find(|c| c.name == "train_step_peak").expect("train_step_peak");
+    let tl = train.timeline.as_ref().expect("a timeline");
+    assert_eq!(tl.allocated.bytes.iter().max(), Some(&tl.peak_allocated_bytes));
+    assert_eq!(Some(tl.peak_allocated_bytes), train.memory.as_ref().map(|m| m.peak_allocated_bytes));
+    assert!(tl.allocated.time_ns.len() <= vramlab_suites::TIMELINE_POINTS);
+    let stack = train.categories.as_ref().expect("a category stack");
+    assert!(stack.by_category_bytes.contains_key("parameter") && stack.by_category_bytes.contains_key("gradient"));
     for suite in &results.suites {
         assert!(!suite.cases.is_empty(), "{} has no cases", suite.name);
         assert!(!suite.findings.is_empty(), "{} has no findings", suite.name);

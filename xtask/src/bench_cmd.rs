@@ -1,10 +1,9 @@
 //! `cargo xtask bench`: runs the suites with progress bars and writes the
-//! results (JSON + CSV per suite) after each suite, atomically; then appends
-//! the run to the history, saves it as a baseline (`--save-baseline`) and
-//! compares it with one (`--baseline`).
+//! results (JSON + CSV per suite) after each suite, atomically; then the
+//! report and a short summary, appends the run to the history, saves it as a
+//! baseline (`--save-baseline`) and compares it with one (`--baseline`).
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Command as Process;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -14,7 +13,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::Hooks;
 use vramlab_suites::{
-    CaseResult, Context, HarnessConfig, Outcome, Progress, RunOptions, RunResults, SCHEMA_VERSION, Suite, Verdict,
+    CaseResult, Context, HarnessConfig, Outcome, Progress, RunOptions, RunResults, SCHEMA_VERSION, Suite,
 };
 
 use crate::cli::BenchArgs;
@@ -90,10 +89,13 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         bars.println(&format!("  wrote {}", csv.display()));
     }
     bars.clear();
+    let index = crate::report_cmd::write_for_bench(&results, &args.out.join("report"))?;
     // With --json, stdout carries only the comparison: the summary goes to stderr.
     let mut summary: Box<dyn std::io::Write> =
         if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
-    print_summary(&mut *summary, &results, &args.out)?;
+    crate::report_cmd::print_short_summary(&mut *summary, &results)?;
+    writeln!(summary, "\nresults: {}", args.out.join(vramlab_reports::RESULTS_JSON).display())?;
+    writeln!(summary, "report:  {}", index.display())?;
 
     let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
     match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
@@ -189,30 +191,4 @@ impl Progress for Bars {
             b.finish_with_message("done");
         }
     }
-}
-
-fn print_summary(w: &mut dyn std::io::Write, results: &RunResults, out: &Path) -> std::io::Result<()> {
-    writeln!(w, "vramlab bench — {} on {}", results.environment.cpu_model, results.environment.device)?;
-    for s in &results.suites {
-        let count = |f: fn(&Outcome) -> bool| s.cases.iter().filter(|c| f(&c.outcome)).count();
-        writeln!(
-            w,
-            "\n{} ({:.1} s): {} ok, {} failed, {} not available",
-            s.name,
-            s.duration_ns as f64 / 1e9,
-            count(|o| matches!(o, Outcome::Ok)),
-            count(|o| matches!(o, Outcome::Failed { .. })),
-            count(|o| matches!(o, Outcome::NotAvailable { .. })),
-        )?;
-        for f in &s.findings {
-            let verdict = match f.verdict {
-                Verdict::Holds => "holds",
-                Verdict::DoesNotHold => "does not hold",
-                Verdict::Inconclusive => "inconclusive",
-                Verdict::NotApplicable => "not applicable",
-            };
-            writeln!(w, "  {}: {verdict} — {}", f.claim, f.evidence)?;
-        }
-    }
-    writeln!(w, "\nresults: {}", out.join(vramlab_reports::RESULTS_JSON).display())
 }

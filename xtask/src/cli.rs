@@ -32,7 +32,8 @@ const BENCH_LONG_ABOUT: &str = "\
 Run the bench suites on the best device present (a CUDA GPU, else the CPU) or the one named:
 each suite measures one claim of the PyTorch GPU guides and profiles memory while doing it.
 Results are written suite by suite, atomically, to --out: results.json (versioned, with the
-environment) and one CSV per suite. A case that fails, panics or overruns its time budget is
+environment) and one CSV per suite; at the end the report (index.html, summary.md, charts,
+trace.json) goes to --out/report. A case that fails, panics or overruns its time budget is
 recorded as failed and the run goes on.";
 
 const BENCH_AFTER_HELP: &str = "\
@@ -121,6 +122,36 @@ pub enum Command {
     Check(crate::check_cmd::CheckArgs),
     #[command(about = crate::history_cmd::ABOUT, long_about = crate::history_cmd::LONG_ABOUT, after_help = crate::history_cmd::AFTER_HELP)]
     History(crate::history_cmd::HistoryArgs),
+    #[command(about = REPORT_ABOUT, long_about = REPORT_LONG_ABOUT, after_help = REPORT_AFTER_HELP)]
+    Report(ReportArgs),
+}
+
+const REPORT_ABOUT: &str = "Render the report (HTML, Markdown, CSV, charts, Perfetto trace) from a results file";
+
+const REPORT_LONG_ABOUT: &str = "\
+Render the report of a run from its results.json alone (it may come from another machine):
+index.html (self-contained, offline: charts inline, interactive memory timelines), summary.md
+(for $GITHUB_STEP_SUMMARY), one tidy CSV per suite, a PNG and an SVG per chart under charts/,
+and trace.json (open it in ui.perfetto.dev). `cargo xtask bench` writes the same report.";
+
+const REPORT_AFTER_HELP: &str = "\
+Examples:
+  cargo xtask report --from target/vramlab/results.json
+  cargo xtask report --from ci/results.json --out /tmp/report
+
+Exit status: 0 when the report was written; 2 when the file is not JSON, truncated, of another
+schema version or partly unreadable (what could be read is still rendered); 1 when the report
+cannot be written.";
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The results file (results.json of `cargo xtask bench`)
+    #[arg(long, value_name = "FILE")]
+    pub from: PathBuf,
+
+    /// Where the report goes
+    #[arg(long, value_name = "DIR", default_value = "target/vramlab/report")]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Args)]

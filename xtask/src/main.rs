@@ -1,10 +1,12 @@
 //! vramlab's command line (`cargo xtask …`): the only part of vramlab that talks
-//! to the terminal. Commands: `bench`, `replay`, `gpu-check`, `check`, `history`.
+//! to the terminal. Commands: `bench`, `replay`, `gpu-check`, `report`, `check`,
+//! `history`.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
-//! names the file and line), 2 for usage errors (clap's), 3 from `gpu-check`
-//! when the machine has no GPU. `check` (and `bench --baseline`): 1 on a
-//! regression, 2 when the comparison could not be made.
+//! names the file and line), 2 for usage errors (clap's) and from `report` for a
+//! bad results file, 3 from `gpu-check` when the machine has no GPU. `check`
+//! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
+//! be made.
 
 mod bench_cmd;
 mod check_cmd;
@@ -12,6 +14,7 @@ mod cli;
 mod gpu_check;
 mod history_cmd;
 mod replay_cmd;
+mod report_cmd;
 mod size;
 
 use std::io::Write;
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
         Command::GpuCheck(args) => gpu_check::run(args),
         Command::Check(args) => check_cmd::run(args),
         Command::History(args) => history_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

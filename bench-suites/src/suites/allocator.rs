@@ -485,6 +485,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 1,
+            timeline: None,
+            categories: None,
         }
     }
 

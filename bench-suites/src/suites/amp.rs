@@ -792,6 +792,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         }
     }
 

@@ -872,6 +872,8 @@ mod tests {
             memory: None,
             notes: vec![format!("{ALGORITHM_NOTE}{algo}")],
             duration_ns: 1,
+            timeline: None,
+            categories: None,
         }
     }
 

@@ -506,6 +506,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         }
     }
 

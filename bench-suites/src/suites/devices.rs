@@ -422,6 +422,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         };
         assert_eq!(mismatch_finding(&[case]).verdict, Verdict::DoesNotHold);
         assert_eq!(mismatch_finding(&[]).verdict, Verdict::Inconclusive);

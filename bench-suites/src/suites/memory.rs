@@ -1054,6 +1054,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         };
         let f = batch_finding(std::slice::from_ref(&failed));
         assert_eq!(f.verdict, Verdict::Inconclusive);

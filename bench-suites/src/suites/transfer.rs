@@ -481,6 +481,8 @@ mod tests {
             memory: None,
             notes: vec![],
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         }
     }
 
@@ -517,6 +519,8 @@ mod tests {
             memory: None,
             notes: Vec::new(),
             duration_ns: 0,
+            timeline: None,
+            categories: None,
         }
     }
 

@@ -29,6 +29,8 @@ fn case(name: &str, samples: Vec<f64>, segment_bytes: f64) -> CaseResult {
             by_category_at_peak_bytes: BTreeMap::from([("activation".into(), 1 << 20)]),
             allocator_events: 4,
         }),
+        timeline: None,
+        categories: None,
         notes: vec![],
         duration_ns: 1,
     }

@@ -1,0 +1,422 @@
+//! Charts drawn with plotters, each as an SVG string (inlined in the HTML
+//! report) and a PNG file (bitmap backend). Text uses DejaVu Sans, bundled into
+//! the binary through `ab_glyph` — no system font library. A chart without data
+//! says so in its area instead of drawing empty axes.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+use vramlab_suites::{CategoryStack, MemoryTimeline};
+
+use crate::ReportError;
+use crate::units::{fmt_bytes, fmt_ns};
+
+/// DejaVu Sans (Bitstream Vera / DejaVu licence, see `assets/DejaVuSans-LICENSE.txt`).
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+const FAMILY: &str = "sans-serif";
+
+/// Chart size in pixels (the SVG scales to its container).
+pub const WIDTH: u32 = 960;
+pub const HEIGHT: u32 = 400;
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is compiled in; failing to parse it is a build defect.
+        plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
+            .unwrap_or_else(|_| panic!("the bundled DejaVu Sans does not parse"));
+    });
+}
+
+/// What a chart shows; drawn to any plotters backend.
+#[derive(Debug, Clone)]
+pub enum Chart<'a> {
+    /// Allocated and reserved bytes over time, phase bands, the peak marked.
+    Timeline { title: String, timeline: &'a MemoryTimeline },
+    /// Allocated bytes by category, stacked.
+    Categories { title: String, stack: &'a CategoryStack },
+    /// One horizontal bar per label (e.g. median time per case).
+    Bars { title: String, unit: BarUnit, bars: Vec<(String, f64)> },
+    /// No data here: the reason is written in the chart area.
+    Unavailable { title: String, reason: String },
+}
+
+/// The unit of a bar chart's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarUnit {
+    Nanoseconds,
+    Bytes,
+}
+
+impl BarUnit {
+    fn fmt(self, v: f64) -> String {
+        match self {
+            BarUnit::Nanoseconds => fmt_ns(v),
+            BarUnit::Bytes => fmt_bytes(v.max(0.0) as u64),
+        }
+    }
+}
+
+impl Chart<'_> {
+    /// The chart as an SVG document.
+    pub fn svg(&self) -> Result<String, ReportError> {
+        register_font();
+        let mut out = String::new();
+        {
+            let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+            self.draw(&root).map_err(|reason| ReportError::Chart { chart: self.title().to_owned(), reason })?;
+            root.present().map_err(|e| ReportError::Chart { chart: self.title().to_owned(), reason: e.to_string() })?;
+        }
+        Ok(out)
+    }
+
+    /// The chart as a PNG file at `path`.
+    pub fn write_png(&self, path: &Path) -> Result<(), ReportError> {
+        register_font();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
+        }
+        let err =
+            |reason: String| ReportError::Chart { chart: format!("{} ({})", self.title(), path.display()), reason };
+        let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+        self.draw(&root).map_err(err)?;
+        root.present().map_err(|e| err(e.to_string()))
+    }
+
+    pub fn title(&self) -> &str {
+        match self {
+            Chart::Timeline { title, .. }
+            | Chart::Categories { title, .. }
+            | Chart::Bars { title, .. }
+            | Chart::Unavailable { title, .. } => title,
+        }
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        match self {
+            Chart::Timeline { title, timeline } => draw_timeline(root, title, timeline),
+            Chart::Categories { title, stack } => draw_categories(root, title, stack),
+            Chart::Bars { title, unit, bars } => draw_bars(root, title, *unit, bars),
+            Chart::Unavailable { title, reason } => draw_message(root, title, reason),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+fn draw_message<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, reason: &str) -> DrawResult<DB> {
+    root.draw(&Text::new(title.to_owned(), (20, 20), (FAMILY, 20).into_font()))?;
+    let style = TextStyle::from((FAMILY, 16).into_font()).color(&RGBColor(90, 90, 90));
+    // Wrap the reason at about 90 characters a line.
+    let mut lines = vec![String::new()];
+    for word in format!("No data here: {reason}").split_whitespace() {
+        let last = lines.last_mut().expect("one line at least");
+        if last.len() + word.len() > 90 {
+            lines.push(word.to_owned());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    for (i, line) in lines.iter().enumerate() {
+        root.draw(&Text::new(line.clone(), (40, HEIGHT as i32 / 2 - 20 + 22 * i as i32), style.clone()))?;
+    }
+    Ok(())
+}
+
+/// A unit for a byte axis: divisor and suffix (binary).
+fn byte_unit(max: u64) -> (f64, &'static str) {
+    match max {
+        m if m >= 1 << 30 => ((1u64 << 30) as f64, "GiB"),
+        m if m >= 1 << 20 => ((1u64 << 20) as f64, "MiB"),
+        m if m >= 1 << 10 => (1024.0, "KiB"),
+        _ => (1.0, "B"),
+    }
+}
+
+/// A unit for a time axis: divisor and suffix.
+fn time_unit(max_ns: u64) -> (f64, &'static str) {
+    match max_ns {
+        m if m >= 10_000_000_000 => (1e9, "s"),
+        m if m >= 10_000_000 => (1e6, "ms"),
+        m if m >= 10_000 => (1e3, "µs"),
+        _ => (1.0, "ns"),
+    }
+}
+
+/// Step points: each value held until the next time.
+fn steps(time_ns: &[u64], bytes: &[u64], tdiv: f64, bdiv: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(time_ns.len() * 2);
+    for i in 0..time_ns.len().min(bytes.len()) {
+        let t = time_ns[i] as f64 / tdiv;
+        if i > 0 {
+            out.push((t, bytes[i - 1] as f64 / bdiv));
+        }
+        out.push((t, bytes[i] as f64 / bdiv));
+    }
+    out
+}
+
+const PHASE_COLORS: [RGBColor; 4] =
+    [RGBColor(222, 235, 247), RGBColor(253, 235, 210), RGBColor(229, 245, 224), RGBColor(239, 229, 245)];
+
+fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, t: &MemoryTimeline) -> DrawResult<DB> {
+    let max_bytes = t.reserved.bytes.iter().chain(&t.allocated.bytes).copied().max().unwrap_or(0).max(1);
+    let (bdiv, bunit) = byte_unit(max_bytes);
+    let (tdiv, tunit) = time_unit(t.duration_ns);
+    let x_max = (t.duration_ns.max(1) as f64) / tdiv;
+    let y_max = max_bytes as f64 / bdiv * 1.12;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("time ({tunit})"))
+        .y_desc(format!("memory ({bunit})"))
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 14))
+        .light_line_style(RGBColor(240, 240, 240))
+        .draw()?;
+    // Top-level phases as bands, named at their top.
+    for (k, p) in t.phases.iter().filter(|p| p.depth == 1).enumerate() {
+        let (x0, x1) = (p.start_ns as f64 / tdiv, p.end_ns as f64 / tdiv);
+        let color = PHASE_COLORS[k % PHASE_COLORS.len()];
+        chart.draw_series(std::iter::once(Rectangle::new([(x0, 0.0), (x1, y_max)], color.filled())))?;
+        chart.draw_series(std::iter::once(Text::new(
+            p.name.clone(),
+            (x0, y_max * 0.985),
+            (FAMILY, 12).into_font().color(&RGBColor(90, 90, 90)),
+        )))?;
+    }
+    let reserved = RGBColor(230, 120, 30);
+    let allocated = RGBColor(31, 100, 180);
+    chart
+        .draw_series(LineSeries::new(
+            steps(&t.reserved.time_ns, &t.reserved.bytes, tdiv, bdiv),
+            reserved.stroke_width(2),
+        ))?
+        .label("reserved")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], reserved.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(
+            steps(&t.allocated.time_ns, &t.allocated.bytes, tdiv, bdiv),
+            allocated.stroke_width(2),
+        ))?
+        .label("allocated")
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], allocated.stroke_width(2)));
+    let peak = (t.peak_time_ns as f64 / tdiv, t.peak_allocated_bytes as f64 / bdiv);
+    let red = RGBColor(200, 30, 30);
+    chart.draw_series(std::iter::once(Circle::new(peak, 5, red.filled())))?;
+    chart.draw_series(std::iter::once(Text::new(
+        format!("peak {}", fmt_bytes(t.peak_allocated_bytes)),
+        (peak.0, peak.1 + y_max * 0.05),
+        (FAMILY, 13).into_font().color(&red),
+    )))?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .draw()
+}
+
+const CATEGORY_COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+fn draw_categories<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    s: &CategoryStack,
+) -> DrawResult<DB> {
+    let n = s.time_ns.len();
+    let totals: Vec<u64> =
+        (0..n).map(|i| s.by_category_bytes.values().map(|v| v.get(i).copied().unwrap_or(0)).sum()).collect();
+    let max_bytes = totals.iter().copied().max().unwrap_or(0).max(1);
+    let (bdiv, bunit) = byte_unit(max_bytes);
+    let (tdiv, tunit) = time_unit(s.time_ns.last().copied().unwrap_or(1));
+    let x_max = s.time_ns.last().copied().unwrap_or(1).max(1) as f64 / tdiv;
+    let y_max = max_bytes as f64 / bdiv * 1.1;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("time ({tunit})"))
+        .y_desc(format!("allocated ({bunit})"))
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 14))
+        .light_line_style(RGBColor(240, 240, 240))
+        .draw()?;
+    // Draw cumulative sums from the top down so each band covers the ones below.
+    let cats: Vec<(&String, &Vec<u64>)> = s.by_category_bytes.iter().collect();
+    let mut cumulative = vec![0u64; n];
+    let mut layers = Vec::new();
+    for (name, v) in &cats {
+        for (i, c) in cumulative.iter_mut().enumerate() {
+            *c += v.get(i).copied().unwrap_or(0);
+        }
+        layers.push((name.to_string(), cumulative.clone()));
+    }
+    for (k, (name, top)) in layers.iter().enumerate().rev() {
+        let color = CATEGORY_COLORS[k % CATEGORY_COLORS.len()];
+        chart
+            .draw_series(AreaSeries::new(steps(&s.time_ns, top, tdiv, bdiv), 0.0, color.mix(0.85)).border_style(color))?
+            .label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .draw()
+}
+
+fn draw_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    unit: BarUnit,
+    bars: &[(String, f64)],
+) -> DrawResult<DB> {
+    if bars.is_empty() {
+        return draw_message(root, title, "no case of this suite produced this measurement");
+    }
+    let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9);
+    let (title_area, area) = root.split_vertically(36);
+    title_area.draw(&Text::new(title.to_owned(), (12, 8), (FAMILY, 20).into_font()))?;
+    let label_w = 330i32;
+    let rows = bars.len() as i32;
+    let row_h = ((HEIGHT as i32 - 50) / rows.max(1)).clamp(4, 28);
+    let width = WIDTH as i32 - label_w - 130;
+    let color = RGBColor(31, 100, 180);
+    let small = (FAMILY, (row_h - 4).clamp(8, 13)).into_font();
+    for (i, (label, v)) in bars.iter().enumerate() {
+        let y = 6 + i as i32 * row_h;
+        let w = ((v / max) * width as f64).round() as i32;
+        let mut name = label.clone();
+        if name.chars().count() > 44 {
+            name = name.chars().take(43).collect::<String>() + "…";
+        }
+        area.draw(&Text::new(name, (8, y + 2), small.clone()))?;
+        area.draw(&Rectangle::new([(label_w, y + 1), (label_w + w.max(1), y + row_h - 2)], color.filled()))?;
+        area.draw(&Text::new(unit.fmt(*v), (label_w + w + 6, y + 2), small.clone()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use vramlab_suites::{PhaseBand, Series};
+
+    pub(crate) fn known_timeline() -> MemoryTimeline {
+        MemoryTimeline {
+            device: "cpu:0".into(),
+            duration_ns: 10_000_000,
+            allocated: Series {
+                time_ns: vec![0, 2_000_000, 5_000_000, 8_000_000],
+                bytes: vec![0, 1 << 20, 3 << 20, 0],
+            },
+            reserved: Series { time_ns: vec![0, 2_000_000, 8_000_000], bytes: vec![0, 4 << 20, 4 << 20] },
+            active: Series::default(),
+            phases: vec![PhaseBand {
+                name: "forward".into(),
+                path: "forward".into(),
+                depth: 1,
+                start_ns: 1_000_000,
+                end_ns: 6_000_000,
+            }],
+            peak_allocated_bytes: 3 << 20,
+            peak_time_ns: 5_000_000,
+            peak_phase: Some("forward".into()),
+            events: 4,
+        }
+    }
+
+    #[test]
+    fn timeline_svg_marks_the_peak_at_its_value() {
+        let t = known_timeline();
+        let svg = Chart::Timeline { title: "t".into(), timeline: &t }.svg().unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..60]);
+        assert!(svg.contains("peak 3.00 MiB"));
+        // The y axis runs 0..4 MiB * 1.12 over the plot; the marker's circle sits
+        // at 3 MiB: find it and check its height against the axis labels' scale.
+        let circle = svg.lines().find(|l| l.contains("<circle")).expect("a peak marker");
+        let cy: f64 = attr(circle, "cy");
+        let cx: f64 = attr(circle, "cx");
+        // The plot spans from the label "0" of the y axis to the top margin:
+        // with a 4.48 MiB axis, 3 MiB lies at 3/4.48 of the plot's height.
+        let (top, bottom) = plot_y_extent(&svg);
+        let frac = (bottom - cy) / (bottom - top);
+        assert!((frac - 3.0 / 4.48).abs() < 0.02, "peak at {frac} of the height");
+        let (left, right) = plot_x_extent(&svg);
+        let xfrac = (cx - left) / (right - left);
+        assert!((xfrac - 0.5).abs() < 0.02, "peak at {xfrac} of the width");
+    }
+
+    fn attr(line: &str, name: &str) -> f64 {
+        let key = format!(" {name}=\"");
+        let i = line.find(&key).unwrap() + key.len();
+        line[i..].split('"').next().unwrap().parse().unwrap()
+    }
+
+    /// The plot area is the background rectangle of the phase band: it spans the
+    /// y range from 0 to the axis top.
+    fn plot_y_extent(svg: &str) -> (f64, f64) {
+        let band = svg.lines().find(|l| l.contains("<rect") && l.contains("#DEEBF7")).expect("the phase band");
+        let y = attr(band, "y");
+        (y, y + attr(band, "height"))
+    }
+
+    fn plot_x_extent(svg: &str) -> (f64, f64) {
+        // The band covers 1..6 ms of a 10 ms axis.
+        let band = svg.lines().find(|l| l.contains("<rect") && l.contains("#DEEBF7")).expect("the phase band");
+        let (x, w) = (attr(band, "x"), attr(band, "width"));
+        let unit = w / 5.0;
+        (x - unit, x - unit + 10.0 * unit)
+    }
+
+    #[test]
+    fn png_decodes_at_the_declared_size() {
+        let t = known_timeline();
+        let dir = std::env::temp_dir().join(format!("vramlab-charts-{}", std::process::id()));
+        let path = dir.join("t.png");
+        Chart::Timeline { title: "t".into(), timeline: &t }.write_png(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        // IHDR: width and height, big-endian, at offsets 16 and 20.
+        assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), WIDTH);
+        assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), HEIGHT);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn unavailable_chart_says_why() {
+        let svg = Chart::Unavailable { title: "GPU".into(), reason: "no CUDA driver".into() }.svg().unwrap();
+        assert!(svg.contains("No data here: no CUDA driver"));
+        assert!(!svg.contains("<polyline"));
+    }
+}
