@@ -6,6 +6,7 @@ mod async_timing;
 mod autotune;
 mod cpu_vs_gpu;
 mod devices;
+mod input_pipeline;
 mod memory;
 mod transfer;
 
@@ -20,6 +21,7 @@ pub fn all() -> Vec<Box<dyn Suite>> {
         Box::new(autotune::AutotuneSuite::default()),
         Box::new(memory::MemorySuite),
         Box::new(transfer::TransferSuite),
+        Box::new(input_pipeline::InputPipelineSuite),
         Box::new(async_timing::AsyncTimingSuite),
         Box::new(allocator::AllocatorSuite),
     ]
