@@ -1,11 +1,10 @@
 //! Starting and stopping a recording, and marking phases.
 
-use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vramlab_engine::hooks::{self, Event, Hooks, PhaseEvent, SubscriptionId, now_ns};
+use vramlab_engine::hooks::{self, Hooks, SubscriptionId, now_ns};
 
 use crate::analysis::DeviceInfo;
 use crate::error::ProfilerError;
@@ -104,7 +103,7 @@ impl Profiler {
         Ok(Profiler { recorder, subscriptions, devices: config.devices, sampler, start_ns })
     }
 
-    /// Marks a phase until the guard is dropped: a [`PhaseEvent`] pair through
+    /// Marks a phase until the guard is dropped: a [`PhaseEvent`](hooks::PhaseEvent) pair through
     /// the first hub, recorded like every other event (and seen by any other
     /// subscriber). Phases nest per thread.
     pub fn phase(&self, name: impl Into<Arc<str>>) -> PhaseGuard {
@@ -150,23 +149,12 @@ impl Drop for Profiler {
     }
 }
 
-thread_local! {
-    static PHASE_DEPTH: Cell<u32> = const { Cell::new(0) };
-}
-
 /// Marks a phase on `hub` until the guard is dropped (for code that has a hub
 /// but no [`Profiler`]). When nobody listens on the hub it costs one atomic
 /// load and builds no event.
 pub fn phase(hub: &Arc<Hooks>, name: impl Into<Arc<str>>) -> PhaseGuard {
     let name = name.into();
-    let depth = PHASE_DEPTH.with(|d| {
-        let v = d.get() + 1;
-        d.set(v);
-        v
-    });
-    if hub.is_active() {
-        hub.emit(&Event::Phase(PhaseEvent { name: name.clone(), begin: true, time_ns: now_ns(), depth }));
-    }
+    let depth = hooks::phase_begin(hub, &name);
     PhaseGuard { hub: hub.clone(), name, depth, _not_send: PhantomData }
 }
 
@@ -195,14 +183,6 @@ impl PhaseGuard {
 
 impl Drop for PhaseGuard {
     fn drop(&mut self) {
-        if self.hub.is_active() {
-            self.hub.emit(&Event::Phase(PhaseEvent {
-                name: self.name.clone(),
-                begin: false,
-                time_ns: now_ns(),
-                depth: self.depth,
-            }));
-        }
-        PHASE_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        hooks::phase_end(&self.hub, &self.name, self.depth);
     }
 }

@@ -168,7 +168,7 @@ pub struct GpuCheckArgs {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// A suite to run (repeatable) [default: all]; names: devices, cpu-vs-gpu, amp, autotune,
-    /// memory, transfer, async, allocator
+    /// memory, transfer, input-pipeline, async, allocator
     #[arg(long = "suite", value_name = "NAME")]
     pub suites: Vec<String>,
 

@@ -7,6 +7,7 @@ mod autotune;
 mod common;
 mod cpu_vs_gpu;
 mod devices;
+mod input_pipeline;
 mod memory;
 mod transfer;
 
@@ -21,6 +22,7 @@ pub fn all() -> Vec<Box<dyn Suite>> {
         Box::new(autotune::AutotuneSuite::default()),
         Box::new(memory::MemorySuite),
         Box::new(transfer::TransferSuite),
+        Box::new(input_pipeline::InputPipelineSuite),
         Box::new(async_timing::AsyncTimingSuite),
         Box::new(allocator::AllocatorSuite),
     ]

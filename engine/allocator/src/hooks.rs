@@ -399,6 +399,38 @@ pub fn now_ns() -> u64 {
     clock.delta_as_nanos(*origin, clock.raw())
 }
 
+thread_local! {
+    /// The calling thread's phase depth, shared by every emitter of phase events
+    /// (the profiler's `phase` guards and the training crate's data loader).
+    static PHASE_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Enters phase `name` on the calling thread: bumps the thread's phase depth
+/// and, when anybody listens on `hub`, emits the begin [`PhaseEvent`]. Returns
+/// the depth to pass to [`phase_end`]. Costs one atomic load when nobody listens.
+#[inline]
+pub fn phase_begin(hub: &Hooks, name: &Arc<str>) -> u32 {
+    let depth = PHASE_DEPTH.with(|d| {
+        let v = d.get() + 1;
+        d.set(v);
+        v
+    });
+    if hub.is_active() {
+        hub.emit(&Event::Phase(PhaseEvent { name: name.clone(), begin: true, time_ns: now_ns(), depth }));
+    }
+    depth
+}
+
+/// Leaves phase `name` (entered by [`phase_begin`] on this thread at `depth`):
+/// emits the end [`PhaseEvent`] when anybody listens and lowers the depth.
+#[inline]
+pub fn phase_end(hub: &Hooks, name: &Arc<str>, depth: u32) {
+    if hub.is_active() {
+        hub.emit(&Event::Phase(PhaseEvent { name: name.clone(), begin: false, time_ns: now_ns(), depth }));
+    }
+    PHASE_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+}
+
 /// A subscriber that keeps every event in memory, for tests and small tools.
 #[derive(Debug, Default)]
 pub struct EventLog {

@@ -171,8 +171,9 @@ fn run(args: &Args, device: &Device) -> Result<(), nn::NnError> {
         seed: args.seed,
         drop_last: false,
         pin_memory: args.pin_memory,
+        ..LoaderConfig::new(args.batch_size)
     };
-    let loader = DataLoader::new(&train, loader_cfg)?;
+    let loader = DataLoader::new(&train, loader_cfg.clone())?;
     let eval_loader = DataLoader::new(&test, LoaderConfig { shuffle: false, ..loader_cfg })?;
 
     // The model is built (on the host), then moved to the device once.

@@ -113,7 +113,8 @@
 //! - [`Optimizer`]: [`Sgd`], [`Adam`].
 //! - [`no_grad`], [`autocast`], [`GradScaler`].
 //! - [`Dataset`] (in-memory; synthetic regression, classification, images),
-//!   [`DataLoader`].
+//!   [`DataLoader`] with worker threads ([`workers`]) and per-sample
+//!   transforms ([`transform`]: [`Augment`]).
 //! - [`Trainer`]: the loop, with per-step loss, accuracy and timings.
 
 pub mod data;
@@ -127,10 +128,12 @@ mod optim;
 mod parameter;
 mod scaler;
 mod train;
+pub mod transform;
+pub mod workers;
 
 use thiserror::Error;
 
-pub use data::{Batch, Batches, DataLoader, Dataset, LoaderConfig, Targets};
+pub use data::{Batch, Batches, DataLoader, Dataset, LoaderConfig, LoaderMemory, Targets};
 pub use layers::{Conv2d, Flatten, GELU, Linear, MaxPool2d, ReLU};
 pub use loss::{Loss, LossFn, cross_entropy, mse};
 pub use mode::{
@@ -143,6 +146,8 @@ pub use optim::{Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
 pub use parameter::Parameter;
 pub use scaler::{GradScaler, GradScalerConfig, ScalerState};
 pub use train::{EpochReport, EvalReport, KernelClock, KernelTimer, StepRecord, Trainer};
+pub use transform::{Augment, SampleTransform};
+pub use workers::LiveWorkers;
 
 use vramlab_engine::tensor::{DType, TensorError};
 
@@ -162,6 +167,15 @@ pub enum NnError {
     /// A bad argument or shape, named by what received it.
     #[error("{what}: {reason}")]
     Invalid { what: &'static str, reason: String },
+    /// Loading (gathering or transforming) a sample failed or panicked.
+    #[error(
+        "DataLoader: loading sample {sample} failed{}: {reason} — fix the dataset or the transform for that sample",
+        worker.map(|w| format!(" in worker {w}")).unwrap_or_default()
+    )]
+    LoadSample { sample: usize, worker: Option<usize>, reason: String },
+    /// A loader worker thread could not start or went away.
+    #[error("DataLoader worker {worker}: {reason}")]
+    LoaderWorker { worker: usize, reason: String },
 }
 
 pub type Result<T> = std::result::Result<T, NnError>;

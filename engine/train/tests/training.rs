@@ -565,12 +565,12 @@ fn model_to_moves_parameters_and_the_golden_rule_holds() {
 fn data_loader_batches_shuffles_and_drops_last() {
     let (d, _) = device(50);
     let data = Dataset::classification(10, 3, 2, 1.0, 4).unwrap();
-    let cfg = LoaderConfig { batch_size: 4, shuffle: true, seed: 9, drop_last: false, pin_memory: false };
-    let loader = DataLoader::new(&data, cfg).unwrap();
+    let cfg = LoaderConfig { batch_size: 4, shuffle: true, seed: 9, drop_last: false, ..LoaderConfig::new(4) };
+    let loader = DataLoader::new(&data, cfg.clone()).unwrap();
     assert_eq!(loader.len(), 3);
     let sizes: Vec<usize> = loader.epoch(0, &d).map(|b| b.unwrap().len()).collect();
     assert_eq!(sizes, vec![4, 4, 2]);
-    let drop = DataLoader::new(&data, LoaderConfig { drop_last: true, ..cfg }).unwrap();
+    let drop = DataLoader::new(&data, LoaderConfig { drop_last: true, ..cfg.clone() }).unwrap();
     assert_eq!(drop.len(), 2);
     assert_eq!(drop.epoch(0, &d).count(), 2);
     // Same seed and epoch: same order; another epoch: another order; a permutation.
