@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::SnapshotError;
 use super::model::{Action, AllocatorSettings, Block, FrameTable, Segment, SegmentType, Snapshot, TraceEntry};
-use super::pickle::{self, Heap, Pickle, Value};
+use super::pickle::{self, HAS_ADDR, HAS_DEVICE_FREE, HAS_SIZE, Heap, Pickle, Value};
 use crate::replay::MAX_BYTES;
 use crate::{BlockState, ROUNDUP_BUCKETS};
 
@@ -339,9 +339,9 @@ fn device_traces(heap: &Heap, v: Value) -> Result<Vec<Vec<TraceEntry>>, Snapshot
             let action = Action::from_name(heap.str(raw.action));
             let path =
                 |field: &str| format!("{p}[{i}].{field} (the '{}' entry at byte {})", heap.str(raw.action), raw.offset);
-            let size = match raw.size {
-                Some(s) if (0..=MAX_BYTES as i128).contains(&s) => s as u64,
-                Some(s) => return Err(SnapshotError::AbsurdSize { path: path("size"), value: s }),
+            let size = match (raw.has & HAS_SIZE != 0).then_some(raw.size) {
+                Some(s) if (0..=MAX_BYTES as i64).contains(&s) => s as u64,
+                Some(s) => return Err(SnapshotError::AbsurdSize { path: path("size"), value: s as i128 }),
                 None if action == Action::Other || action == Action::Snapshot => 0,
                 None => {
                     return Err(SnapshotError::Shape {
@@ -351,18 +351,17 @@ fn device_traces(heap: &Heap, v: Value) -> Result<Vec<Vec<TraceEntry>>, Snapshot
                     });
                 }
             };
-            let addr = match (action, raw.addr, raw.device_free) {
-                (Action::Oom, _, Some(free)) => free.clamp(0, u64::MAX as i128) as u64,
-                (_, Some(a), _) if (0..=u64::MAX as i128).contains(&a) => a as u64,
-                (_, Some(a), _) => return Err(SnapshotError::AbsurdSize { path: path("addr"), value: a }),
+            let addr = match (action, raw.has & (HAS_ADDR | HAS_DEVICE_FREE) != 0) {
+                (Action::Oom, true) => raw.addr.max(0) as u64,
+                (_, true) if raw.addr >= 0 => raw.addr as u64,
+                (_, true) => return Err(SnapshotError::AbsurdSize { path: path("addr"), value: raw.addr as i128 }),
                 (
                     Action::Alloc
                     | Action::FreeRequested
                     | Action::FreeCompleted
                     | Action::SegmentAlloc
                     | Action::SegmentFree,
-                    None,
-                    _,
+                    false,
                 ) => {
                     return Err(SnapshotError::Shape {
                         path: format!("{p}[{i}]"),

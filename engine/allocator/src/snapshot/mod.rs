@@ -2,7 +2,9 @@
 //! the typed model ([`Snapshot`] and its parts), the import from a pickle of any
 //! protocol PyTorch writes (2 to 5; [`read_snapshot`]), and the replay of a
 //! snapshot's trace through the allocator with the fidelity check against what
-//! the snapshot recorded ([`replay_snapshot`]).
+//! the snapshot recorded ([`replay_snapshot`]), and the what-if replay under
+//! other settings with its recommendation ([`what_if`], [`recommend`],
+//! [`peak_holders`]).
 //!
 //! The pickle is read by a streaming reader of its own ([`pickle`]): trace
 //! entries become compact [`TraceEntry`] values as soon as they are complete,
@@ -13,15 +15,17 @@ mod import;
 mod model;
 pub mod pickle;
 mod replay;
+mod whatif;
 
 pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
 pub use replay::{
-    FidelityReport, LiveAtStart, SegmentDisagreement, SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions,
-    replay_snapshot,
+    FidelityReport, LiveAtStart, ReplayOom, SegmentDisagreement, SnapshotReplay, SnapshotReplayError,
+    SnapshotReplayOptions, replay_snapshot,
 };
+pub use whatif::{PeakHolder, SWEEP_GRID, WhatIf, peak_holders, recommend, what_if};
 
 use thiserror::Error;
 

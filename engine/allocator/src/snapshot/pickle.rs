@@ -7,7 +7,7 @@
 //! 2-million-entry trace never exists as a tree of dicts. Classes, reductions and
 //! out-of-band buffers are refused: a snapshot has none.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{ErrorKind, Read};
 use std::sync::Arc;
 
@@ -60,15 +60,22 @@ impl Value {
 #[derive(Debug, Clone, Copy)]
 pub struct RawEntry {
     pub action: u32,
-    pub addr: Option<i128>,
-    pub device_free: Option<i128>,
-    pub size: Option<i128>,
+    /// Which of `addr`, `size` and `device_free` the entry has ([`HAS_ADDR`]…).
+    pub has: u8,
+    /// The address, or for `oom` entries the device's free bytes. Integers
+    /// beyond 64 bits are saturated (and then fail the range checks).
+    pub addr: i64,
+    pub size: i64,
     pub stream: i64,
     pub time_us: i64,
     pub frames: u32,
     /// Byte offset of the list append that completed it, for messages.
     pub offset: u64,
 }
+
+pub const HAS_ADDR: u8 = 1;
+pub const HAS_SIZE: u8 = 2;
+pub const HAS_DEVICE_FREE: u8 = 4;
 
 /// Containers, interned strings, converted trace entries and interned frames.
 #[derive(Debug, Default)]
@@ -81,6 +88,12 @@ pub struct Heap {
     pub entries: Vec<RawEntry>,
     pub frames: Vec<Frame>,
     frame_ids: HashMap<(u32, i64, u32), u32>,
+    /// Frame id + 1 of a frame dict already seen (PyTorch shares frame dicts), by dict index.
+    frame_of_dict: Vec<u32>,
+    /// Stack id + 1 of a frames list already converted (its items are freed), by list index.
+    stack_of_list: Vec<u32>,
+    /// The interned empty string.
+    empty: u32,
     pub stacks: Vec<Box<[u32]>>,
     stack_ids: HashMap<Box<[u32]>, u32>,
     /// The first trace entry whose `frames` was not a list of frame dicts.
@@ -117,6 +130,7 @@ impl Heap {
             line: heap.intern("line"),
             name: heap.intern("name"),
         };
+        heap.empty = heap.intern("");
         heap.stacks.push(Box::new([]));
         heap.stack_ids.insert(Box::new([]), 0);
         heap
@@ -145,26 +159,47 @@ impl Heap {
 
     /// Interns a frames list (a list or tuple of frame dicts) as a stack id.
     pub fn stack_of(&mut self, frames: Value) -> Result<u32, String> {
-        let items: Vec<Value> = match frames {
-            Value::List(l) => self.lists[l as usize].clone(),
-            Value::Tuple(t) => self.tuples[t as usize].to_vec(),
+        if let Value::List(l) = frames
+            && let Some(&id) = self.stack_of_list.get(l as usize)
+            && id != 0
+        {
+            return Ok(id - 1);
+        }
+        let len = match frames {
+            Value::List(l) => self.lists[l as usize].len(),
+            Value::Tuple(t) => self.tuples[t as usize].len(),
             Value::None => return Ok(0),
             other => return Err(format!("'frames' is a {}, expected a list of frame dicts", other.type_name())),
         };
-        if items.is_empty() {
+        if len == 0 {
             return Ok(0);
         }
-        let mut ids = Vec::with_capacity(items.len());
-        for item in items {
+        let mut ids = Vec::with_capacity(len);
+        for k in 0..len {
+            let item = match frames {
+                Value::List(l) => self.lists[l as usize][k],
+                Value::Tuple(t) => self.tuples[t as usize][k],
+                _ => Value::None,
+            };
             ids.push(self.frame_of(item)?);
         }
-        if let Some(&id) = self.stack_ids.get(ids.as_slice()) {
-            return Ok(id);
+        let id = match self.stack_ids.get(ids.as_slice()) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.len() as u32;
+                let ids: Box<[u32]> = ids.into();
+                self.stacks.push(ids.clone());
+                self.stack_ids.insert(ids, id);
+                id
+            }
+        };
+        if let Value::List(l) = frames {
+            if self.stack_of_list.len() <= l as usize {
+                self.stack_of_list.resize(self.lists.len().max(l as usize + 1), 0);
+            }
+            self.stack_of_list[l as usize] = id + 1;
+            self.lists[l as usize] = Vec::new();
         }
-        let id = self.stacks.len() as u32;
-        let ids: Box<[u32]> = ids.into();
-        self.stacks.push(ids.clone());
-        self.stack_ids.insert(ids, id);
         Ok(id)
     }
 
@@ -172,6 +207,20 @@ impl Heap {
         let Value::Dict(d) = v else {
             return Err(format!("a frame is a {}, expected a dict with filename, line and name", v.type_name()));
         };
+        if let Some(&id) = self.frame_of_dict.get(d as usize)
+            && id != 0
+        {
+            return Ok(id - 1);
+        }
+        let id = self.frame_of_contents(d);
+        if self.frame_of_dict.len() <= d as usize {
+            self.frame_of_dict.resize(self.dicts.len().max(d as usize + 1), 0);
+        }
+        self.frame_of_dict[d as usize] = id + 1;
+        Ok(id)
+    }
+
+    fn frame_of_contents(&mut self, d: u32) -> u32 {
         let (mut filename, mut line, mut name) = (None, 0i64, None);
         for &(k, v) in &self.dicts[d as usize] {
             match (k, v) {
@@ -181,10 +230,9 @@ impl Heap {
                 _ => {}
             }
         }
-        let empty = self.intern("");
-        let key = (filename.unwrap_or(empty), line, name.unwrap_or(empty));
+        let key = (filename.unwrap_or(self.empty), line, name.unwrap_or(self.empty));
         if let Some(&id) = self.frame_ids.get(&key) {
-            return Ok(id);
+            return id;
         }
         let id = self.frames.len() as u32;
         self.frames.push(Frame {
@@ -193,7 +241,7 @@ impl Heap {
             name: self.strings[key.2 as usize].clone(),
         });
         self.frame_ids.insert(key, id);
-        Ok(id)
+        id
     }
 
     /// Turns a completed dict with an `action` key into a [`RawEntry`]; `None`
@@ -207,8 +255,7 @@ impl Heap {
         }) else {
             return Ok(None);
         };
-        let mut e =
-            RawEntry { action, addr: None, device_free: None, size: None, stream: 0, time_us: 0, frames: 0, offset };
+        let mut e = RawEntry { action, has: 0, addr: 0, size: 0, stream: 0, time_us: 0, frames: 0, offset };
         let mut frames = None;
         let bad = |key: &str, v: &Value| SnapshotError::Malformed {
             offset,
@@ -217,24 +264,29 @@ impl Heap {
         for &(k, v) in items {
             let Value::Str(k) = k else { continue };
             let int = |v: &Value| match v {
-                Value::Int(n) => Some(*n as i128),
-                Value::BigInt(neg) => Some(if *neg { i128::MIN } else { i128::MAX }),
-                Value::Bool(b) => Some(*b as i128),
+                Value::Int(n) => Some(*n),
+                Value::BigInt(neg) => Some(if *neg { i64::MIN } else { i64::MAX }),
+                Value::Bool(b) => Some(*b as i64),
                 _ => None,
             };
             if k == keys.addr {
-                e.addr = Some(int(&v).ok_or_else(|| bad("addr", &v))?);
+                if e.has & HAS_DEVICE_FREE == 0 {
+                    e.addr = int(&v).ok_or_else(|| bad("addr", &v))?;
+                }
+                e.has |= HAS_ADDR;
             } else if k == keys.size {
-                e.size = Some(int(&v).ok_or_else(|| bad("size", &v))?);
+                e.size = int(&v).ok_or_else(|| bad("size", &v))?;
+                e.has |= HAS_SIZE;
             } else if k == keys.device_free {
-                e.device_free = Some(int(&v).ok_or_else(|| bad("device_free", &v))?);
+                e.addr = int(&v).ok_or_else(|| bad("device_free", &v))?;
+                e.has |= HAS_DEVICE_FREE;
             } else if k == keys.stream {
-                e.stream = int(&v).ok_or_else(|| bad("stream", &v))?.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+                e.stream = int(&v).ok_or_else(|| bad("stream", &v))?;
             } else if k == keys.time_us {
                 // Integral or not, a time is a time.
                 e.time_us = match v {
                     Value::Float(f) => f as i64,
-                    v => int(&v).ok_or_else(|| bad("time_us", &v))?.clamp(0, i64::MAX as i128) as i64,
+                    v => int(&v).ok_or_else(|| bad("time_us", &v))?.max(0),
                 };
             } else if k == keys.frames {
                 frames = Some(v);
@@ -305,6 +357,7 @@ impl<R: Read> Input<R> {
         Ok(s)
     }
 
+    #[inline]
     fn byte(&mut self, what: &'static str) -> Result<u8, SnapshotError> {
         if self.pos < self.end {
             let b = self.buf[self.pos];
@@ -395,7 +448,7 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
         };
         // Index of the topmost mark.
         let mark = |stack: &Vec<Slot>| -> Result<usize, SnapshotError> {
-            stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or(SnapshotError::Malformed {
+            stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or_else(|| SnapshotError::Malformed {
                 offset: at,
                 what: format!("opcode {op:#04x} needs a mark and there is none"),
             })
@@ -565,12 +618,9 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
                 if start > stack.len() || (op == b'a' && stack.len() < 2) {
                     malformed!(at, "APPEND with nothing to append");
                 }
-                let items: Vec<Slot> = stack.drain(start..).collect();
-                if op != b'a' {
-                    stack.pop(); // the mark
-                }
-                for s in items {
-                    let Slot::V(mut v) = s else { malformed!(at, "a mark among the items to append") };
+                heap.lists[target as usize].reserve(stack.len() - start);
+                for &slot in &stack[start..] {
+                    let Slot::V(mut v) = slot else { malformed!(at, "a mark among the items to append") };
                     if let Value::Dict(d) = v
                         && let Some(id) = heap.entry_of(d, at)?
                     {
@@ -578,6 +628,8 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
                     }
                     heap.lists[target as usize].push(v);
                 }
+                // The items, and the mark for APPENDS/ADDITEMS.
+                stack.truncate(if op == b'a' { start } else { start - 1 });
                 continue;
             }
             b's' | b'u' => {
@@ -588,19 +640,18 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
                     Some(Slot::V(v)) => malformed!(at, "SETITEM on a {}, not a dict", v.type_name()),
                     _ => malformed!(at, "SETITEM with no dict below the items"),
                 };
-                let items: Vec<Slot> = stack.drain(start..).collect();
-                if op == b'u' {
-                    stack.pop();
-                }
-                if !items.len().is_multiple_of(2) {
+                if !(stack.len() - start).is_multiple_of(2) {
                     malformed!(at, "SETITEMS with a key and no value");
                 }
-                for pair in items.chunks(2) {
+                let dict = &mut heap.dicts[target as usize];
+                dict.reserve((stack.len() - start) / 2);
+                for pair in stack[start..].chunks(2) {
                     let (Slot::V(k), Slot::V(v)) = (pair[0], pair[1]) else {
                         malformed!(at, "a mark among the items to set")
                     };
-                    heap.dicts[target as usize].push((k, v));
+                    dict.push((k, v));
                 }
+                stack.truncate(if op == b's' { start } else { start - 1 });
                 continue;
             }
             b'0' => {

@@ -9,7 +9,7 @@
 //! buffer lost) is allocated before the first event, in address order, as
 //! memory_viz places it, and counted in [`LiveAtStart`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -234,7 +234,7 @@ pub fn replay_snapshot(
     let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
 
     // Pass 1: what was live before the first event.
-    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut live: HashMap<u64, u64> = HashMap::default();
     let mut pre: Vec<(u64, u64, StackId, bool)> = Vec::new(); // addr, requested, frames, from a free
     let mut live_at_start = LiveAtStart::default();
     for e in trace.iter().filter(|e| in_window(e)) {
@@ -264,8 +264,8 @@ pub fn replay_snapshot(
     }
     pre.sort_by_key(|p| p.0);
 
-    let mut streams = Streams { ids: HashMap::from([(0, 0)]) };
-    let mut handles: HashMap<u64, Allocation> = HashMap::with_capacity(1024);
+    let mut streams = Streams { ids: HashMap::from_iter([(0, 0)]) };
+    let mut handles: HashMap<u64, Allocation> = HashMap::default();
     for &(addr, size, _, _) in &pre {
         let a =
             allocator.malloc(size, 0, None).map_err(|source| SnapshotReplayError::Allocator { index: 0, source })?;
@@ -308,7 +308,7 @@ pub fn replay_snapshot(
     };
     let mut recorded_seg: Vec<(u64, Action, u64)> = Vec::new();
     let mut replayed_seg: Vec<(u64, Action, u64)> = Vec::new();
-    let mut failed: HashMap<u64, ()> = HashMap::new();
+    let mut failed: HashMap<u64, ()> = HashMap::default();
     let mut prev_action = Action::Snapshot;
     let mut peak_reserved_seen = allocator.memory_reserved();
     let mut peak_allocated_seen = allocator.memory_allocated();
