@@ -238,3 +238,16 @@ fn what_it_errors_on_is_a_snapshot_error() {
     let e = read_snapshot(&[0x80u8, 4, b']'][..]).unwrap_err();
     assert!(matches!(e, SnapshotError::Truncated { offset: 3, .. }), "{e}");
 }
+
+#[test]
+fn lengths_and_memo_indices_that_promise_too_much_cost_nothing() {
+    // A string "of 60 MiB" in a 12-byte file: truncated, without a 60 MiB buffer first.
+    let e = err(b"\x80\x04\x8d\x00\x00\x00\x03\x00\x00\x00\x00");
+    assert!(e.contains("truncated"), "{e}");
+    // A memo slot far beyond the table, then read back.
+    let e = err(b"\x80\x04Nr\xff\xff\xff\x0f0j\xff\xff\xff\x0f.");
+    assert!(e.contains("expected a dict with 'segments'") && e.contains("None"), "{e}");
+    // A memo get of a slot never put.
+    let e = err(b"\x80\x04h\x05.");
+    assert!(e.contains("memo get of slot 5, which was never put"), "{e}");
+}

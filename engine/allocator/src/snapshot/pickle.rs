@@ -334,10 +334,13 @@ impl<R: Read> Input<R> {
         self.base += self.pos as u64;
         self.end -= self.pos;
         self.pos = 0;
-        if self.buf.len() < n {
-            self.buf.resize(n.next_power_of_two(), 0);
-        }
         while self.end < n {
+            // Grow with the data that actually arrives, so a length field that
+            // promises gigabytes in a short file costs nothing.
+            if self.end == self.buf.len() {
+                let len = (self.buf.len() * 2).clamp(1 << 16, n.next_power_of_two());
+                self.buf.resize(len, 0);
+            }
             match self.inner.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Ok(false),
                 Ok(k) => self.end += k,
@@ -428,6 +431,7 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
     let mut heap = Heap::new();
     let mut stack: Vec<Slot> = Vec::with_capacity(256);
     let mut memo: Vec<Option<Value>> = Vec::new();
+    let mut sparse_memo: HashMap<u64, Value> = HashMap::default();
     let mut sbuf: Vec<u8> = Vec::new();
 
     macro_rules! malformed {
@@ -685,7 +689,7 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
                     Some(Slot::V(v)) => *v,
                     _ => malformed!(at, "a memo put with no value on the stack"),
                 };
-                if index >= MAX_MEMO || index > memo.len() as u64 + (1 << 20) {
+                if index >= MAX_MEMO {
                     return Err(SnapshotError::TooLong {
                         offset: at,
                         what: "a memo index",
@@ -693,11 +697,15 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
                         limit: MAX_MEMO,
                     });
                 }
-                let index = index as usize;
-                if index >= memo.len() {
-                    memo.resize(index + 1, None);
+                // Python numbers its memo slots in order; any other index goes
+                // to a side table, so a stray index cannot make the table huge.
+                match (index as usize).cmp(&memo.len()) {
+                    std::cmp::Ordering::Less => memo[index as usize] = Some(top),
+                    std::cmp::Ordering::Equal => memo.push(Some(top)),
+                    std::cmp::Ordering::Greater => {
+                        sparse_memo.insert(index, top);
+                    }
                 }
-                memo[index] = Some(top);
                 continue;
             }
             b'h' | b'j' | b'g' => {
@@ -709,7 +717,7 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
                         String::from_utf8_lossy(&line).parse::<u64>().unwrap_or(u64::MAX)
                     }
                 };
-                match memo.get(index as usize).copied().flatten() {
+                match memo.get(index as usize).copied().flatten().or_else(|| sparse_memo.get(&index).copied()) {
                     Some(v) => v,
                     None => malformed!(at, "memo get of slot {index}, which was never put"),
                 }
