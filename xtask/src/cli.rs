@@ -73,6 +73,8 @@ Examples:
   cargo xtask replay run.jsonl --alloc-conf expandable_segments:True --json > replay.json
   zcat run.jsonl.gz | cargo xtask replay -
   cargo xtask replay snapshot.pickle --device 1
+  cargo xtask replay snapshot.pickle --alloc-conf expandable_segments:True \
+      --export-snapshot replayed.pickle --chrome-trace replayed.json
 
 Exit status: 0 when the trace replayed (out-of-memory events are results, not failures);
 1 when the trace is malformed or unreadable (the message names the line); 2 for usage errors.";
@@ -225,6 +227,14 @@ pub struct ReplayArgs {
     /// PyTorch snapshots: keep only entries at or before this time_us
     #[arg(long, value_name = "US", allow_hyphen_values = true)]
     pub to_us: Option<i64>,
+
+    /// PyTorch snapshots: write the replay as a snapshot pickle (for pytorch.org/memory_viz)
+    #[arg(long, value_name = "OUT")]
+    pub export_snapshot: Option<PathBuf>,
+
+    /// PyTorch snapshots: write the replay as a Chrome/Perfetto trace (JSON)
+    #[arg(long, value_name = "OUT")]
+    pub chrome_trace: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

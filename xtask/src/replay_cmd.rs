@@ -38,9 +38,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             return write_stdout(&crate::snapshot_cmd::replay(args, &name, file)?);
         }
     }
-    if args.device.is_some() || args.from_us.is_some() || args.to_us.is_some() {
+    if args.device.is_some()
+        || args.from_us.is_some()
+        || args.to_us.is_some()
+        || args.export_snapshot.is_some()
+        || args.chrome_trace.is_some()
+    {
         bail!(
-            "--device, --from-us and --to-us apply to PyTorch memory snapshots; {name} is a vramlab trace (JSON Lines)"
+            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace apply to PyTorch memory snapshots; \
+             {name} is a vramlab trace (JSON Lines)"
         );
     }
     let result =

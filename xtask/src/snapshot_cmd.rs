@@ -3,7 +3,8 @@
 //! the report with the fidelity check, readable or as JSON.
 
 use std::fmt::Write as _;
-use std::io::Read;
+use std::fs::File;
+use std::io::{BufWriter, Read};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -28,15 +29,28 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         capacity_bytes: args.capacity,
         config: args.alloc_conf.clone(),
         on_oom: args.on_oom.into(),
+        record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
     };
     let r = snapshot::replay_snapshot(&snap, &opts).with_context(|| format!("cannot replay {name}"))?;
+    if let Some(rec) = &r.recording {
+        if let Some(path) = &args.export_snapshot {
+            let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            snapshot::write_snapshot(rec, BufWriter::new(file))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let Some(path) = &args.chrome_trace {
+            let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            snapshot::write_chrome_trace(rec, r.device, BufWriter::new(file))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
     let mut out = Vec::new();
     if args.json {
         let json = JsonReport { snapshot: name, protocol: snap.protocol, replay: &r };
         serde_json::to_writer_pretty(&mut out, &json).context("cannot serialize the report")?;
         out.push(b'\n');
     } else {
-        out = text_report(name, &snap, &r).into_bytes();
+        out = text_report(name, &snap, &r, args).into_bytes();
     }
     Ok(out)
 }
@@ -57,7 +71,7 @@ fn frames_text(snap: &Snapshot, id: u32) -> String {
     snap.frames.stack(id).next().map(|f| format!(" at {}", f.short())).unwrap_or_default()
 }
 
-fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay) -> String {
+fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay, args: &ReplayArgs) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "vramlab replay of {name} (PyTorch memory snapshot, pickle protocol {})", snap.protocol);
     let how = if r.device_chosen {
@@ -189,6 +203,11 @@ fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay) -> String {
                     exact(f.replayed_reserved_bytes)
                 );
             }
+        }
+    }
+    for (what, path) in [("snapshot pickle", &args.export_snapshot), ("Chrome trace", &args.chrome_trace)] {
+        if let Some(p) = path {
+            let _ = writeln!(s, "  wrote              {} ({what})", p.display());
         }
     }
     s

@@ -251,3 +251,85 @@ fn lengths_and_memo_indices_that_promise_too_much_cost_nothing() {
     let e = err(b"\x80\x04h\x05.");
     assert!(e.contains("memo get of slot 5, which was never put"), "{e}");
 }
+
+#[test]
+fn written_snapshots_read_back_the_same() {
+    use vramlab_allocator::snapshot::write_snapshot;
+    for name in ["small_p2.pickle", "small_p5.pickle", "multi_device_p4.pickle", "medium_p5.pickle"] {
+        let s = load(name);
+        let mut out = Vec::new();
+        write_snapshot(&s, &mut out).unwrap();
+        let back = read_snapshot(&out[..]).unwrap();
+        assert_eq!(back.segments, s.segments, "{name}");
+        assert_eq!(back.device_traces, s.device_traces, "{name}");
+        assert_eq!(back.allocator_settings, s.allocator_settings, "{name}");
+        // Frames are renumbered in order of first use, but say the same.
+        for (a, b) in s.device_traces.iter().flatten().zip(back.device_traces.iter().flatten()) {
+            assert!(s.frames.stack(a.frames).eq(back.frames.stack(b.frames)));
+        }
+    }
+}
+
+#[test]
+fn a_recorded_replay_is_a_snapshot_that_replays_to_the_same_figures() {
+    let s = load("small_p5.pickle");
+    let r = replay_snapshot(&s, &SnapshotReplayOptions { record: true, ..Default::default() }).unwrap();
+    let rec = r.recording.as_ref().unwrap();
+    // The placed memory (2 blocks) comes first, then the 26 entries' own events.
+    let trace = &rec.device_traces[0];
+    assert_eq!(trace.iter().filter(|e| e.action == Action::Alloc).count() as u64, r.allocs + 2);
+    let reserved: u64 = rec.segments.iter().map(|g| g.total_size).sum();
+    assert_eq!(reserved, r.final_reserved_bytes);
+    // Replaying the recording reproduces it, and the fidelity check agrees.
+    let again = replay_snapshot(rec, &SnapshotReplayOptions::default()).unwrap();
+    assert!(again.fidelity.as_ref().unwrap().agrees(), "{:#?}", again.fidelity);
+    assert_eq!(again.peak_reserved_bytes, r.peak_reserved_bytes);
+    assert_eq!(again.final_allocated_bytes, r.final_allocated_bytes);
+    // And as a pickle.
+    let mut out = Vec::new();
+    vramlab_allocator::snapshot::write_snapshot(rec, &mut out).unwrap();
+    let back = read_snapshot(&out[..]).unwrap();
+    let shape = |s: &Snapshot| -> Vec<(u64, u64, Vec<(u64, u64, u64, BlockState)>)> {
+        s.segments
+            .iter()
+            .map(|g| {
+                (
+                    g.address,
+                    g.total_size,
+                    g.blocks.iter().map(|b| (b.address, b.size, b.requested_size, b.state)).collect(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(shape(&back), shape(rec));
+    // Frames are renumbered in the file's order of first use but name the same code.
+    for (a, b) in rec.segments.iter().flat_map(|g| &g.blocks).zip(back.segments.iter().flat_map(|g| &g.blocks)) {
+        assert!(rec.frames.stack(a.frames).eq(back.frames.stack(b.frames)));
+    }
+}
+
+#[test]
+fn the_chrome_trace_has_counters_and_oom_instants() {
+    let mut s = load("small_p5.pickle");
+    let t = s.device_traces[0][5].time_us;
+    s.device_traces[0].push(vramlab_allocator::snapshot::TraceEntry {
+        action: Action::Oom,
+        addr: 1 << 20,
+        size: 1 << 30,
+        stream: 0,
+        time_us: t + 1000,
+        frames: 0,
+    });
+    let mut out = Vec::new();
+    vramlab_allocator::snapshot::write_chrome_trace(&s, 0, &mut out).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let counters: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "C").collect();
+    assert!(counters.len() > 10);
+    // The last counter: what the trace added, allocated (requested) and reserved.
+    let last = counters.last().unwrap();
+    assert_eq!(last["args"]["reserved_bytes"], (20 + 2 + 30 - 12 - 30 + 64) * MIB);
+    let ooms: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "i").collect();
+    assert_eq!(ooms.len(), 1);
+    assert_eq!(ooms[0]["args"]["requested_bytes"], 1u64 << 30);
+}

@@ -11,12 +11,14 @@
 //! strings and frames are interned, and no generic value tree of the whole file
 //! is ever built (ARCHITECTURE.md says why no pickle crate is used).
 
+mod export;
 mod import;
 mod model;
 pub mod pickle;
 mod replay;
 mod whatif;
 
+pub use export::{write_chrome_trace, write_snapshot};
 pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,

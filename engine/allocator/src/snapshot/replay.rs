@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use thiserror::Error;
 
-use super::model::{Action, Snapshot, StackId, TraceEntry};
+use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
 use crate::hooks::{AllocatorAction, Event, Hooks, Subscriber};
 use crate::replay::{MAX_BYTES, OnOom};
-use crate::{AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, SimulatedMemory, StreamId};
+use crate::{
+    AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, PoolKind, SimulatedMemory, StreamId,
+};
 
 /// How to replay a snapshot.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -34,6 +36,9 @@ pub struct SnapshotReplayOptions {
     /// `allocator_settings`, or PyTorch's defaults when it has none).
     pub config: Option<AllocatorConfig>,
     pub on_oom: OnOom,
+    /// Record the replay itself as a [`Snapshot`] ([`SnapshotReplay::recording`]),
+    /// for export as a pickle or a Chrome trace.
+    pub record: bool,
 }
 
 /// Memory live when the recording began, placed before the first event.
@@ -133,6 +138,11 @@ pub struct SnapshotReplay {
     /// Index in the trace of the entry at which allocated memory peaked (after it ran).
     pub peak_allocated_index: Option<u64>,
     pub fidelity: Option<FidelityReport>,
+    /// The replay as a snapshot (its trace and final segments, the simulated
+    /// addresses; the memory placed before the first entry comes first), when
+    /// [`SnapshotReplayOptions::record`] asked for it.
+    #[serde(skip)]
+    pub recording: Option<Snapshot>,
 }
 
 /// A snapshot that cannot be replayed as asked.
@@ -164,6 +174,8 @@ pub enum SnapshotReplayError {
 #[derive(Default)]
 struct SegmentLog {
     events: Mutex<Vec<(Action, u64)>>,
+    /// Every event (action, addr, size as PyTorch's trace gives it, stream), when recording.
+    all: Option<Mutex<Vec<(Action, u64, u64, u32)>>>,
 }
 
 impl Subscriber for SegmentLog {
@@ -174,11 +186,45 @@ impl Subscriber for SegmentLog {
                 AllocatorAction::SegmentFree => Action::SegmentFree,
                 AllocatorAction::SegmentMap => Action::SegmentMap,
                 AllocatorAction::SegmentUnmap => Action::SegmentUnmap,
-                _ => return,
+                AllocatorAction::Alloc => Action::Alloc,
+                AllocatorAction::FreeRequested => Action::FreeRequested,
+                AllocatorAction::FreeCompleted => Action::FreeCompleted,
+                AllocatorAction::Oom => Action::Oom,
+                AllocatorAction::EmptyCache => return,
             };
-            if let Ok(mut v) = self.events.lock() {
+            let segment = matches!(
+                action,
+                Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
+            );
+            if let Some(all) = &self.all
+                && let Ok(mut v) = all.lock()
+            {
+                let size = if segment { e.rounded_bytes } else { e.requested_bytes };
+                v.push((action, e.addr, size, e.stream));
+            }
+            if segment && let Ok(mut v) = self.events.lock() {
                 v.push((action, e.rounded_bytes));
             }
+        }
+    }
+}
+
+/// The replay's own events, as a trace, while it runs.
+struct Recorder {
+    trace: Vec<TraceEntry>,
+    /// Frames of the live blocks by (simulated) address.
+    frames_of: HashMap<u64, StackId>,
+}
+
+impl Recorder {
+    fn take(&mut self, log: &SegmentLog, time_us: i64, frames: StackId) {
+        let Some(all) = &log.all else { return };
+        let Ok(mut v) = all.lock() else { return };
+        for (action, addr, size, stream) in v.drain(..) {
+            if action == Action::Alloc {
+                self.frames_of.insert(addr, frames);
+            }
+            self.trace.push(TraceEntry { action, addr, size, stream: stream as i64, time_us, frames });
         }
     }
 }
@@ -226,7 +272,9 @@ pub fn replay_snapshot(
     }
     let raw = SimulatedMemory::with_capacity(opts.capacity_bytes.unwrap_or(MAX_BYTES));
     let hooks = Hooks::new();
-    let log = Arc::new(SegmentLog::default());
+    let log = Arc::new(SegmentLog { events: Mutex::default(), all: opts.record.then(Mutex::default) });
+    let mut recorder = opts.record.then(|| Recorder { trace: Vec::new(), frames_of: HashMap::default() });
+    let first_time_us = trace.iter().find(|e| in_window(e)).map_or(0, |e| e.time_us);
     hooks.subscribe(log.clone());
     let allocator = CachingAllocator::with_hooks(Arc::new(raw), config.clone(), hooks, device as u32)
         .map_err(SnapshotReplayError::Setup)?;
@@ -266,10 +314,13 @@ pub fn replay_snapshot(
 
     let mut streams = Streams { ids: HashMap::from_iter([(0, 0)]) };
     let mut handles: HashMap<u64, Allocation> = HashMap::default();
-    for &(addr, size, _, _) in &pre {
+    for &(addr, size, frames, _) in &pre {
         let a =
             allocator.malloc(size, 0, None).map_err(|source| SnapshotReplayError::Allocator { index: 0, source })?;
         handles.insert(addr, a);
+        if let Some(rec) = recorder.as_mut() {
+            rec.take(&log, first_time_us.saturating_sub(1), frames);
+        }
     }
     allocator.reset_peak_stats();
     // The segments the placed memory needed are not in the trace: not compared.
@@ -305,6 +356,7 @@ pub fn replay_snapshot(
         private_pools: snapshot.private_pools(device as i64),
         peak_allocated_index: None,
         fidelity: None,
+        recording: None,
     };
     let mut recorded_seg: Vec<(u64, Action, u64)> = Vec::new();
     let mut replayed_seg: Vec<(u64, Action, u64)> = Vec::new();
@@ -382,6 +434,9 @@ pub fn replay_snapshot(
             _ => {}
         }
         prev_action = e.action;
+        if let Some(rec) = recorder.as_mut() {
+            rec.take(&log, e.time_us, e.frames);
+        }
         if let Ok(mut v) = log.events.lock() {
             for (a, size) in v.drain(..) {
                 if matches!(a, Action::SegmentAlloc | Action::SegmentMap) {
@@ -410,10 +465,72 @@ pub fn replay_snapshot(
     if !windowed && settings_from_snapshot && opts.capacity_bytes.is_none() && !r.stopped_early {
         r.fidelity = Some(fidelity(snapshot, device, &allocator, &recorded_seg, &replayed_seg));
     }
+    if let Some(rec) = recorder {
+        r.recording = Some(recording(snapshot, device, &allocator, &config, rec));
+    }
     for (_, h) in handles.drain() {
         let _ = allocator.free(h);
     }
     Ok(r)
+}
+
+/// The replay as a snapshot: its trace on device `device` and its final segments.
+fn recording(
+    snapshot: &Snapshot,
+    device: usize,
+    allocator: &CachingAllocator,
+    config: &AllocatorConfig,
+    rec: Recorder,
+) -> Snapshot {
+    let segments = allocator
+        .snapshot()
+        .into_iter()
+        .map(|s| Segment {
+            device: device as i64,
+            address: s.address,
+            total_size: s.total_size,
+            stream: s.stream as i64,
+            segment_type: if s.pool == PoolKind::Small { SegmentType::Small } else { SegmentType::Large },
+            segment_pool_id: (0, 0),
+            is_expandable: s.is_expandable,
+            frames: 0,
+            blocks: s
+                .blocks
+                .into_iter()
+                .map(|b| Block {
+                    address: b.address,
+                    size: b.size,
+                    requested_size: if b.state == BlockState::Inactive { 0 } else { b.requested_size },
+                    state: b.state,
+                    frames: if b.state == BlockState::Inactive {
+                        0
+                    } else {
+                        rec.frames_of.get(&b.address).copied().unwrap_or(0)
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    let mut device_traces = vec![Vec::new(); device + 1];
+    device_traces[device] = rec.trace;
+    Snapshot {
+        protocol: 2,
+        segments,
+        device_traces,
+        frames: snapshot.frames.clone(),
+        allocator_settings: Some(AllocatorSettings {
+            alloc_conf: config.to_string(),
+            max_split_size: config.max_split_size,
+            garbage_collection_threshold: config.garbage_collection_threshold,
+            expandable_segments: config.expandable_segments,
+            roundup_power2_divisions: config.roundup_power2_divisions,
+        }),
+        legacy_layout: false,
+        host_segments: 0,
+        host_trace_entries: 0,
+        external_annotations: 0,
+        other_keys: Vec::new(),
+    }
 }
 
 type SegKey = (u64, Vec<(u64, bool)>);
