@@ -1,4 +1,5 @@
-//! vramlab's command line (`cargo xtask …`): the only part of vramlab that talks
+//! vramlab's command line (`cargo xtask …`, or `vramlab …` installed with
+//! `cargo install --path xtask --bin vramlab`): the only part of vramlab that talks
 //! to the terminal. Commands: `bench`, `replay`, `whatif`, `gpu-check`.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
@@ -16,12 +17,25 @@ mod whatif_cmd;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Run as `vramlab` (the installable binary), the help says so.
+    let installed = std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_stem().map(|s| s == "vramlab"))
+        .unwrap_or(false);
+    let cli = if installed {
+        let matches = Cli::command().name("vramlab").bin_name("vramlab").get_matches();
+        match Cli::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    } else {
+        Cli::parse()
+    };
     let result = match &cli.command {
         Command::Bench(args) => bench_cmd::run(args).map(|()| 0),
         Command::Replay(args) => replay_cmd::run(args).map(|()| 0),

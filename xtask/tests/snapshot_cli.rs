@@ -187,3 +187,17 @@ fn an_exported_replay_is_accepted_by_pytorchs_memory_viz() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_installable_vramlab_binary_runs_from_any_folder() {
+    let dir = std::env::temp_dir();
+    let o = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+        .current_dir(&dir)
+        .args(["whatif", &fixture("small_p4.pickle"), "--capacity", "24GiB"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("recorded: PyTorch defaults"), "{}", stdout(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_vramlab")).arg("--help").output().unwrap();
+    assert!(stdout(&o).contains("Usage: vramlab"), "{}", stdout(&o));
+}
