@@ -130,6 +130,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     #[command(about = BENCH_ABOUT, long_about = BENCH_LONG_ABOUT, after_help = BENCH_AFTER_HELP)]

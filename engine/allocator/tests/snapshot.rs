@@ -178,6 +178,9 @@ fn a_capacity_too_small_runs_out_of_memory_at_the_big_allocation() {
     assert!(r.fidelity.is_none());
 }
 
+/// A segment's address and size, and its blocks' address, size, requested size and state.
+type SegmentShape = (u64, u64, Vec<(u64, u64, u64, BlockState)>);
+
 fn err(bytes: &[u8]) -> String {
     match read_snapshot(bytes) {
         Ok(_) => panic!("read a bad file"),
@@ -289,7 +292,7 @@ fn a_recorded_replay_is_a_snapshot_that_replays_to_the_same_figures() {
     let mut out = Vec::new();
     vramlab_allocator::snapshot::write_snapshot(rec, &mut out).unwrap();
     let back = read_snapshot(&out[..]).unwrap();
-    let shape = |s: &Snapshot| -> Vec<(u64, u64, Vec<(u64, u64, u64, BlockState)>)> {
+    let shape = |s: &Snapshot| -> Vec<SegmentShape> {
         s.segments
             .iter()
             .map(|g| {

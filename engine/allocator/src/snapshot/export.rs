@@ -25,7 +25,7 @@ impl<W: Write> Pickler<W> {
         if id < 256 {
             self.out.write_all(&[b'q', id as u8])?;
         } else {
-            self.out.write_all(&[b'r'])?;
+            self.out.write_all(b"r")?;
             self.out.write_all(&id.to_le_bytes())?;
         }
         Ok(id)
@@ -35,7 +35,7 @@ impl<W: Write> Pickler<W> {
         if id < 256 {
             self.out.write_all(&[b'h', id as u8])
         } else {
-            self.out.write_all(&[b'j'])?;
+            self.out.write_all(b"j")?;
             self.out.write_all(&id.to_le_bytes())
         }
     }

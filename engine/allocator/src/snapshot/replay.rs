@@ -171,11 +171,14 @@ pub enum SnapshotReplayError {
 }
 
 /// Segment events of the replay, as they happen.
+/// An allocator event as the trace gives it: action, address, size, stream.
+type RawEvent = (Action, u64, u64, u32);
+
 #[derive(Default)]
 struct SegmentLog {
     events: Mutex<Vec<(Action, u64)>>,
     /// Every event (action, addr, size as PyTorch's trace gives it, stream), when recording.
-    all: Option<Mutex<Vec<(Action, u64, u64, u32)>>>,
+    all: Option<Mutex<Vec<RawEvent>>>,
 }
 
 impl Subscriber for SegmentLog {
