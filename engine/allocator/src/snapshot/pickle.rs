@@ -338,7 +338,7 @@ impl<R: Read> Input<R> {
             // Grow with the data that actually arrives, so a length field that
             // promises gigabytes in a short file costs nothing.
             if self.end == self.buf.len() {
-                let len = (self.buf.len() * 2).clamp(1 << 16, n.next_power_of_two());
+                let len = (self.buf.len() * 2).min(n.next_power_of_two()).max(n).max(1 << 16);
                 self.buf.resize(len, 0);
             }
             match self.inner.read(&mut self.buf[self.end..]) {
