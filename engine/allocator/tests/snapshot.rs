@@ -336,3 +336,18 @@ fn the_chrome_trace_has_counters_and_oom_instants() {
     assert_eq!(ooms.len(), 1);
     assert_eq!(ooms[0]["args"]["requested_bytes"], 1u64 << 30);
 }
+
+#[test]
+fn private_pools_are_reported_and_left_out() {
+    // A segment of a CUDA-graph pool: not modelled yet, listed as a finding.
+    let mut s = load("small_p5.pickle");
+    let k = s.segments.iter().position(|g| g.total_size == 20 * MIB).unwrap();
+    s.segments[k].segment_pool_id = (1, 7);
+    assert_eq!(s.private_pools(0), vec![(1, 7)]);
+    let r = replay_snapshot(&s, &SnapshotReplayOptions::default()).unwrap();
+    assert_eq!(r.private_pools, vec![(1, 7)]);
+    // The left-out segment makes the final segments differ: said, not hidden.
+    let f = r.fidelity.unwrap();
+    assert_eq!(f.recorded_segments, 3);
+    assert!(f.final_segments_disagreement.is_some());
+}
