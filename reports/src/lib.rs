@@ -1,7 +1,11 @@
 //! vramlab's reports: everything that turns results into files. Today: the run's
 //! versioned JSON and one CSV per suite, each written atomically (to a temporary
 //! file, then renamed), so an interrupted run keeps every suite that finished and
-//! never leaves a half-written file.
+//! never leaves a half-written file; the regression check against a baseline
+//! (`check`) and the run history (`history`).
+
+pub mod check;
+pub mod history;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,5 +1,7 @@
 //! `cargo xtask bench`: runs the suites with progress bars and writes the
-//! results (JSON + CSV per suite) after each suite, atomically.
+//! results (JSON + CSV per suite) after each suite, atomically; then appends
+//! the run to the history, saves it as a baseline (`--save-baseline`) and
+//! compares it with one (`--baseline`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,8 +19,24 @@ use vramlab_suites::{
 
 use crate::cli::BenchArgs;
 
-pub fn run(args: &BenchArgs) -> Result<()> {
+pub fn run(args: &BenchArgs) -> Result<u8> {
     let suites = select_suites(&args.suites)?;
+    // A baseline that cannot be compared is found before the run, not after it.
+    let baseline = match &args.baseline {
+        None => None,
+        Some(name) => {
+            let path = crate::check_cmd::resolve_baseline(name, &args.baseline_dir);
+            let loaded = crate::check_cmd::load_config(args.check.config.as_deref())
+                .map_err(|e| e.to_string())
+                .and_then(|cfg| {
+                    Ok((cfg, vramlab_reports::check::load_results(&path, "baseline").map_err(|e| e.to_string())?))
+                });
+            match loaded {
+                Ok((cfg, b)) => Some((cfg, b, path)),
+                Err(message) => return Ok(crate::check_cmd::impossible(&message)),
+            }
+        }
+    };
     let (device, gpu_unavailable) = match args.device.as_str() {
         "auto" => Device::auto(),
         name => {
@@ -71,8 +89,29 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bars.println(&format!("  wrote {}", csv.display()));
     }
     bars.clear();
-    print_summary(&results, &args.out);
-    Ok(())
+    // With --json, stdout carries only the comparison: the summary goes to stderr.
+    let mut summary: Box<dyn std::io::Write> =
+        if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
+    print_summary(&mut *summary, &results, &args.out)?;
+
+    let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
+    match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
+        Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
+        Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
+    }
+    if let Some(name) = &args.save_baseline {
+        let path = crate::check_cmd::save_baseline(&results, name, &args.baseline_dir)?;
+        writeln!(summary, "baseline '{name}' saved: {}", path.display())?;
+    }
+    match baseline {
+        None => Ok(0),
+        Some((cfg, base, path)) => {
+            writeln!(summary)?;
+            drop(summary);
+            let results_path = args.out.join(vramlab_reports::RESULTS_JSON);
+            crate::check_cmd::report(&base, &path, &results, &results_path, &cfg, &args.check, &args.out)
+        }
+    }
 }
 
 /// The suites named (all when none), or an error listing the valid names.
@@ -159,18 +198,19 @@ impl Progress for Bars {
     }
 }
 
-fn print_summary(results: &RunResults, out: &Path) {
-    println!("vramlab bench — {} on {}", results.environment.cpu_model, results.environment.device);
+fn print_summary(w: &mut dyn std::io::Write, results: &RunResults, out: &Path) -> std::io::Result<()> {
+    writeln!(w, "vramlab bench — {} on {}", results.environment.cpu_model, results.environment.device)?;
     for s in &results.suites {
         let count = |f: fn(&Outcome) -> bool| s.cases.iter().filter(|c| f(&c.outcome)).count();
-        println!(
+        writeln!(
+            w,
             "\n{} ({:.1} s): {} ok, {} failed, {} not available",
             s.name,
             s.duration_ns as f64 / 1e9,
             count(|o| matches!(o, Outcome::Ok)),
             count(|o| matches!(o, Outcome::Failed { .. })),
             count(|o| matches!(o, Outcome::NotAvailable { .. })),
-        );
+        )?;
         for f in &s.findings {
             let verdict = match f.verdict {
                 Verdict::Holds => "holds",
@@ -178,8 +218,8 @@ fn print_summary(results: &RunResults, out: &Path) {
                 Verdict::Inconclusive => "inconclusive",
                 Verdict::NotApplicable => "not applicable",
             };
-            println!("  {}: {verdict} — {}", f.claim, f.evidence);
+            writeln!(w, "  {}: {verdict} — {}", f.claim, f.evidence)?;
         }
     }
-    println!("\nresults: {}", out.join(vramlab_reports::RESULTS_JSON).display());
+    writeln!(w, "\nresults: {}", out.join(vramlab_reports::RESULTS_JSON).display())
 }

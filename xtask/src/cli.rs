@@ -22,7 +22,9 @@ const AFTER_HELP: &str = "\
 Examples:
   cargo xtask bench --quick                          every suite, quickly, on the best device here
   cargo xtask replay trace.jsonl --capacity 24GiB    would this run fit on a 24 GiB card?
-  cargo xtask gpu-check --bundle-only                build the GPU test bundle to run on a GPU machine";
+  cargo xtask gpu-check --bundle-only                build the GPU test bundle to run on a GPU machine
+  cargo xtask check --baseline main                  did memory or speed regress since baseline `main`?
+  cargo xtask history --metric '*peak_reserved*'     trends over stored runs, with change points";
 
 const BENCH_ABOUT: &str = "Run the bench suites (the GPU guides' claims, measured) and write the results";
 
@@ -40,8 +42,15 @@ Examples:
   cargo xtask bench --suite memory --suite amp   two suites
   cargo xtask bench --device cpu --capacity 8GiB --out results/
 
-Exit status: 0 when the suites ran (failed cases are results); 1 when a suite name, device or
-output folder is unusable; 2 for usage errors.";
+  cargo xtask bench --quick --save-baseline main       store this run as the baseline `main`
+  cargo xtask bench --quick --baseline main            run, then compare with it (see `cargo xtask check`)
+
+Every run is also appended to DIR/history.sqlite (see `cargo xtask history`).
+
+Exit status: 0 when the suites ran (failed cases are results) and, with --baseline, nothing
+regressed; 1 when a suite name, device or output folder is unusable, or a regression was
+found; 2 for usage errors, or when the comparison could not be made (missing, corrupt or
+incompatible baseline).";
 
 const REPLAY_ABOUT: &str = "Replay an allocation trace through the caching allocator on a simulated device";
 
@@ -142,6 +151,10 @@ pub enum Command {
     Whatif(WhatifArgs),
     #[command(about = GPU_CHECK_ABOUT, long_about = GPU_CHECK_LONG_ABOUT, after_help = GPU_CHECK_AFTER_HELP)]
     GpuCheck(GpuCheckArgs),
+    #[command(about = crate::check_cmd::ABOUT, long_about = crate::check_cmd::LONG_ABOUT, after_help = crate::check_cmd::AFTER_HELP)]
+    Check(crate::check_cmd::CheckArgs),
+    #[command(about = crate::history_cmd::ABOUT, long_about = crate::history_cmd::LONG_ABOUT, after_help = crate::history_cmd::AFTER_HELP)]
+    History(crate::history_cmd::HistoryArgs),
 }
 
 #[derive(Debug, Args)]
@@ -185,6 +198,21 @@ pub struct BenchArgs {
     /// Memory of the CPU device the memory suite runs out of, e.g. 4GiB
     #[arg(long, value_name = "SIZE", value_parser = parse_bench_capacity, default_value = "4GiB")]
     pub capacity: u64,
+
+    /// Also store the results (raw samples included) as baseline NAME (DIR/NAME.json)
+    #[arg(long, value_name = "NAME", value_parser = crate::check_cmd::parse_baseline_name)]
+    pub save_baseline: Option<String>,
+
+    /// After the run, compare it with baseline NAME (in --baseline-dir) or FILE; exit 1 on a regression
+    #[arg(long, value_name = "NAME|FILE")]
+    pub baseline: Option<String>,
+
+    /// Where named baselines are stored
+    #[arg(long, value_name = "DIR", default_value = crate::check_cmd::DEFAULT_BASELINE_DIR)]
+    pub baseline_dir: PathBuf,
+
+    #[command(flatten)]
+    pub check: crate::check_cmd::CheckOptions,
 }
 
 fn parse_bench_capacity(s: &str) -> Result<u64, String> {

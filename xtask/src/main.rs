@@ -1,14 +1,17 @@
 //! vramlab's command line (`cargo xtask …`, or `vramlab …` installed with
 //! `cargo install --path xtask --bin vramlab`): the only part of vramlab that talks
-//! to the terminal. Commands: `bench`, `replay`, `whatif`, `gpu-check`.
+//! to the terminal. Commands: `bench`, `replay`, `whatif`, `gpu-check`, `check`, `history`.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
 //! names the file and line), 2 for usage errors (clap's), 3 from `gpu-check`
-//! when the machine has no GPU.
+//! when the machine has no GPU. `check` (and `bench --baseline`): 1 on a
+//! regression, 2 when the comparison could not be made.
 
 mod bench_cmd;
+mod check_cmd;
 mod cli;
 mod gpu_check;
+mod history_cmd;
 mod replay_cmd;
 mod size;
 mod snapshot_cmd;
@@ -37,10 +40,12 @@ fn main() -> ExitCode {
         Cli::parse()
     };
     let result = match &cli.command {
-        Command::Bench(args) => bench_cmd::run(args).map(|()| 0),
+        Command::Bench(args) => bench_cmd::run(args),
         Command::Replay(args) => replay_cmd::run(args).map(|()| 0),
         Command::Whatif(args) => whatif_cmd::run(args).map(|()| 0),
         Command::GpuCheck(args) => gpu_check::run(args),
+        Command::Check(args) => check_cmd::run(args),
+        Command::History(args) => history_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -9,8 +9,10 @@
 //!   reports the ratio to the cached one.
 //! - `recording/none` and `recording/profiler` time the same pairs over a mix
 //!   of sizes with nobody listening and with vramlab's profiler recording every
-//!   event: the cost of recording, per pair and as a ratio, plus what the
-//!   recording held and the time to analyse it.
+//!   event: the cost of recording, per pair and as a ratio, plus what a
+//!   recording of a fixed 10 000 pairs holds (`recording_bytes`: the timed
+//!   recording's size follows the adaptive sample count, so it is not
+//!   reproducible run to run) and the time to analyse the timed one.
 //!
 //! Every case uses its own allocator over its own [`HostMemory`] and hub, so
 //! nothing else's memory or subscribers leak into the numbers; none is profiled
@@ -48,6 +50,9 @@ const CHEAPER: f64 = 1.05;
 /// Recording may add at most this much per alloc+free pair to count as cheap:
 /// less than launching one GPU kernel (several µs).
 const CHEAP_RECORDING_NS: f64 = 1_000.0;
+
+/// Pairs in the fixed recording whose size `recording_bytes` reports.
+const FIXED_RECORDING_PAIRS: usize = 10_000;
 
 /// Request sizes of the cached/raw comparison.
 fn sizes(quick: bool) -> Vec<u64> {
@@ -215,11 +220,18 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
             ));
         }
         Some(p) => {
-            let (records, held) = (p.records(), p.recording_bytes());
+            let (records, timed_held) = (p.records(), p.recording_bytes());
             let started = now_ns();
             let profile = p.stop();
             let build_ns = now_ns().saturating_sub(started);
             let timing = timed?;
+            // What a recording holds, for a fixed workload: reproducible.
+            let fixed = Profiler::start(ProfilerConfig::on(hub.clone()).device(DeviceInfo::cpu(0)).without_sampling())?;
+            for j in 0..FIXED_RECORDING_PAIRS {
+                alloc.free(alloc.malloc(MIX[j % MIX.len()], 0, None)?)?;
+            }
+            let held = fixed.recording_bytes();
+            drop(fixed.stop());
             let events = profile.devices.iter().map(|d| d.counts.allocator_events).sum::<u64>();
             out = CaseOutput::timed(timing.clone())
                 .metric("pair_ns", timing.median_ns)
@@ -228,9 +240,10 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
                 .metric("recording_bytes", held as f64)
                 .metric("profile_build_ns", build_ns as f64)
                 .note(format!(
-                    "the same pairs with vramlab's profiler recording every allocator event ({i} pairs, {records} records, {} held; building the profile took {})",
-                    size_label(held as u64),
-                    ns(build_ns as f64)
+                    "the same pairs with vramlab's profiler recording every allocator event ({i} pairs, {records} records, {} held; building the profile took {}); a recording of {FIXED_RECORDING_PAIRS} pairs holds {} (recording_bytes)",
+                    size_label(timed_held as u64),
+                    ns(build_ns as f64),
+                    size_label(held as u64)
                 ));
             match recall(shared, "recording/none") {
                 Some(none) => {
@@ -394,7 +407,8 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
                     ns(overhead),
                     rec / none,
                     ns(CHEAP_RECORDING_NS),
-                    held.map(|b| format!("; the recording held {}", size_label(b as u64))).unwrap_or_default()
+                    held.map(|b| format!("; a recording of {FIXED_RECORDING_PAIRS} pairs holds {}", size_label(b as u64)))
+                        .unwrap_or_default()
                 ),
             }
         }
@@ -455,6 +469,8 @@ mod tests {
         assert!(rec.metrics["records_count"] > 0.0);
         assert!(rec.metrics["allocator_events_count"] >= rec.metrics["records_count"] / 2.0);
         assert!(rec.metrics.contains_key("overhead_ratio"));
+        // 3 events per pair, 32 bytes per record at least: the fixed recording's size.
+        assert!(rec.metrics["recording_bytes"] >= (FIXED_RECORDING_PAIRS * 2 * 32) as f64);
 
         assert_eq!(r.findings.len(), 2);
         assert_eq!(r.findings[0].claim, "the caching allocator makes allocation cheap");

@@ -1,0 +1,114 @@
+//! Which cases of two runs are the same case: matched by suite, case name and
+//! parameters, per device; which figures of a case are memory (gated exactly)
+//! and which are times (gated statistically); and how two machines differ.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+use vramlab_suites::{CaseResult, Environment, RunResults};
+
+/// A case's identity across runs.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CaseKey {
+    pub suite: String,
+    pub case: String,
+    /// The parameters as canonical JSON (keys sorted), `{}` for none.
+    pub params: String,
+    pub device: String,
+}
+
+impl fmt::Display for CaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.suite, self.case)?;
+        if self.params != "{}" {
+            write!(f, " {}", self.params)?;
+        }
+        write!(f, " ({})", self.device)
+    }
+}
+
+/// The cases of a run by key, in run order. A key seen twice (a suite that
+/// repeats a case) gets `#2`, `#3` … appended to its case name.
+pub fn index(run: &RunResults) -> Vec<(CaseKey, &CaseResult)> {
+    let mut seen: BTreeMap<CaseKey, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for s in &run.suites {
+        for c in &s.cases {
+            let params = serde_json::to_string(&c.params).unwrap_or_else(|_| "{}".into());
+            let mut key = CaseKey { suite: s.name.clone(), case: c.name.clone(), params, device: s.device.clone() };
+            let n = seen.entry(key.clone()).or_insert(0);
+            *n += 1;
+            if *n > 1 {
+                key.case = format!("{}#{n}", key.case);
+            }
+            out.push((key, c));
+        }
+    }
+    out
+}
+
+/// Is this metric a memory figure, compared exactly? Every `_bytes` metric,
+/// and the counts that follow from the allocator's decisions: segments,
+/// out-of-memory events and the batch sizes at which memory runs out.
+pub fn is_memory_metric(name: &str) -> bool {
+    name.ends_with("_bytes")
+        || (name.ends_with("_count") && ["segment", "oom", "batch"].iter().any(|w| name.contains(w)))
+}
+
+/// A case's memory figures, by name: the memory metrics and the profiler's
+/// peaks (`memory.peak_allocated_bytes`, …, `memory.at_peak.<tag>_bytes`).
+pub fn memory_figures(c: &CaseResult) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> =
+        c.metrics.iter().filter(|(k, _)| is_memory_metric(k)).map(|(k, v)| (k.clone(), *v)).collect();
+    if let Some(m) = &c.memory {
+        out.insert("memory.peak_allocated_bytes".into(), m.peak_allocated_bytes as f64);
+        out.insert("memory.peak_reserved_bytes".into(), m.peak_reserved_bytes as f64);
+        out.insert("memory.peak_active_bytes".into(), m.peak_active_bytes as f64);
+        for (tag, b) in &m.by_category_at_peak_bytes {
+            out.insert(format!("memory.at_peak.{tag}_bytes"), *b as f64);
+        }
+    }
+    out
+}
+
+/// How two machines differ in what makes times incomparable: processor model,
+/// core count, GPUs, the device the suites ran on, the operating system.
+pub fn environment_differences(old: &Environment, new: &Environment) -> Vec<String> {
+    let mut d = Vec::new();
+    let mut diff = |what: &str, a: String, b: String| {
+        if a != b {
+            d.push(format!("{what}: {a} (baseline) vs {b} (this run)"));
+        }
+    };
+    diff("CPU model", old.cpu_model.clone(), new.cpu_model.clone());
+    diff("CPU cores", old.cpu_cores.to_string(), new.cpu_cores.to_string());
+    let gpus = |e: &Environment| {
+        if e.gpus.is_empty() {
+            "none".to_owned()
+        } else {
+            e.gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+        }
+    };
+    diff("GPUs", gpus(old), gpus(new));
+    diff("device", old.device.clone(), new.device.clone());
+    diff("OS", old.os.clone(), new.os.clone());
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_metrics_by_name() {
+        for m in
+            ["peak_allocated_bytes", "segment_bytes", "oom_batch_count", "largest_fitting_batch_count", "oom_count"]
+        {
+            assert!(is_memory_metric(m), "{m}");
+        }
+        for m in ["pair_ns", "bandwidth_gbps", "steps_count", "speedup_vs_off_ratio", "bytes_per_s"] {
+            assert!(!is_memory_metric(m), "{m}");
+        }
+    }
+}
