@@ -149,7 +149,7 @@ pub struct EventCounts {
 /// What kind of device an index stands for.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
-pub enum DeviceKind {
+pub enum ProfiledDeviceKind {
     /// The host; its sampled counterpart is the process's resident memory.
     Cpu,
     /// A CUDA device; NVML samples are matched to it by `uuid`
@@ -170,20 +170,20 @@ pub struct DeviceInfo {
     /// `cpu`, `cuda:0`, `simulated`, …
     pub name: String,
     #[serde(flatten)]
-    pub kind: DeviceKind,
+    pub kind: ProfiledDeviceKind,
 }
 
 impl DeviceInfo {
     pub fn cpu(index: u32) -> DeviceInfo {
-        DeviceInfo { index, name: "cpu".into(), kind: DeviceKind::Cpu }
+        DeviceInfo { index, name: "cpu".into(), kind: ProfiledDeviceKind::Cpu }
     }
 
     pub fn cuda(index: u32, ordinal: u32, uuid: Option<String>) -> DeviceInfo {
-        DeviceInfo { index, name: format!("cuda:{ordinal}"), kind: DeviceKind::Cuda { ordinal, uuid } }
+        DeviceInfo { index, name: format!("cuda:{ordinal}"), kind: ProfiledDeviceKind::Cuda { ordinal, uuid } }
     }
 
     pub fn simulated(index: u32) -> DeviceInfo {
-        DeviceInfo { index, name: "simulated".into(), kind: DeviceKind::Simulated }
+        DeviceInfo { index, name: "simulated".into(), kind: ProfiledDeviceKind::Simulated }
     }
 }
 
@@ -789,7 +789,11 @@ pub(crate) fn analyze(rec: &mut Recording, devices: &[DeviceInfo], end_ns: u64) 
     let mut infos: Vec<DeviceInfo> = devices.to_vec();
     for c in &rec.contexts {
         if c.device != NO_DEVICE && !infos.iter().any(|d| d.index == c.device) {
-            infos.push(DeviceInfo { index: c.device, name: format!("device {}", c.device), kind: DeviceKind::Unknown });
+            infos.push(DeviceInfo {
+                index: c.device,
+                name: format!("device {}", c.device),
+                kind: ProfiledDeviceKind::Unknown,
+            });
         }
     }
     infos.sort_by_key(|d| d.index);

@@ -89,8 +89,9 @@ mod sampler;
 mod timeline;
 
 pub use analysis::{
-    CopyStats, DeviceInfo, DeviceKind, DeviceProfile, EventCounts, Fragmentation, KernelStats, LiveAllocation,
-    MAX_OOM_REPORTS, MemoryLevels, OOM_LIVE_ALLOCATIONS, OomCause, OomReport, Peak, PeakSnapshot, PhasePeak, PhaseSpan,
+    CopyStats, DeviceInfo, DeviceProfile, EventCounts, Fragmentation, KernelStats, LiveAllocation, MAX_OOM_REPORTS,
+    MemoryLevels, OOM_LIVE_ALLOCATIONS, OomCause, OomReport, Peak, PeakSnapshot, PhasePeak, PhaseSpan,
+    ProfiledDeviceKind,
 };
 pub use chrome::{ChromeTraceOptions, HOST_PID};
 pub use error::{NvmlUnavailable, ProfilerError};

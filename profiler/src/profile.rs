@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{
-    self, CH_ACTIVE, CH_ALLOCATED, CH_REQUESTED, CH_RESERVED, CopyStats, DeviceInfo, DeviceKind, DeviceProfile,
-    KernelStats, LiveAllocation, MemoryLevels, PhasePeak, PhaseSpan,
+    self, CH_ACTIVE, CH_ALLOCATED, CH_REQUESTED, CH_RESERVED, CopyStats, DeviceInfo, DeviceProfile, KernelStats,
+    LiveAllocation, MemoryLevels, PhasePeak, PhaseSpan, ProfiledDeviceKind,
 };
 use crate::error::ProfilerError;
 use crate::record::{NO_DEVICE, Recording, thread_name};
@@ -326,7 +326,7 @@ impl Profile {
 
     /// The NVML device matched to `device` by UUID, if any.
     pub fn nvml_device(&self, device: u32) -> Option<&crate::sampler::NvmlDevice> {
-        let DeviceKind::Cuda { uuid: Some(uuid), .. } = &self.device(device)?.info.kind else {
+        let ProfiledDeviceKind::Cuda { uuid: Some(uuid), .. } = &self.device(device)?.info.kind else {
             return None;
         };
         match &self.samples.nvml {
@@ -350,7 +350,7 @@ impl Profile {
         let mut out = Vec::new();
         for d in &self.devices {
             match &d.info.kind {
-                DeviceKind::Cuda { .. } => {
+                ProfiledDeviceKind::Cuda { .. } => {
                     let Some(nd) = self.nvml_device(d.info.index) else {
                         continue;
                     };
@@ -400,7 +400,7 @@ impl Profile {
                         out.push(r);
                     }
                 }
-                DeviceKind::Cpu if !self.samples.host_samples.is_empty() => {
+                ProfiledDeviceKind::Cpu if !self.samples.host_samples.is_empty() => {
                     let Ok(t) = self.timeline(d.info.index) else { continue };
                     let reserved = &t.reserved_bytes;
                     let mut best: Option<Reconciliation> = None;

@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod history;
+mod stores;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 use vramlab_suites::{Outcome, RunResults, SuiteResult};
+
+pub use stores::FileTuningStore;
 
 /// The run's JSON file name inside the output folder.
 pub const RESULTS_JSON: &str = "results.json";
@@ -54,6 +57,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     f.sync_all().map_err(io)?;
     drop(f);
     fs::rename(&tmp, path).map_err(io)
+}
+
+/// Makes `dir` (and its parents) and checks that files can be written into
+/// it, so a run finds out before it measures rather than after.
+pub fn prepare_out_dir(dir: &Path) -> Result<(), ReportError> {
+    let io = |source| ReportError::Io { path: dir.to_path_buf(), source };
+    fs::create_dir_all(dir).map_err(io)?;
+    let probe = dir.join(".vramlab-write-test");
+    fs::write(&probe, b"").map_err(io)?;
+    let _ = fs::remove_file(probe);
+    Ok(())
 }
 
 /// Writes the run's JSON (`results.json`) into `dir`; returns its path.

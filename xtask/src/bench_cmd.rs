@@ -45,7 +45,8 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             (d, why.map(|w| format!("CUDA unavailable: {w}")))
         }
     };
-    prepare_out_dir(&args.out)?;
+    vramlab_reports::prepare_out_dir(&args.out)
+        .with_context(|| format!("cannot write into the output folder {}", args.out.display()))?;
 
     let options = RunOptions {
         suites: args.suites.clone(),
@@ -127,14 +128,6 @@ fn select_suites(names: &[String]) -> Result<Vec<Box<dyn Suite>>> {
         }
     }
     Ok(all.into_iter().filter(|s| names.iter().any(|n| n == s.name())).collect())
-}
-
-fn prepare_out_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output folder {}", dir.display()))?;
-    let probe = dir.join(".vramlab-write-test");
-    std::fs::write(&probe, b"").with_context(|| format!("cannot write into {}", dir.display()))?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
 }
 
 fn command_output(program: &str, args: &[&str]) -> Option<String> {

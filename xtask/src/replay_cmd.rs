@@ -143,12 +143,38 @@ fn text_report(name: &str, opts: &ReplayOptions, r: &ReplayReport) -> String {
             let _ = writeln!(s, "    … and {} more (--json lists the first 1000)", total_ooms - OOMS_LISTED as u64);
         }
     }
+    let total_too_large = r.too_large.len() as u64 + r.too_large_not_recorded;
+    if total_too_large > 0 {
+        let how = if r.stopped_early && r.ooms.is_empty() { "; the replay stopped there" } else { "" };
+        let _ = writeln!(
+            s,
+            "  refused (>= 1 EiB)  {total_too_large} request{}, before the allocator as PyTorch does{how}",
+            if total_too_large == 1 { "" } else { "s" }
+        );
+        for record in r.too_large.iter().take(OOMS_LISTED) {
+            let _ = writeln!(s, "    line {} (event {}): {}", record.line, record.event_index, record.message);
+        }
+    }
     let since = r.last_reset_peak_line.map(|l| format!(", since the reset_peak at line {l}")).unwrap_or_default();
     let _ = writeln!(s, "  peak allocated     {}{since}", bytes_exact(r.peak_allocated_bytes));
     let _ = writeln!(s, "  peak reserved      {}{since}", bytes_exact(r.peak_reserved_bytes));
     let _ = writeln!(s, "  final allocated    {}", bytes_exact(r.current_allocated_bytes));
     let _ = writeln!(s, "  final reserved     {}", bytes_exact(r.current_reserved_bytes));
     let _ = writeln!(s, "  live allocations   {}", r.live_allocations);
+    if r.devices.len() > 1 {
+        let _ =
+            writeln!(s, "  devices            {} (the figures above and the summary are device 0's)", r.devices.len());
+        for d in &r.devices {
+            let _ = writeln!(
+                s,
+                "    device {}: peak allocated {}, peak reserved {}, final reserved {}",
+                d.device,
+                bytes_exact(d.peak_allocated_bytes),
+                bytes_exact(d.peak_reserved_bytes),
+                bytes_exact(d.current_reserved_bytes)
+            );
+        }
+    }
     s.push('\n');
     s.push_str(&r.summary);
     s

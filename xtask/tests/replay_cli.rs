@@ -186,7 +186,7 @@ fn bad_input_exits_1_naming_the_line() {
         ),
         ("{\"op\":\"alloc\",\"id\":1,\"size\":-4096}\n", 1, "size -4096 is negative"),
         ("{\"op\":\"alloc\",\"id\":1,\"size\":10.5}\n", 1, "size 10.5 is not a whole number of bytes"),
-        ("{\"op\":\"alloc\",\"id\":1,\"size\":18446744073709551615}\n", 1, "is too large"),
+        ("{\"op\":\"alloc\",\"id\":1,\"size\":18446744073709551616}\n", 1, "is too large"),
         ("{\"op\":\"alloc\",\"id\":1,\"size\":1e400}\n", 1, "malformed JSON"),
         ("{\"op\":\"alloc\",\"id\":1,\"size\":\"1MiB\"}\n", 1, "expected a byte count"),
         ("{\"op\":\"alloc\",\"id\":-1,\"size\":1}\n", 1, "malformed JSON"),
@@ -281,6 +281,34 @@ fn oom_stop_and_continue() {
         "{out}"
     );
     assert!(out.contains("simulated device   64.00 MiB (67108864 bytes)"), "{out}");
+}
+
+/// The issue-18 edge sizes: below 1 EiB the allocator runs out of memory (with its
+/// retry counted); at 1 EiB or more PyTorch refuses before the allocator and no
+/// statistic changes. Both are results, not malformed input.
+#[test]
+fn edge_sizes_replay_as_pytorch_behaves() {
+    let trace = TempTrace::new(
+        "{\"op\":\"alloc\",\"id\":1,\"size\":18446744073709551615}\n\
+         {\"op\":\"alloc\",\"id\":2,\"size\":858993459200000000}\n",
+    );
+    let r = json(&["replay", trace.path(), "--on-oom", "continue"], None);
+    assert_eq!(r["events"], 2);
+    assert_eq!(r["too_large"].as_array().unwrap().len(), 1);
+    assert_eq!(r["too_large"][0]["line"], 1);
+    assert_eq!(r["ooms"].as_array().unwrap().len(), 1);
+    assert_eq!(r["memory_stats"]["num_ooms"], 1);
+    assert_eq!(r["memory_stats"]["num_alloc_retries"], 1);
+    let message = r["ooms"][0]["message"].as_str().unwrap();
+    assert!(message.contains("Tried to allocate 800000000.00 GiB"), "{message}");
+    let o = xtask(&["replay", trace.path()], None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("refused (>= 1 EiB)  1 request, before the allocator as PyTorch does; the replay stopped there"),
+        "{out}"
+    );
+    assert!(out.contains("Tried to allocate more than 1EB memory"), "{out}");
 }
 
 #[test]

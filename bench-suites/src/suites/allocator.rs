@@ -28,6 +28,7 @@ use vramlab_engine::alloc::{AllocatorConfig, CachingAllocator, HostMemory, RawAl
 use vramlab_engine::hooks::{Hooks, now_ns};
 use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
 
+use super::common;
 use crate::harness::{HarnessConfig, measure};
 use crate::schema::{CaseResult, Finding, TimingStats, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
@@ -319,12 +320,7 @@ fn ok_case<'a>(cases: &'a [CaseResult], name: &str) -> Option<&'a CaseResult> {
 /// Whether `fast` is clearly faster than `slow` (median at least 5 % lower,
 /// quartiles apart when both were timed).
 fn clearly_faster(fast: &CaseResult, slow: &CaseResult) -> bool {
-    let (Some(f), Some(s)) = (fast.metrics.get("pair_ns"), slow.metrics.get("pair_ns")) else { return false };
-    let separated = match (&fast.timing, &slow.timing) {
-        (Some(f), Some(s)) => f.p75_ns < s.p25_ns,
-        _ => true,
-    };
-    s / f >= CHEAPER && separated
+    common::clearly_faster(fast, slow, "pair_ns", CHEAPER)
 }
 
 fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {

@@ -30,6 +30,7 @@ use vramlab_engine::hooks::{AllocatorAction, Event, Subscriber, Tag};
 use vramlab_engine::tensor::DType;
 use vramlab_train::{self as nn, DataLoader, Dataset, GradScaler, LoaderConfig, LossFn, Module, Sgd, Trainer};
 
+use super::common::mib;
 use crate::harness::summarize;
 use crate::schema::{CaseResult, Finding, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
@@ -442,10 +443,6 @@ fn groups(cases: &[CaseResult]) -> Result<Vec<Group>, String> {
     } else {
         Ok(groups)
     }
-}
-
-fn mib(bytes: f64) -> String {
-    format!("{:.2} MiB", bytes / (1024.0 * 1024.0))
 }
 
 /// The verdict on "mixed precision lowers X" from the ratios `mixed / f32`:

@@ -27,6 +27,7 @@ use vramlab_engine::device::Device;
 use vramlab_engine::hooks::{Event, EventLog, now_ns};
 use vramlab_engine::tensor::{Conv2dOptions, DType, KernelTiming, Tensor, TensorError};
 
+use super::common;
 use crate::harness::measure;
 use crate::schema::{CaseResult, Finding, TimingStats, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
@@ -52,13 +53,7 @@ const FASTER: f64 = 1.05;
 /// lower, and its upper quartile below the other's lower quartile (when both
 /// were timed), so that noise is not read as a difference.
 fn clearly_faster(fast: &CaseResult, slow: &CaseResult) -> bool {
-    let median = |c: &CaseResult| c.metrics.get("time_per_call_ns").copied();
-    let (Some(f), Some(s)) = (median(fast), median(slow)) else { return false };
-    let separated = match (&fast.timing, &slow.timing) {
-        (Some(f), Some(s)) => f.p75_ns < s.p25_ns,
-        _ => true,
-    };
-    s / f >= FASTER && separated
+    common::clearly_faster(fast, slow, "time_per_call_ns", FASTER)
 }
 
 /// One problem the autotuner chooses an algorithm for.
@@ -137,11 +132,14 @@ impl Problem {
 
     /// How the autotuner's key writes the problem (its `Debug` form), so that
     /// this problem's tuning record can be told from others'.
-    fn key_fragment(self) -> String {
+    /// The problem as the autotuner's key holds it (its JSON; on a GPU the
+    /// key's problem also carries the math mode, around this).
+    fn key_problem(self) -> String {
         match self {
-            Problem::Conv(p) => format!("{p:?}"),
-            Problem::Matmul(shape) => format!("{shape:?}"),
+            Problem::Conv(p) => serde_json::to_string(&p),
+            Problem::Matmul(shape) => serde_json::to_string(&shape),
         }
+        .expect("shapes serialize")
     }
 
     /// The heuristic's algorithm (what off mode runs).
@@ -347,8 +345,8 @@ impl Operands {
     /// Whether `record` is this problem's tuning (f32, this op and shape).
     fn is_tuning_of(&self, record: &TuningRecord) -> bool {
         record.op == self.problem.tuner_op()
-            && record.key.contains(&format!("|{}|", DType::F32.as_str()))
-            && record.key.contains(&self.problem.key_fragment())
+            && record.key.dtype == DType::F32.as_str()
+            && record.key.problem.contains(&self.problem.key_problem())
     }
 }
 

@@ -21,8 +21,7 @@ use crate::suite::{Case, CaseOutput, Context, Suite};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DevicesSuite;
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
+use vramlab_engine::alloc::consts::{GIB, KIB, MIB};
 
 const CLAIM_MISMATCH: &str = "An op whose operands live on different devices fails with an error naming both devices; \
                               nothing is copied silently";
@@ -36,7 +35,6 @@ fn roundtrip_sizes(quick: bool) -> Vec<u64> {
 
 /// `4KiB`, `64MiB`: sizes in case names.
 pub(crate) fn size_label(bytes: u64) -> String {
-    const GIB: u64 = 1024 * MIB;
     match bytes {
         b if b >= GIB && b.is_multiple_of(GIB) => format!("{}GiB", b / GIB),
         b if b >= MIB && b.is_multiple_of(MIB) => format!("{}MiB", b / MIB),

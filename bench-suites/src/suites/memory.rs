@@ -34,7 +34,8 @@ use vramlab_engine::tensor::{DType, Tensor, TensorError, tag_scope};
 use vramlab_rng::Rng;
 use vramlab_train::{self as nn, Module, NnError, Optimizer, Sgd};
 
-use crate::schema::{CaseResult, Finding, Outcome, Verdict};
+use super::common::{case, metric, mib, missing};
+use crate::schema::{CaseResult, Finding, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
 
 /// The `memory` suite.
@@ -664,32 +665,6 @@ fn fragmentation_case(ctx: &Context, s: &Sizes, offset: u32, config: &str) -> Re
 // Findings
 // ---------------------------------------------------------------------------
 
-fn case<'a>(cases: &'a [CaseResult], name: &str) -> Option<&'a CaseResult> {
-    cases.iter().find(|c| c.name == name)
-}
-
-fn metric(cases: &[CaseResult], name: &str, key: &str) -> Option<f64> {
-    let c = case(cases, name)?;
-    if !c.outcome.is_ok() {
-        return None;
-    }
-    c.metrics.get(key).copied()
-}
-
-/// Why a needed case has no numbers.
-fn missing(cases: &[CaseResult], name: &str) -> String {
-    match case(cases, name).map(|c| &c.outcome) {
-        None => format!("the {name} case did not run"),
-        Some(Outcome::Failed { message }) => format!("the {name} case failed: {message}"),
-        Some(Outcome::NotAvailable { reason }) => format!("the {name} case is not available: {reason}"),
-        Some(Outcome::Ok) => format!("the {name} case recorded no numbers"),
-    }
-}
-
-fn mib(bytes: f64) -> String {
-    format!("{:.2} MiB", bytes / MIB as f64)
-}
-
 fn no_grad_finding(cases: &[CaseResult]) -> Finding {
     let claim =
         "evaluating under no_grad saves memory: its peak is below a training step's on the same batch".to_owned();
@@ -885,6 +860,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::schema::Outcome;
     use crate::suite::testing::quick_private_context as quick_context;
 
     use crate::runner::run_suite;

@@ -4,6 +4,7 @@ mod allocator;
 mod amp;
 mod async_timing;
 mod autotune;
+mod common;
 mod cpu_vs_gpu;
 mod devices;
 mod memory;

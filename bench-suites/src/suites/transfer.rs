@@ -24,8 +24,9 @@ use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TransferSuite;
 
-const KIB: usize = 1024;
-const MIB: usize = 1024 * KIB;
+// Element counts are usize: the workspace's constants (vramlab_engine::alloc::consts), as usize.
+const KIB: usize = vramlab_engine::alloc::consts::KIB as usize;
+const MIB: usize = vramlab_engine::alloc::consts::MIB as usize;
 
 const CLAIM_PINNED_H2D: &str = "Copies from pinned (page-locked) host memory to the device are faster than from \
                                 pageable memory";

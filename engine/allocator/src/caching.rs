@@ -477,6 +477,36 @@ impl CachingAllocator {
         Ok(())
     }
 
+    /// `torch.cuda.memory._set_allocator_settings(s)`: a new configuration from `s`
+    /// on top of the current one ([`AllocatorConfig::with_settings`]), in force from
+    /// the next call. Where PyTorch reads `max_split_size` live and lets the
+    /// `oversize_*` statistics drift when it changes under live blocks, vramlab
+    /// recounts their current values against the new limit, so that they keep
+    /// agreeing with the snapshot. Switching `expandable_segments` while the
+    /// allocator holds segments is refused (vramlab does not model a mix of both
+    /// kinds): call `empty_cache` and free the live blocks first.
+    pub fn set_allocator_settings(&self, s: &str) -> Result<(), AllocError> {
+        let total = self.device.raw.mem_info().total_bytes;
+        let mut st = self.lock();
+        let config = st.config.with_settings(s)?;
+        if config.expandable_segments != st.config.expandable_segments && st.stats.reserved_bytes.all.current > 0 {
+            return Err(AllocError::SettingsWhileHolding {
+                device: self.device.name.clone(),
+                reserved_bytes: st.stats.reserved_bytes.all.current as u64,
+            });
+        }
+        st.allowed_memory_maximum = match config.effective_memory_fraction() {
+            Some(f) => Some((f * total as f64) as u64),
+            None if config.per_process_memory_fraction.is_some() => None,
+            None => st.allowed_memory_maximum,
+        };
+        st.max_split_size = config.max_split_size_bytes();
+        st.stats.max_split_size = config.max_split_size.map_or(-1, |v| v.min(i64::MAX as u64) as i64);
+        st.config = config;
+        st.recount_oversize();
+        Ok(())
+    }
+
     /// A copy of the statistics (`torch.cuda.memory_stats()`).
     pub fn stats(&self) -> MemoryStats {
         self.lock().stats.clone()
@@ -523,6 +553,13 @@ impl CachingAllocator {
     /// For expandable segments each contiguous mapped range is one segment.
     pub fn snapshot(&self) -> Vec<SegmentInfo> {
         self.lock().snapshot()
+    }
+
+    /// [`stats`](Self::stats) and [`snapshot`](Self::snapshot) taken under one lock,
+    /// so that they describe the same moment.
+    pub fn stats_and_snapshot(&self) -> (MemoryStats, Vec<SegmentInfo>) {
+        let st = self.lock();
+        (st.stats.clone(), st.snapshot())
     }
 }
 
@@ -1361,6 +1398,39 @@ impl State {
         self.arena.remove(id);
         if let Some(mut segment) = self.expandable[seg as usize].take() {
             segment.release_all(&*dev.raw);
+        }
+    }
+
+    /// Sets the current `oversize_allocations` / `oversize_segments` to what the
+    /// blocks and segments held count against `max_split_size` now.
+    #[cold]
+    fn recount_oversize(&mut self) {
+        let max_split = self.max_split_size;
+        let (mut allocations, mut segments) = (0i64, 0i64);
+        for (_, b) in self.arena.live() {
+            if b.allocated && b.size >= max_split {
+                allocations += 1;
+            }
+            if b.expandable == NIL && b.prev == NIL {
+                let mut size = 0;
+                let mut cur = Some(b);
+                while let Some(c) = cur {
+                    size += c.size;
+                    cur = (c.next != NIL).then(|| &self.arena[c.next]);
+                }
+                if size >= max_split {
+                    segments += 1;
+                }
+            }
+        }
+        for (stat, want) in
+            [(&mut self.stats.oversize_allocations, allocations), (&mut self.stats.oversize_segments, segments)]
+        {
+            match want - stat.current {
+                d if d > 0 => stat.increase(d as u64),
+                d if d < 0 => stat.decrease((-d) as u64),
+                _ => {}
+            }
         }
     }
 

@@ -522,6 +522,31 @@ impl AllocatorConfig {
         Ok(cfg)
     }
 
+    /// `torch.cuda.memory._set_allocator_settings(s)` on a running allocator whose
+    /// configuration is `self`: as `AcceleratorAllocatorConfig::parseArgs` (PyTorch
+    /// 2.9–2.11, pytorch/pytorch commit 0ac716637f), `max_split_size_mb`,
+    /// `roundup_power2_divisions` and `garbage_collection_threshold` go back to their
+    /// defaults unless `s` sets them; every other key keeps its value unless `s` sets
+    /// it. The keys are read and checked as [`parse`](Self::parse) reads them.
+    pub fn with_settings(&self, s: &str) -> Result<AllocatorConfig, ConfigError> {
+        let entries = split_entries(s, tokenize(s))?;
+        let mut cfg = AllocatorConfig {
+            max_split_size: None,
+            roundup_power2_divisions: [0; ROUNDUP_BUCKETS],
+            garbage_collection_threshold: None,
+            ..self.clone()
+        };
+        for entry in entries.iter().filter(|e| e.key == Key::LargeSegmentSize) {
+            cfg.apply(entry)?;
+            cfg.max_non_split_rounding = cfg.large_segment_size;
+        }
+        for entry in entries.iter().filter(|e| e.key != Key::LargeSegmentSize) {
+            cfg.apply(entry)?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     fn apply(&mut self, e: &Entry) -> Result<(), ConfigError> {
         const MIB_COUNT: &str = "a whole number of MiB";
         match e.key {
@@ -1080,6 +1105,25 @@ mod parse_tests {
         for name in names {
             assert!(Key::from_name(name).is_some(), "{name}");
         }
+    }
+
+    #[test]
+    fn settings_reset_three_keys_and_keep_the_others() {
+        let base = AllocatorConfig::parse(
+            "expandable_segments:True,max_split_size_mb:40,roundup_power2_divisions:4,\
+             garbage_collection_threshold:0.5,max_non_split_rounding_mb:30",
+        )
+        .unwrap();
+        let next = base.with_settings("").unwrap();
+        assert!(next.expandable_segments);
+        assert_eq!(next.max_non_split_rounding, mb(30));
+        assert_eq!((next.max_split_size, next.garbage_collection_threshold), (None, None));
+        assert_eq!(next.roundup_power2_divisions, [0; ROUNDUP_BUCKETS]);
+        let next = base.with_settings("expandable_segments:False,max_split_size_mb:20").unwrap();
+        assert!(!next.expandable_segments);
+        assert_eq!(next.max_split_size, Some(mb(20)));
+        assert!(base.with_settings("max_split_size_mb:2").is_err());
+        assert!(base.with_settings("foo:1,bar:2").is_err());
     }
 
     #[test]

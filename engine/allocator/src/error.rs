@@ -22,14 +22,25 @@ pub enum AllocError {
         #[source]
         source: RawError,
     },
-    /// A request of 1 EiB or more, which PyTorch refuses before allocating.
-    #[error("{device} out of memory: tried to allocate {requested_bytes} bytes, more than 1 EiB")]
+    /// A request of 1 EiB or more, which PyTorch refuses before its allocator sees it
+    /// (`NativeCachingAllocator::allocate`: "CUDA out of memory. Tried to allocate
+    /// more than 1EB memory."); no statistic changes.
+    #[error(
+        "vramlab: {device} out of memory. Tried to allocate more than 1EB memory ({requested_bytes} bytes requested; \
+         PyTorch refuses requests of 1 EiB or more before its allocator sees them)"
+    )]
     RequestTooLarge { device: String, requested_bytes: u64 },
     /// A stream id beyond what the allocator tracks.
     #[error("stream {stream} on {device}: stream ids go up to {max}")]
     InvalidStream { device: String, stream: StreamId, max: StreamId },
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `set_allocator_settings` switching `expandable_segments` while segments are held.
+    #[error(
+        "{device}: cannot switch expandable_segments while the allocator holds {reserved_bytes} reserved bytes; \
+         free the live allocations and call empty_cache first (vramlab does not model a mix of both segment kinds)"
+    )]
+    SettingsWhileHolding { device: String, reserved_bytes: u64 },
     /// `set_memory_fraction` outside [0, 1].
     #[error("invalid memory fraction {0}: it must lie between 0 and 1")]
     InvalidFraction(f64),

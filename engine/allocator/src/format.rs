@@ -11,9 +11,7 @@
 /// assert_eq!(format_size(3 << 30), "3.00 GiB");
 /// ```
 pub fn format_size(bytes: u64) -> String {
-    const KIB: u64 = 1024;
-    const MIB: u64 = 1024 * KIB;
-    const GIB: u64 = 1024 * MIB;
+    use crate::consts::{GIB, KIB, MIB};
     let b = bytes as f64;
     if bytes <= KIB {
         format!("{bytes} bytes")

@@ -3,7 +3,8 @@
 //! ARCHITECTURE.md), with its configuration, statistics, errors and the raw
 //! device memory it sits on; [`hooks`], the one event mechanism through which
 //! the allocator (and the runtime's kernels, copies and phases) report what they
-//! do; [`replay`], the allocation-trace format and its replay; and [`snapshot`],
+//! do; [`replay`], the allocation-trace format and its replay; [`consistency`],
+//! PyTorch's check that the statistics agree with the snapshot; and [`snapshot`],
 //! PyTorch memory snapshots read, replayed and checked against the recording.
 //!
 //! It depends on nothing else of vramlab: the runtime (`vramlab-engine`) builds
@@ -11,6 +12,7 @@
 
 mod caching;
 mod config;
+pub mod consistency;
 pub mod consts;
 mod error;
 mod expandable;
@@ -25,6 +27,7 @@ mod summary;
 
 pub use caching::{Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, SegmentInfo};
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
+pub use consistency::{StatInconsistency, check_memory_stat_consistency};
 pub use error::{AllocError, OutOfMemoryError};
 pub use format::format_size;
 pub use raw::{EventId, HostMemory, MemInfo, RawAllocator, RawError, SimulatedMemory, StreamId, physical_memory_bytes};

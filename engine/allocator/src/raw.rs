@@ -259,7 +259,9 @@ pub struct SimulatedMemory {
 struct SimEvents {
     hold: bool,
     next: u64,
-    completed_through: u64,
+    /// The events recorded while held and not completed yet, with the stream each
+    /// was recorded on; every other event has completed.
+    held: std::collections::BTreeMap<u64, StreamId>,
 }
 
 /// Where simulated addresses start (a recognisable, 2 MiB-aligned value).
@@ -285,14 +287,21 @@ impl SimulatedMemory {
         let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
         ev.hold = hold;
         if !hold {
-            ev.completed_through = ev.next;
+            ev.held.clear();
         }
     }
 
     /// Completes every event recorded so far.
     pub fn complete_events(&self) {
         let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        ev.completed_through = ev.next;
+        ev.held.clear();
+    }
+
+    /// Completes the events recorded on `stream` so far (its queued work finished);
+    /// other streams' events stay pending.
+    pub fn complete_stream_events(&self, stream: StreamId) {
+        let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        ev.held.retain(|_, s| *s != stream);
     }
 
     fn take_addresses(&self, size: u64) -> u64 {
@@ -332,22 +341,24 @@ impl RawAllocator for SimulatedMemory {
         self.budget.give(size);
     }
 
-    fn record_event(&self, _stream: StreamId) -> EventId {
+    fn record_event(&self, stream: StreamId) -> EventId {
         let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
         ev.next += 1;
-        if !ev.hold {
-            ev.completed_through = ev.next;
+        let id = ev.next;
+        if ev.hold {
+            ev.held.insert(id, stream);
         }
-        EventId(ev.next)
+        EventId(id)
     }
 
     fn event_completed(&self, event: EventId) -> bool {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).completed_through >= event.0
+        let ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        !ev.held.contains_key(&event.0)
     }
 
     fn synchronize_event(&self, event: EventId) {
         let mut ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        ev.completed_through = ev.completed_through.max(event.0);
+        ev.held.remove(&event.0);
     }
 }
 

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! - `alloc` needs `id` (any `u64`, unique among the live allocations) and `size`
-//!   (bytes, an integer from 0 to [`MAX_BYTES`]); `stream` (default 0; a stream
+//!   (bytes, any integer from 0 to 2^64 − 1: see "Request sizes" below); `stream` (default 0; a stream
 //!   id the allocator does not track is an error) and `tag` (one of `parameter`,
 //!   `gradient`, `activation`, `optimizer_state`, `input`, `temporary`,
 //!   `workspace`) are optional.
@@ -25,14 +25,65 @@
 //! - `empty_cache` is `torch.cuda.empty_cache()`; `reset_peak` is
 //!   `torch.cuda.reset_peak_memory_stats()` (every peak becomes its current value).
 //!
+//! # Trace format, version 2
+//!
+//! Version 2 adds ops and one field; every version-1 trace is a version-2 trace
+//! and means the same.
+//!
+//! ```text
+//! {"op":"alloc","id":8,"size":4096,"stream":1,"device":1}
+//! {"op":"record_stream","id":8,"stream":2,"device":1}
+//! {"op":"free","id":8}
+//! {"op":"stream_done","stream":2,"device":1}
+//! {"op":"set_memory_fraction","fraction":0.5}
+//! {"op":"set_allocator_settings","settings":"max_split_size_mb:128"}
+//! ```
+//!
+//! - `device` (default 0, below [`MAX_DEVICES`]) on any op: one allocator per
+//!   device, each on its own simulated device of the replay's capacity. Ids are
+//!   one namespace across devices; `free` and `record_stream` act on the device the
+//!   id was allocated on (their `device` field is ignored).
+//! - `record_stream` is `Tensor.record_stream(stream)` on a live id: when it is
+//!   freed, its block stays `active_pending_free` (the snapshots' `free_requested`)
+//!   until the work queued on `stream` so far has completed.
+//! - `stream_done` says that work has completed (the snapshots' `free_completed`
+//!   follows at the next allocator call): the work of `stream`, or of every stream
+//!   when `stream` is absent (`torch.cuda.synchronize()`). Until then such blocks
+//!   are not reused, except that an out-of-memory retry or `empty_cache`
+//!   synchronizes, as in PyTorch.
+//! - `set_memory_fraction` is `torch.cuda.set_per_process_memory_fraction(fraction)`
+//!   (`fraction` in [0, 1]).
+//! - `set_allocator_settings` is `torch.cuda.memory._set_allocator_settings(settings)`
+//!   (see `CachingAllocator::set_allocator_settings`).
+//!
+//! The report's top-level figures are device 0's; `devices` lists every device the
+//! trace used, with its own statistics. CUDA-graph and `MemPool` private pools are
+//! not part of the format yet.
+//!
 //! Every malformed line is a [`ReplayError`] naming its 1-based line number. An
 //! out-of-memory is not an error but data: an [`OomRecord`] in the report. With
 //! [`OnOom::Continue`] the replay goes on, the failed allocation's id counts as
 //! live for the trace, and its later `free` is ignored; with [`OnOom::Stop`] the
 //! replay ends at the first one.
+//!
+//! # Request sizes, as PyTorch treats them
+//!
+//! Every `u64` size is valid input; what happens to it is what PyTorch does
+//! (`CUDACachingAllocator.cpp`, `NativeCachingAllocator::allocate` and
+//! `DeviceCachingAllocator::malloc`):
+//!
+//! - 0 bytes: a null allocation that never reaches the allocator (no statistic moves).
+//! - [`MAX_REQUEST`] (1 EiB) or more: refused before the allocator ("Tried to allocate
+//!   more than 1EB memory", an `OutOfMemoryError` in PyTorch). No statistic changes
+//!   (`num_ooms` included); the refusal is a [`TooLargeRecord`] in the report and,
+//!   like an out-of-memory, ends the replay under [`OnOom::Stop`].
+//! - Anything else goes through the allocator: a request larger than the simulated
+//!   device releases the cached blocks, retries once (`num_alloc_retries` + 1) and
+//!   fails with an out-of-memory (`num_ooms` + 1), as on a GPU.
+//!
+//! The simulated device's capacity has its own, separate limit, [`MAX_BYTES`] (1 PiB).
 
 use std::borrow::Cow;
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, BufRead, Read, Write};
@@ -45,10 +96,13 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::hooks::Tag;
-use crate::{AllocError, Allocation, AllocatorConfig, CachingAllocator, OutOfMemoryError, SimulatedMemory, StreamId};
+use crate::{
+    AllocError, Allocation, AllocatorConfig, CachingAllocator, MAX_REQUEST, OutOfMemoryError, SimulatedMemory, StreamId,
+};
 
-/// The largest `size` a trace may ask for and the largest capacity a replay may
-/// simulate: 1 PiB, the capacity of an unlimited [`SimulatedMemory`].
+/// The largest capacity a replay may simulate: 1 PiB, the capacity of an
+/// unlimited [`SimulatedMemory`]. (Request sizes have no such limit: see the
+/// module docs.)
 pub const MAX_BYTES: u64 = 1 << 50;
 
 /// How many out-of-memory events a report keeps in full; later ones are only
@@ -63,7 +117,11 @@ const FREED_IDS_REMEMBERED: usize = 1 << 16;
 pub const MAX_LINE_BYTES: usize = 1 << 24;
 
 /// The ops of the format, for messages.
-const OPS: &str = "alloc, free, empty_cache or reset_peak";
+const OPS: &str =
+    "alloc, free, empty_cache, reset_peak, record_stream, stream_done, set_memory_fraction or set_allocator_settings";
+
+/// Device indices a trace may use: 0 to 63.
+pub const MAX_DEVICES: u32 = 64;
 
 /// What to do when an allocation runs out of memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +150,8 @@ pub struct ReplayOptions {
 pub struct OomRecord {
     /// 0-based index of the op among the trace's ops (blank lines not counted).
     pub event_index: u64,
+    /// The device index of the allocation (format version 2; 0 otherwise).
+    pub device: u32,
     /// 1-based line number in the trace.
     pub line: u64,
     /// The `size` the trace asked for.
@@ -104,8 +164,9 @@ pub struct OomRecord {
 impl Serialize for OomRecord {
     /// As the fields plus `message`, the error's text.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("OomRecord", 6)?;
+        let mut s = serializer.serialize_struct("OomRecord", 7)?;
         s.serialize_field("event_index", &self.event_index)?;
+        s.serialize_field("device", &self.device)?;
         s.serialize_field("line", &self.line)?;
         s.serialize_field("requested_bytes", &self.requested_bytes)?;
         s.serialize_field("message", &self.error.to_string())?;
@@ -113,6 +174,20 @@ impl Serialize for OomRecord {
         s.serialize_field("memory_stats", &self.memory_stats)?;
         s.end()
     }
+}
+
+/// A request of [`MAX_REQUEST`] (1 EiB) or more, which PyTorch refuses before its
+/// allocator sees it: no statistic changes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TooLargeRecord {
+    /// 0-based index of the op among the trace's ops (blank lines not counted).
+    pub event_index: u64,
+    /// 1-based line number in the trace.
+    pub line: u64,
+    /// The `size` the trace asked for.
+    pub requested_bytes: u64,
+    /// The error's text.
+    pub message: String,
 }
 
 /// The outcome of a replay. The memory figures are the allocator's
@@ -139,10 +214,29 @@ pub struct ReplayReport {
     pub ooms: Vec<OomRecord>,
     /// Out-of-memory events beyond [`MAX_OOM_RECORDS`], counted only.
     pub ooms_not_recorded: u64,
+    /// The first [`MAX_OOM_RECORDS`] requests of 1 EiB or more (refused before the
+    /// allocator, so not in `num_ooms`).
+    pub too_large: Vec<TooLargeRecord>,
+    /// Such requests beyond [`MAX_OOM_RECORDS`], counted only.
+    pub too_large_not_recorded: u64,
     /// `torch.cuda.memory_stats()` at the end, flattened.
     pub memory_stats: BTreeMap<String, i64>,
     /// `torch.cuda.memory_summary()` at the end.
     pub summary: String,
+    /// Every device the trace used, by index (device 0 always).
+    pub devices: Vec<DeviceReport>,
+}
+
+/// One device's figures at the end of a replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceReport {
+    pub device: u32,
+    pub current_allocated_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub current_reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// `torch.cuda.memory_stats(device)` at the end, flattened.
+    pub memory_stats: BTreeMap<String, i64>,
 }
 
 /// A trace that cannot be replayed. Every variant about the trace's content
@@ -167,6 +261,10 @@ pub enum ReplayError {
     UnknownTag { line: u64, tag: String },
     #[error("line {line}: size {value} {reason}")]
     BadSize { line: u64, value: String, reason: &'static str },
+    #[error("line {line}: record_stream of id {id}, which is not live{}", freed_at_note(*.freed_at))]
+    RecordStreamNotLive { line: u64, id: u64, freed_at: Option<u64> },
+    #[error("line {line}: device {device} is out of range: device indices go from 0 to {}", MAX_DEVICES - 1)]
+    BadDevice { line: u64, device: u64 },
     #[error("line {line}: free of id {id}, which is not live{}", freed_at_note(*.freed_at))]
     NotLive { line: u64, id: u64, freed_at: Option<u64> },
     #[error("line {line}: alloc of id {id}, which is already live (allocated at line {allocated_at}{}); free it first", if *.failed { ", where it ran out of memory" } else { "" })]
@@ -194,6 +292,8 @@ impl ReplayError {
             | ReplayError::MissingField { line, .. }
             | ReplayError::UnknownTag { line, .. }
             | ReplayError::BadSize { line, .. }
+            | ReplayError::BadDevice { line, .. }
+            | ReplayError::RecordStreamNotLive { line, .. }
             | ReplayError::NotLive { line, .. }
             | ReplayError::IdInUse { line, .. }
             | ReplayError::Allocator { line, .. } => Some(*line),
@@ -239,6 +339,10 @@ struct Line<'a> {
     stream: Option<StreamId>,
     #[serde(borrow)]
     tag: Option<Text<'a>>,
+    device: Option<u64>,
+    fraction: Option<f64>,
+    #[serde(borrow)]
+    settings: Option<Text<'a>>,
 }
 
 /// A string borrowed from the input when possible.
@@ -298,17 +402,19 @@ impl<'de> Deserialize<'de> for SizeValue {
 }
 
 impl SizeValue {
-    /// The size in bytes; integral floats (`1e6`, `1024.0`) are accepted.
+    /// The size in bytes: any `u64` (PyTorch's `size_t`); integral floats (`1e6`,
+    /// `1024.0`) are accepted.
     fn bytes(self, line: u64) -> Result<u64, ReplayError> {
         let bad = |value: String, reason| Err(ReplayError::BadSize { line, value, reason });
-        let too_large = "is too large (the limit is 1125899906842624 bytes, 1 PiB)";
         match self {
-            SizeValue::Unsigned(n) if n <= MAX_BYTES => Ok(n),
-            SizeValue::Unsigned(n) => bad(n.to_string(), too_large),
+            SizeValue::Unsigned(n) => Ok(n),
             SizeValue::Negative(n) => bad(n.to_string(), "is negative"),
             SizeValue::Float(f) if f < 0.0 => bad(f.to_string(), "is negative"),
             SizeValue::Float(f) if f.fract() != 0.0 => bad(f.to_string(), "is not a whole number of bytes"),
-            SizeValue::Float(f) if f > MAX_BYTES as f64 => bad(f.to_string(), too_large),
+            // 2^64 and above do not fit a size_t.
+            SizeValue::Float(f) if f >= 18_446_744_073_709_551_616.0 => {
+                bad(f.to_string(), "is too large (a size is at most 2^64 - 1 bytes)")
+            }
             SizeValue::Float(f) => Ok(f as u64),
         }
     }
@@ -332,11 +438,11 @@ enum Slot {
     Live {
         allocation: Allocation,
         line: u64,
+        /// Index into `Replayer::devices`.
+        device: u32,
     },
     /// Its alloc ran out of memory (with [`OnOom::Continue`]).
-    Failed {
-        line: u64,
-    },
+    Failed { line: u64 },
 }
 
 enum Flow {
@@ -344,9 +450,16 @@ enum Flow {
     Stop,
 }
 
+/// One simulated device of a replay and its allocator.
+struct ReplayDevice {
+    raw: Arc<SimulatedMemory>,
+    allocator: CachingAllocator,
+}
+
 struct Replayer<'o> {
     opts: &'o ReplayOptions,
-    allocator: CachingAllocator,
+    /// Device `i` of the trace at index `i`; created on first use.
+    devices: Vec<Option<ReplayDevice>>,
     live: HashMap<u64, Slot>,
     /// id → line of its last free, for messages: the recent frees, in two
     /// generations so that the memory stays small (and in cache) on long traces.
@@ -358,21 +471,21 @@ struct Replayer<'o> {
     stopped_early: bool,
     ooms: Vec<OomRecord>,
     ooms_not_recorded: u64,
+    too_large: Vec<TooLargeRecord>,
+    too_large_not_recorded: u64,
 }
 
 impl<'o> Replayer<'o> {
     fn new(opts: &'o ReplayOptions) -> Result<Self, ReplayError> {
-        let raw = match opts.capacity_bytes {
-            Some(capacity_bytes) if capacity_bytes > MAX_BYTES => {
-                return Err(ReplayError::CapacityTooLarge { capacity_bytes });
-            }
-            Some(capacity) => SimulatedMemory::with_capacity(capacity),
-            None => SimulatedMemory::with_capacity(MAX_BYTES),
-        };
-        let allocator = CachingAllocator::new(Arc::new(raw), opts.config.clone()).map_err(ReplayError::Setup)?;
+        if let Some(capacity_bytes) = opts.capacity_bytes
+            && capacity_bytes > MAX_BYTES
+        {
+            return Err(ReplayError::CapacityTooLarge { capacity_bytes });
+        }
+        let device0 = Self::new_device(opts).map_err(ReplayError::Setup)?;
         Ok(Replayer {
             opts,
-            allocator,
+            devices: vec![Some(device0)],
             live: HashMap::new(),
             freed: HashMap::new(),
             freed_before: HashMap::new(),
@@ -382,7 +495,39 @@ impl<'o> Replayer<'o> {
             stopped_early: false,
             ooms: Vec::new(),
             ooms_not_recorded: 0,
+            too_large: Vec::new(),
+            too_large_not_recorded: 0,
         })
+    }
+
+    /// A simulated device of the replay's capacity. Its stream events are held until
+    /// a `stream_done` op (or a synchronizing allocator call) completes them; only
+    /// `record_stream` ever records one.
+    fn new_device(opts: &ReplayOptions) -> Result<ReplayDevice, AllocError> {
+        let raw = Arc::new(SimulatedMemory::with_capacity(opts.capacity_bytes.unwrap_or(MAX_BYTES)));
+        raw.hold_events(true);
+        let allocator = CachingAllocator::new(raw.clone(), opts.config.clone())?;
+        Ok(ReplayDevice { raw, allocator })
+    }
+
+    /// The device a line names (`device`, default 0), created on first use.
+    fn device(&mut self, line: u64, parsed: &Line<'_>) -> Result<&ReplayDevice, ReplayError> {
+        let index = parsed.device.unwrap_or(0);
+        if index >= MAX_DEVICES as u64 {
+            return Err(ReplayError::BadDevice { line, device: index });
+        }
+        let index = index as usize;
+        if self.devices.len() <= index {
+            self.devices.resize_with(index + 1, || None);
+        }
+        if self.devices[index].is_none() {
+            self.devices[index] = Some(Self::new_device(self.opts).map_err(ReplayError::Setup)?);
+        }
+        Ok(self.devices[index].as_ref().expect("created above"))
+    }
+
+    fn device0(&self) -> &ReplayDevice {
+        self.devices[0].as_ref().expect("device 0 always exists")
     }
 
     fn run<R: BufRead>(&mut self, mut input: R) -> Result<(), ReplayError> {
@@ -441,12 +586,56 @@ impl<'o> Replayer<'o> {
                 Flow::Go
             }
             "empty_cache" => {
-                self.allocator.empty_cache();
+                self.device(line, &parsed)?.allocator.empty_cache();
                 Flow::Go
             }
             "reset_peak" => {
-                self.allocator.reset_peak_stats();
+                self.device(line, &parsed)?.allocator.reset_peak_stats();
                 self.last_reset_peak_line = Some(line);
+                Flow::Go
+            }
+            "record_stream" => {
+                let missing = |field| ReplayError::MissingField { line, op: Some("record_stream"), field };
+                let id = parsed.id.ok_or_else(|| missing("id"))?;
+                let stream = parsed.stream.ok_or_else(|| missing("stream"))?;
+                self.record_stream(line, id, stream)?;
+                Flow::Go
+            }
+            "stream_done" => {
+                let device = self.device(line, &parsed)?;
+                match parsed.stream {
+                    Some(stream) => device.raw.complete_stream_events(stream),
+                    None => device.raw.complete_events(),
+                }
+                Flow::Go
+            }
+            "set_memory_fraction" => {
+                let fraction = parsed.fraction.ok_or(ReplayError::MissingField {
+                    line,
+                    op: Some("set_memory_fraction"),
+                    field: "fraction",
+                })?;
+                let device = self.device(line, &parsed)?;
+                device
+                    .allocator
+                    .set_memory_fraction(fraction)
+                    .map_err(|source| ReplayError::Allocator { line, source })?;
+                Flow::Go
+            }
+            "set_allocator_settings" => {
+                let Some(settings) = &parsed.settings else {
+                    return Err(ReplayError::MissingField {
+                        line,
+                        op: Some("set_allocator_settings"),
+                        field: "settings",
+                    });
+                };
+                let settings = settings.0.clone();
+                let device = self.device(line, &parsed)?;
+                device
+                    .allocator
+                    .set_allocator_settings(&settings)
+                    .map_err(|source| ReplayError::Allocator { line, source })?;
                 Flow::Go
             }
             other => return Err(ReplayError::UnknownOp { line, op: other.to_owned() }),
@@ -467,29 +656,31 @@ impl<'o> Replayer<'o> {
                     .ok_or_else(|| ReplayError::UnknownTag { line, tag: name.0.clone().into_owned() })?,
             ),
         };
-        let slot = match self.live.entry(id) {
-            Entry::Occupied(e) => {
-                let (allocated_at, failed) = match e.get() {
-                    Slot::Live { line, .. } => (*line, false),
-                    Slot::Failed { line } => (*line, true),
-                };
-                return Err(ReplayError::IdInUse { line, id, allocated_at, failed });
-            }
-            Entry::Vacant(v) => v,
-        };
-        match self.allocator.malloc(size, stream, tag) {
+        if let Some(slot) = self.live.get(&id) {
+            let (allocated_at, failed) = match slot {
+                Slot::Live { line, .. } => (*line, false),
+                Slot::Failed { line } => (*line, true),
+            };
+            return Err(ReplayError::IdInUse { line, id, allocated_at, failed });
+        }
+        let device_index = parsed.device.unwrap_or(0) as u32;
+        let device = self.device(line, parsed)?;
+        let result = device.allocator.malloc(size, stream, tag);
+        let stats_after = matches!(result, Err(AllocError::OutOfMemory(_))).then(|| device.allocator.stats().flatten());
+        match result {
             Ok(allocation) => {
-                slot.insert(Slot::Live { allocation, line });
+                self.live.insert(id, Slot::Live { allocation, line, device: device_index });
                 Ok(Flow::Go)
             }
             Err(AllocError::OutOfMemory(error)) => {
                 if self.ooms.len() < MAX_OOM_RECORDS {
                     self.ooms.push(OomRecord {
                         event_index: self.events,
+                        device: device_index,
                         line,
                         requested_bytes: size,
                         error: *error,
-                        memory_stats: self.allocator.stats().flatten(),
+                        memory_stats: stats_after.expect("taken for an out-of-memory"),
                     });
                 } else {
                     self.ooms_not_recorded += 1;
@@ -497,7 +688,28 @@ impl<'o> Replayer<'o> {
                 match self.opts.on_oom {
                     OnOom::Stop => Ok(Flow::Stop),
                     OnOom::Continue => {
-                        slot.insert(Slot::Failed { line });
+                        self.live.insert(id, Slot::Failed { line });
+                        Ok(Flow::Go)
+                    }
+                }
+            }
+            Err(error @ AllocError::RequestTooLarge { .. }) => {
+                // PyTorch's `OutOfMemoryError` from before the allocator: data, like an OOM.
+                debug_assert!(size >= MAX_REQUEST);
+                if self.too_large.len() < MAX_OOM_RECORDS {
+                    self.too_large.push(TooLargeRecord {
+                        event_index: self.events,
+                        line,
+                        requested_bytes: size,
+                        message: error.to_string(),
+                    });
+                } else {
+                    self.too_large_not_recorded += 1;
+                }
+                match self.opts.on_oom {
+                    OnOom::Stop => Ok(Flow::Stop),
+                    OnOom::Continue => {
+                        self.live.insert(id, Slot::Failed { line });
                         Ok(Flow::Go)
                     }
                 }
@@ -506,10 +718,27 @@ impl<'o> Replayer<'o> {
         }
     }
 
+    /// `record_stream` on a live id (ignored for an id whose alloc ran out of memory).
+    fn record_stream(&mut self, line: u64, id: u64, stream: StreamId) -> Result<(), ReplayError> {
+        match self.live.get(&id) {
+            Some(Slot::Live { allocation, device, .. }) => {
+                let device = self.devices[*device as usize].as_ref().expect("an allocation's device exists");
+                device.allocator.record_stream(allocation, stream);
+                Ok(())
+            }
+            Some(Slot::Failed { .. }) => Ok(()),
+            None => {
+                let freed_at = self.freed.get(&id).or_else(|| self.freed_before.get(&id)).copied();
+                Err(ReplayError::RecordStreamNotLive { line, id, freed_at })
+            }
+        }
+    }
+
     fn free(&mut self, line: u64, id: u64) -> Result<(), ReplayError> {
         match self.live.remove(&id) {
-            Some(Slot::Live { allocation, .. }) => {
-                self.allocator.free(allocation).map_err(|source| ReplayError::Allocator { line, source })?;
+            Some(Slot::Live { allocation, device, .. }) => {
+                let device = self.devices[device as usize].as_ref().expect("an allocation's device exists");
+                device.allocator.free(allocation).map_err(|source| ReplayError::Allocator { line, source })?;
             }
             // The allocation never happened: nothing to give back.
             Some(Slot::Failed { .. }) => {}
@@ -527,7 +756,25 @@ impl<'o> Replayer<'o> {
     }
 
     fn finish(self) -> ReplayReport {
-        let stats = self.allocator.stats();
+        let devices = self
+            .devices
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.as_ref().map(|d| (i as u32, d)))
+            .map(|(device, d)| {
+                let stats = d.allocator.stats();
+                DeviceReport {
+                    device,
+                    current_allocated_bytes: stats.memory_allocated(),
+                    peak_allocated_bytes: stats.max_memory_allocated(),
+                    current_reserved_bytes: stats.memory_reserved(),
+                    peak_reserved_bytes: stats.max_memory_reserved(),
+                    memory_stats: stats.flatten(),
+                }
+            })
+            .collect();
+        let stats = self.device0().allocator.stats();
+        let summary = self.device0().allocator.memory_summary(false);
         let live_allocations = self.live.values().filter(|s| matches!(s, Slot::Live { .. })).count() as u64;
         ReplayReport {
             events: self.events,
@@ -541,8 +788,11 @@ impl<'o> Replayer<'o> {
             last_reset_peak_line: self.last_reset_peak_line,
             ooms: self.ooms,
             ooms_not_recorded: self.ooms_not_recorded,
+            too_large: self.too_large,
+            too_large_not_recorded: self.too_large_not_recorded,
             memory_stats: stats.flatten(),
-            summary: self.allocator.memory_summary(false),
+            summary,
+            devices,
         }
     }
 }
@@ -653,7 +903,7 @@ impl SyntheticTrace {
     }
 
     fn alloc(&mut self) -> TraceOp {
-        const MIB: u64 = 1 << 20;
+        use crate::consts::MIB;
         let id = self.new_id();
         let class = self.below(100);
         let size = if class < 55 {
@@ -700,7 +950,7 @@ impl Iterator for SyntheticTrace {
         let i = self.emitted;
         self.emitted += 1;
         if (i as usize) < self.persistent {
-            const KIB: u64 = 1 << 10;
+            use crate::consts::KIB;
             let size = 64 * KIB * (1 + self.below(1024));
             let tag = if i.is_multiple_of(2) { Tag::Parameter } else { Tag::OptimizerState };
             self.next_id += 1;
@@ -733,7 +983,7 @@ impl ExactSizeIterator for SyntheticTrace {}
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
+    use crate::consts::MIB;
 
     fn run(trace: &str) -> Result<ReplayReport, ReplayError> {
         replay(trace.as_bytes(), &ReplayOptions::default())
@@ -907,7 +1157,8 @@ mod tests {
     fn unknown_op_and_tag() {
         assert_eq!(
             error_at("{\"op\":\"allocate\",\"id\":1,\"size\":1}\n", 1),
-            "line 1: unknown op 'allocate' (expected alloc, free, empty_cache or reset_peak)"
+            "line 1: unknown op 'allocate' (expected alloc, free, empty_cache, reset_peak, record_stream, stream_done, \
+             set_memory_fraction or set_allocator_settings)"
         );
         let m = error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1,\"tag\":\"weights\"}\n", 1);
         assert_eq!(
@@ -923,15 +1174,127 @@ mod tests {
         assert_eq!(size("-5"), "line 1: size -5 is negative");
         assert_eq!(size("-0.5"), "line 1: size -0.5 is negative");
         assert_eq!(size("1.5"), "line 1: size 1.5 is not a whole number of bytes");
-        assert!(size("1125899906842625").contains("is too large"));
-        assert!(size("18446744073709551615").contains("is too large"));
+        // 2^64 does not fit a size_t: malformed (serde reads it as a float).
         assert!(size("18446744073709551616").contains("is too large"));
         assert!(size("1e300").contains("is too large"));
         assert!(size("true").contains("malformed JSON"));
         assert!(size("null").contains("missing field 'size'"));
-        // The limit itself is allowed (and fits the unlimited device exactly).
+        // The capacity limit fits the unlimited device exactly.
         let r = run("{\"op\":\"alloc\",\"id\":1,\"size\":1125899906842624}\n").unwrap();
         assert_eq!(r.current_allocated_bytes, MAX_BYTES);
+    }
+
+    #[test]
+    fn v2_record_stream_holds_the_block_until_its_stream_is_done() {
+        let alloc_again = "{\"op\":\"alloc\",\"id\":3,\"size\":512}\n";
+        let head = "{\"op\":\"alloc\",\"id\":1,\"size\":512}\n{\"op\":\"alloc\",\"id\":2,\"size\":512}\n\
+                    {\"op\":\"record_stream\",\"id\":1,\"stream\":2}\n{\"op\":\"free\",\"id\":1}\n";
+        // Still pending: the block stays active, a new alloc takes other memory.
+        let r = run(&format!("{head}{alloc_again}")).unwrap();
+        assert_eq!(stat(&r, "active.all.current"), 3);
+        assert_eq!(stat(&r, "allocation.all.current"), 2);
+        // Another stream's completion does not release it …
+        let r = run(&format!("{head}{{\"op\":\"stream_done\",\"stream\":5}}\n{alloc_again}")).unwrap();
+        assert_eq!(stat(&r, "active.all.current"), 3);
+        // … its own stream's, or a synchronize, does (at the next allocator call).
+        for done in ["{\"op\":\"stream_done\",\"stream\":2}\n", "{\"op\":\"stream_done\"}\n"] {
+            let r = run(&format!("{head}{done}{alloc_again}")).unwrap();
+            assert_eq!(stat(&r, "active.all.current"), 2, "{done}");
+            assert_eq!(r.current_allocated_bytes, 1024);
+        }
+        // empty_cache synchronizes, as in PyTorch.
+        let r = run(&format!("{head}{{\"op\":\"empty_cache\"}}\n")).unwrap();
+        assert_eq!(stat(&r, "active.all.current"), 1);
+        assert_eq!(
+            error_at("{\"op\":\"record_stream\",\"id\":9,\"stream\":1}\n", 1),
+            "line 1: record_stream of id 9, which is not live (never allocated, or freed long ago)"
+        );
+        assert!(
+            error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1}\n{\"op\":\"record_stream\",\"id\":1}\n", 2)
+                .contains("missing field 'stream'")
+        );
+    }
+
+    #[test]
+    fn v2_fraction_settings_and_devices() {
+        let trace =
+            "{\"op\":\"set_memory_fraction\",\"fraction\":0.5}\n{\"op\":\"alloc\",\"id\":1,\"size\":1073741824}\n";
+        let r = run_with(trace, 1 << 30, OnOom::Stop);
+        assert_eq!(r.ooms.len(), 1);
+        assert_eq!(r.ooms[0].error.allowed_bytes, Some(1 << 29));
+        assert!(error_at("{\"op\":\"set_memory_fraction\",\"fraction\":1.5}\n", 1).contains("invalid memory fraction"));
+        assert!(error_at("{\"op\":\"set_memory_fraction\"}\n", 1).contains("missing field 'fraction'"));
+
+        let trace = "{\"op\":\"set_allocator_settings\",\"settings\":\"roundup_power2_divisions:4\"}\n\
+                     {\"op\":\"alloc\",\"id\":1,\"size\":5000}\n";
+        assert_eq!(run(trace).unwrap().current_allocated_bytes, 5120);
+        assert!(
+            error_at("{\"op\":\"set_allocator_settings\",\"settings\":\"foo:1\"}\n", 1)
+                .contains("unknown allocator option 'foo'")
+        );
+
+        // One allocator per device; ids are one namespace; free finds the device.
+        let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":1}\n{\"op\":\"alloc\",\"id\":2,\"size\":3145728,\"device\":3}\n\
+                     {\"op\":\"free\",\"id\":2}\n{\"op\":\"empty_cache\",\"device\":3}\n";
+        let r = run(trace).unwrap();
+        assert_eq!(r.current_allocated_bytes, 512);
+        assert_eq!(r.devices.iter().map(|d| d.device).collect::<Vec<_>>(), vec![0, 3]);
+        let d3 = &r.devices[1];
+        assert_eq!((d3.current_allocated_bytes, d3.peak_allocated_bytes, d3.current_reserved_bytes), (0, 3 << 20, 0));
+        assert_eq!(d3.memory_stats["num_device_free"], 1);
+        assert_eq!(
+            error_at("{\"op\":\"empty_cache\",\"device\":64}\n", 1),
+            "line 1: device 64 is out of range: device indices go from 0 to 63"
+        );
+    }
+
+    #[test]
+    fn sizes_past_the_device_go_through_the_allocator_as_in_pytorch() {
+        // 800 000 000 GiB: below 1 EiB, so PyTorch's allocator sees it, releases the
+        // cache, retries once and raises its out-of-memory error.
+        let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":1}\n{\"op\":\"free\",\"id\":1}\n\
+                     {\"op\":\"alloc\",\"id\":2,\"size\":858993459200000000}\n";
+        let r = run(trace).unwrap();
+        assert!(r.stopped_early);
+        assert_eq!(r.ooms.len(), 1);
+        assert!(r.ooms[0].error.to_string().contains("Tried to allocate 800000000.00 GiB"), "{}", r.ooms[0].error);
+        assert_eq!(stat(&r, "num_ooms"), 1);
+        assert_eq!(stat(&r, "num_alloc_retries"), 1);
+        // The retry released the cached 2 MiB segment first.
+        assert_eq!(stat(&r, "num_device_free"), 1);
+        assert_eq!(r.current_reserved_bytes, 0);
+        assert!(r.too_large.is_empty());
+    }
+
+    #[test]
+    fn sizes_of_an_exbibyte_are_refused_before_the_allocator() {
+        for size in [MAX_REQUEST, u64::MAX] {
+            let trace = format!(
+                "{{\"op\":\"alloc\",\"id\":1,\"size\":1}}\n{{\"op\":\"alloc\",\"id\":2,\"size\":{size}}}\n\
+                 {{\"op\":\"free\",\"id\":2}}\n{{\"op\":\"free\",\"id\":1}}\n"
+            );
+            let before = run("{\"op\":\"alloc\",\"id\":1,\"size\":1}\n").unwrap();
+            let stopped = run(&trace).unwrap();
+            assert!(stopped.stopped_early);
+            assert_eq!(stopped.events, 2);
+            // Every statistic is as it was before the refused request.
+            assert_eq!(stopped.memory_stats, before.memory_stats);
+            assert_eq!(stopped.too_large.len(), 1);
+            let record = &stopped.too_large[0];
+            assert_eq!((record.line, record.event_index, record.requested_bytes), (2, 1, size));
+            assert!(record.message.contains("Tried to allocate more than 1EB memory"), "{}", record.message);
+            assert!(stopped.ooms.is_empty());
+            // Under Continue the failed id's free is ignored, like a failed allocation's.
+            let went_on = run_with(&trace, MAX_BYTES, OnOom::Continue);
+            assert!(!went_on.stopped_early);
+            assert_eq!(went_on.events, 4);
+            assert_eq!(stat(&went_on, "num_ooms"), 0);
+            assert_eq!(stat(&went_on, "num_alloc_retries"), 0);
+            assert_eq!(went_on.too_large.len(), 1);
+        }
+        // Just below 1 EiB reaches the allocator.
+        let r = run(&format!("{{\"op\":\"alloc\",\"id\":1,\"size\":{}}}\n", MAX_REQUEST - 1)).unwrap();
+        assert_eq!((r.ooms.len(), r.too_large.len(), stat(&r, "num_ooms")), (1, 0, 1));
     }
 
     #[test]

@@ -146,9 +146,10 @@ impl super::CachingAllocator {
 mod tests {
     use super::*;
 
-    const KIB: i64 = 1024;
-    const MIB: i64 = 1024 * KIB;
-    const GIB: i64 = 1024 * MIB;
+    // The stats count in i64: the workspace's constants, signed.
+    const KIB: i64 = crate::consts::KIB as i64;
+    const MIB: i64 = crate::consts::MIB as i64;
+    const GIB: i64 = crate::consts::GIB as i64;
     const TIB: i64 = 1024 * GIB;
 
     fn stat([current, peak, allocated, freed]: [i64; 4]) -> Stat {

@@ -756,6 +756,11 @@ impl Harness {
             }
         }
 
+        // PyTorch's `_check_memory_stat_consistency`, the library's version.
+        if let Err(e) = vramlab_allocator::check_memory_stat_consistency(&s, &snap) {
+            return Err(TestCaseError::fail(e.to_string()));
+        }
+
         // Stats against the snapshot, per pool.
         for pool in pools() {
             let segs: Vec<&SegmentInfo> = snap.iter().filter(|g| g.pool == pool).collect();

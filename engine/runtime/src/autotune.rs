@@ -14,16 +14,20 @@
 //! - [`TuneMode::Deterministic`]: only bitwise-reproducible algorithms — the
 //!   heuristic's choice when it is one, else the first reproducible candidate.
 //!
-//! The key is op, dtype, problem (shapes) and device identity. The cache can
-//! persist to a JSON file; an entry is used only when its device and its
-//! candidate set match the current ones, so a new machine or a new algorithm
-//! makes the tuner measure again. Every tuning is recorded ([`TuningRecord`]:
-//! each candidate's time, the choice, the time spent tuning) for suites to chart.
+//! The key is a [`TuningKey`]: op, dtype, problem (its shapes, serialized)
+//! and device identity — typed and serialized, never `Debug` output, so a
+//! change to how a type prints cannot invalidate users' caches. The cache can
+//! persist through a [`TuningStore`] (the engine writes no files: the file
+//! store lives in `vramlab-reports`); the stored form carries
+//! [`CACHE_VERSION`], and a cache of another version is ignored with the
+//! reason. An entry is used only when its device and its candidate set match
+//! the current ones, so a new machine or a new algorithm makes the tuner
+//! measure again. Every tuning is recorded ([`TuningRecord`]: each candidate's
+//! time, the choice, the time spent tuning) for suites to chart.
 
 use std::collections::HashMap;
-use std::fmt::Debug;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -80,10 +84,43 @@ pub const DROP_FACTOR: u64 = 4;
 /// choice `off` mode makes too.
 pub const MIN_GAIN: f64 = 0.03;
 
+/// What a tuning is for: the autotuner's cache key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TuningKey {
+    /// The op (`conv2d`, `matmul`, …; [`Algorithm::OP`]).
+    pub op: String,
+    /// The dtype's name (`float32`, `float16`, `bfloat16`).
+    pub dtype: String,
+    /// The problem (shapes, pass, math mode) as JSON, from its `Serialize`
+    /// implementation: field names and values, stable across releases.
+    pub problem: String,
+    /// The device's identity: the same key on another machine must miss.
+    pub device: String,
+}
+
+impl TuningKey {
+    /// The key of `problem` for `op` in `dtype` on `device`.
+    pub fn new(op: &str, dtype: DType, problem: &impl Serialize, device: &Device) -> TuningKey {
+        TuningKey {
+            op: op.to_owned(),
+            dtype: dtype.as_str().to_owned(),
+            // Plain structs, tuples and enums of numbers and names: serializing cannot fail.
+            problem: serde_json::to_string(problem).expect("a tuning problem serializes to JSON"),
+            device: device_fingerprint(device),
+        }
+    }
+}
+
+impl fmt::Display for TuningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {} on {}", self.op, self.dtype, self.problem, self.device)
+    }
+}
+
 /// What one tuning did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuningRecord {
-    pub key: String,
+    pub key: TuningKey,
     pub op: String,
     pub candidates: Vec<CandidateTiming>,
     pub choice: String,
@@ -94,33 +131,61 @@ pub struct TuningRecord {
 /// A cached choice, as persisted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct CacheEntry {
-    device: String,
+    key: TuningKey,
     /// The candidate set the choice was made from, by name.
     candidates: Vec<String>,
     choice: String,
     timings_ns: Vec<u64>,
 }
 
+/// The stored form of the cache.
 #[derive(Debug, Serialize, Deserialize)]
 struct CacheFile {
     version: u32,
-    entries: HashMap<String, CacheEntry>,
+    entries: Vec<CacheEntry>,
 }
 
-const CACHE_VERSION: u32 = 1;
+/// The version of the stored cache. 2: typed keys ([`TuningKey`]); 1 (string
+/// keys from `Debug` output) is ignored.
+pub const CACHE_VERSION: u32 = 2;
+
+/// Where the autotuner keeps its choices between runs: bytes in, bytes out.
+/// The engine owns the format ([`CACHE_VERSION`]); a store only keeps the bytes,
+/// so the engine itself never touches a file (`vramlab_reports::FileTuningStore`
+/// keeps them in a file).
+pub trait TuningStore: Send + Sync + fmt::Debug {
+    /// Where the bytes live, for messages (a path).
+    fn location(&self) -> String;
+    /// The bytes saved last, or `None` when nothing was saved yet.
+    fn load(&self) -> std::io::Result<Option<Vec<u8>>>;
+    /// Replaces the saved bytes (atomically: a reader sees the old or the new).
+    fn save(&self, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// What [`Autotuner::persist`] found in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheLoad {
+    /// Nothing saved yet.
+    Empty,
+    /// This many choices were loaded.
+    Loaded(usize),
+    /// The stored cache was not used (another version): the reason. Its
+    /// choices are tuned again, and the store is rewritten after the next tuning.
+    Ignored(String),
+}
 
 /// Autotuner errors (persistence only: tuning itself cannot fail beyond the op's own errors).
 #[derive(Debug, Error)]
 pub enum AutotuneError {
-    #[error("autotuner cache {path}: {source}")]
+    #[error("autotuner cache {location}: {source}")]
     Io {
-        path: PathBuf,
+        location: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("autotuner cache {path} is not a vramlab autotuner cache: {source}")]
+    #[error("autotuner cache {location} is not a vramlab autotuner cache: {source}")]
     Format {
-        path: PathBuf,
+        location: String,
         #[source]
         source: serde_json::Error,
     },
@@ -130,9 +195,9 @@ pub enum AutotuneError {
 struct State {
     mode: TuneMode,
     timed_runs: usize,
-    cache: HashMap<String, CacheEntry>,
+    cache: HashMap<TuningKey, CacheEntry>,
     records: Vec<TuningRecord>,
-    path: Option<PathBuf>,
+    store: Option<Arc<dyn TuningStore>>,
 }
 
 /// Chooses algorithms. One per process ([`global`]) is what ops use; tests may
@@ -199,35 +264,52 @@ impl Autotuner {
         self.lock().cache.len()
     }
 
-    /// Persists choices to `path`: loads it now if it exists, and rewrites it after
-    /// every new tuning.
-    pub fn persist_to(&self, path: impl AsRef<Path>) -> Result<(), AutotuneError> {
-        let path = path.as_ref().to_path_buf();
-        let mut st = self.lock();
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let file: CacheFile = serde_json::from_slice(&bytes)
-                    .map_err(|source| AutotuneError::Format { path: path.clone(), source })?;
-                if file.version == CACHE_VERSION {
-                    st.cache.extend(file.entries);
+    /// Keeps choices in `store`: loads what it holds now, and saves the cache
+    /// after every new tuning. A cache of another [`CACHE_VERSION`] is not an
+    /// error: it is ignored and the reason returned.
+    pub fn persist(&self, store: Arc<dyn TuningStore>) -> Result<CacheLoad, AutotuneError> {
+        let location = store.location();
+        let loaded = match store.load().map_err(|source| AutotuneError::Io { location: location.clone(), source })? {
+            None => CacheLoad::Empty,
+            Some(bytes) => {
+                #[derive(Deserialize)]
+                struct Version {
+                    version: u32,
+                }
+                let format = |source| AutotuneError::Format { location: location.clone(), source };
+                let Version { version } = serde_json::from_slice(&bytes).map_err(format)?;
+                if version == CACHE_VERSION {
+                    let file: CacheFile = serde_json::from_slice(&bytes).map_err(format)?;
+                    let n = file.entries.len();
+                    self.lock().cache.extend(file.entries.into_iter().map(|e| (e.key.clone(), e)));
+                    CacheLoad::Loaded(n)
+                } else {
+                    CacheLoad::Ignored(format!(
+                        "{location} holds an autotuner cache of version {version}; this vramlab reads version \
+                         {CACHE_VERSION} — its choices will be tuned again and the cache rewritten"
+                    ))
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(AutotuneError::Io { path, source }),
-        }
-        st.path = Some(path);
-        Ok(())
+        };
+        self.lock().store = Some(store);
+        Ok(loaded)
     }
 
     fn save(st: &State) -> Result<(), AutotuneError> {
-        let Some(path) = &st.path else { return Ok(()) };
-        let file = CacheFile { version: CACHE_VERSION, entries: st.cache.clone() };
-        let json =
-            serde_json::to_vec_pretty(&file).map_err(|source| AutotuneError::Format { path: path.clone(), source })?;
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, json)
-            .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|source| AutotuneError::Io { path: path.clone(), source })
+        let Some(store) = &st.store else { return Ok(()) };
+        let mut entries: Vec<CacheEntry> = st.cache.values().cloned().collect();
+        entries.sort_by(|a, b| {
+            (&a.key.op, &a.key.dtype, &a.key.problem, &a.key.device).cmp(&(
+                &b.key.op,
+                &b.key.dtype,
+                &b.key.problem,
+                &b.key.device,
+            ))
+        });
+        let file = CacheFile { version: CACHE_VERSION, entries };
+        let json = serde_json::to_vec_pretty(&file)
+            .map_err(|source| AutotuneError::Format { location: store.location(), source })?;
+        store.save(&json).map_err(|source| AutotuneError::Io { location: store.location(), source })
     }
 
     /// Picks the algorithm for `problem`. In benchmark mode a cache miss runs
@@ -243,7 +325,7 @@ impl Autotuner {
     ) -> Result<A, E>
     where
         A: Algorithm,
-        A::Problem: Debug,
+        A::Problem: Serialize,
     {
         let mode = self.mode();
         match mode {
@@ -260,12 +342,10 @@ impl Autotuner {
         }
         let candidates = A::candidates(problem);
         let names: Vec<String> = candidates.iter().map(|a| a.name().to_owned()).collect();
-        let fingerprint = device_fingerprint(device);
-        let key = format!("{}|{}|{:?}|{}", A::OP, dtype.as_str(), problem, fingerprint);
+        let key = TuningKey::new(A::OP, dtype, problem, device);
         {
             let st = self.lock();
             if let Some(e) = st.cache.get(&key)
-                && e.device == fingerprint
                 && e.candidates == names
                 && let Some(a) = A::from_name(&e.choice)
             {
@@ -323,39 +403,24 @@ impl Autotuner {
             Some(i) => candidates[i],
             None => heuristic,
         };
-        self.store(key, fingerprint, A::OP, names, timings, best.name(), tuning_ns);
+        self.store(key, names, timings, best.name(), tuning_ns);
         Ok(best)
     }
 
     /// Caches a tuning's choice and keeps its record.
-    #[allow(clippy::too_many_arguments)]
-    fn store(
-        &self,
-        key: String,
-        fingerprint: String,
-        op: &str,
-        names: Vec<String>,
-        timings: Vec<CandidateTiming>,
-        choice: &str,
-        tuning_ns: u64,
-    ) {
+    fn store(&self, key: TuningKey, names: Vec<String>, timings: Vec<CandidateTiming>, choice: &str, tuning_ns: u64) {
         let mut st = self.lock();
         st.cache.insert(
             key.clone(),
             CacheEntry {
-                device: fingerprint,
+                key: key.clone(),
                 candidates: names,
                 choice: choice.to_owned(),
                 timings_ns: timings.iter().map(|t| t.median_ns).collect(),
             },
         );
-        st.records.push(TuningRecord {
-            key,
-            op: op.to_owned(),
-            candidates: timings,
-            choice: choice.to_owned(),
-            tuning_ns,
-        });
+        let op = key.op.clone();
+        st.records.push(TuningRecord { key, op, candidates: timings, choice: choice.to_owned(), tuning_ns });
         // A cache that cannot be written costs a re-tune next time, not this op.
         let _ = Autotuner::save(&st);
     }
@@ -372,7 +437,7 @@ impl Autotuner {
     /// heuristic's choice unless another beats it by [`MIN_GAIN`]. Returns an index
     /// into `candidates` (`heuristic` when `candidates` is empty).
     #[allow(clippy::too_many_arguments)]
-    pub fn choose_runtime<P: Debug, E>(
+    pub fn choose_runtime<P: Serialize, E>(
         &self,
         device: &Device,
         op: &'static str,
@@ -397,12 +462,10 @@ impl Autotuner {
             TuneMode::Benchmark => {}
         }
         let names: Vec<String> = candidates.iter().map(|c| c.name.to_owned()).collect();
-        let fingerprint = device_fingerprint(device);
-        let key = format!("{}|{}|{:?}|{}", op, dtype.as_str(), problem, fingerprint);
+        let key = TuningKey::new(op, dtype, problem, device);
         {
             let st = self.lock();
             if let Some(e) = st.cache.get(&key)
-                && e.device == fingerprint
                 && e.candidates == names
                 && let Some(i) = candidates.iter().position(|c| c.name == e.choice)
             {
@@ -432,7 +495,7 @@ impl Autotuner {
         let tuning_ns = now_ns().saturating_sub(started);
         let best = pick(&timings, &keep, Some(heuristic)).unwrap_or(heuristic);
         let ran: Vec<CandidateTiming> = timings.into_iter().zip(&keep).filter(|(_, k)| **k).map(|(t, _)| t).collect();
-        self.store(key, fingerprint, op, names, ran, candidates[best].name, tuning_ns);
+        self.store(key, names, ran, candidates[best].name, tuning_ns);
         Ok(best)
     }
 }
@@ -606,8 +669,8 @@ mod tests {
         assert_eq!(rec.len(), 1);
         assert_eq!(rec[0].op, "conv2d");
         assert_eq!(rec[0].choice, "own_det");
-        assert!(rec[0].key.starts_with("conv2d|float16|"), "{}", rec[0].key);
-        assert!(rec[0].key.contains(&format!("{:?}", problem())));
+        assert_eq!((rec[0].key.op.as_str(), rec[0].key.dtype.as_str()), ("conv2d", "float16"), "{}", rec[0].key);
+        assert_eq!(rec[0].key.problem, serde_json::to_string(&problem()).unwrap());
         // Only candidates that ran are in the record, with their runs.
         let names: Vec<&str> = rec[0].candidates.iter().map(|c| c.algorithm.as_str()).collect();
         assert_eq!(names, ["lib_det", "own_det"]);
@@ -631,33 +694,61 @@ mod tests {
         assert_eq!(t2.cached(), 0);
     }
 
+    /// A store in memory, as a file store would behave.
+    #[derive(Debug, Default)]
+    struct MemoryStore(Mutex<Option<Vec<u8>>>);
+
+    impl TuningStore for MemoryStore {
+        fn location(&self) -> String {
+            "memory".into()
+        }
+        fn load(&self) -> std::io::Result<Option<Vec<u8>>> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        fn save(&self, bytes: &[u8]) -> std::io::Result<()> {
+            *self.0.lock().unwrap() = Some(bytes.to_vec());
+            Ok(())
+        }
+    }
+
+    impl MemoryStore {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone().unwrap()).unwrap()
+        }
+        fn set(&self, text: &str) {
+            *self.0.lock().unwrap() = Some(text.as_bytes().to_vec());
+        }
+    }
+
     #[test]
     fn persisted_choices_reload_and_invalidate() {
-        let dir = std::env::temp_dir().join(format!("vramlab-autotune-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("cache.json");
-        let _ = std::fs::remove_file(&path);
+        let store = Arc::new(MemoryStore::default());
         let t = Autotuner::default();
         t.set_mode(TuneMode::Benchmark);
-        t.persist_to(&path).unwrap();
+        assert_eq!(t.persist(store.clone()).unwrap(), CacheLoad::Empty);
         let fake = |a: ConvAlgo| if a == ConvAlgo::Im2colGemm { 5 } else { 50 };
         let _: ConvAlgo = t.choose(&Device::cpu(), &problem(), DType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
-        assert!(path.exists());
+        // The stored form: versioned, with the key's fields by name.
+        let saved: serde_json::Value = serde_json::from_str(&store.text()).unwrap();
+        assert_eq!(saved["version"], CACHE_VERSION);
+        let key = &saved["entries"][0]["key"];
+        assert_eq!((key["op"].as_str(), key["dtype"].as_str()), (Some("conv2d"), Some("float32")));
+        let problem_json: serde_json::Value = serde_json::from_str(key["problem"].as_str().unwrap()).unwrap();
+        assert_eq!(problem_json["pass"], "forward", "{problem_json}");
 
         let t2 = Autotuner::default();
         t2.set_mode(TuneMode::Benchmark);
-        t2.persist_to(&path).unwrap();
+        assert_eq!(t2.persist(store.clone()).unwrap(), CacheLoad::Loaded(1));
         let a: ConvAlgo = t2
-            .choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("loaded from file") })
+            .choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("loaded from the store") })
             .unwrap();
         assert_eq!(a, ConvAlgo::Im2colGemm);
 
         // A changed candidate set invalidates the entry.
-        let text = std::fs::read_to_string(&path).unwrap().replace("\"direct\"", "\"retired_algo\"");
-        std::fs::write(&path, text).unwrap();
+        store.set(&store.text().replace("\"direct\"", "\"retired_algo\""));
         let t3 = Autotuner::default();
         t3.set_mode(TuneMode::Benchmark);
-        t3.persist_to(&path).unwrap();
+        t3.persist(store.clone()).unwrap();
         let mut measured = false;
         let _: ConvAlgo = t3
             .choose(&Device::cpu(), &problem(), DType::F32, |a| {
@@ -667,9 +758,21 @@ mod tests {
             .unwrap();
         assert!(measured, "a stale candidate set must be re-tuned");
 
-        std::fs::write(&path, "not json").unwrap();
-        let err = Autotuner::default().persist_to(&path).unwrap_err();
-        assert!(err.to_string().contains("not a vramlab autotuner cache"), "{err}");
-        let _ = std::fs::remove_dir_all(&dir);
+        // Another version (version 1 keyed entries by `Debug` strings): ignored, with the reason, and rewritten.
+        store.set(r#"{"version":1,"entries":{"conv2d|float32|ConvProblem { .. }|cpu":{"device":"cpu"}}}"#);
+        let t4 = Autotuner::default();
+        t4.set_mode(TuneMode::Benchmark);
+        match t4.persist(store.clone()).unwrap() {
+            CacheLoad::Ignored(reason) => {
+                assert!(reason.contains("version 1") && reason.contains("tuned again"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let _: ConvAlgo = t4.choose(&Device::cpu(), &problem(), DType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
+        assert!(store.text().contains(&format!("\"version\": {CACHE_VERSION}")), "rewritten in the current version");
+
+        store.set("not json");
+        let err = Autotuner::default().persist(store).unwrap_err();
+        assert!(err.to_string().contains("memory is not a vramlab autotuner cache"), "{err}");
     }
 }

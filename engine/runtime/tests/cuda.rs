@@ -709,7 +709,7 @@ fn conv2d_benchmark_mode_tunes_on_the_gpu_and_keeps_its_choice() {
     let (_, w) = random_pair(&mut rng, &[40, 24, 3, 3], 1.0, DType::F32, &gpu);
     let before = tuner.records().len();
     let (_, first) = x.conv2d_timed(&w, opts).unwrap();
-    let new: Vec<_> = tuner.records().into_iter().skip(before).filter(|r| r.key.contains("cuda:0")).collect();
+    let new: Vec<_> = tuner.records().into_iter().skip(before).filter(|r| r.key.device.contains("cuda:0")).collect();
     assert!(!new.is_empty(), "benchmark mode recorded no tuning for cuda:0");
     let record = new.iter().find(|r| r.choice == first.algorithm).unwrap_or_else(|| {
         panic!("no tuning chose {}, the algorithm that ran: {new:#?}", first.algorithm);
@@ -718,7 +718,7 @@ fn conv2d_benchmark_mode_tunes_on_the_gpu_and_keeps_its_choice() {
     println!("conv2d on the GPU: {} candidates, chose {}", record.candidates.len(), record.choice);
     let (_, second) = x.conv2d_timed(&w, opts).unwrap();
     assert_eq!(second.algorithm, first.algorithm, "the cached choice");
-    let after: Vec<_> = tuner.records().into_iter().skip(before).filter(|r| r.key.contains("cuda:0")).collect();
+    let after: Vec<_> = tuner.records().into_iter().skip(before).filter(|r| r.key.device.contains("cuda:0")).collect();
     assert_eq!(after.len(), new.len(), "a second call must not tune again");
 }
 

@@ -241,7 +241,7 @@ fn autotuner_modes_choose_real_algorithms() {
     let (y_off, t_off) = x.conv2d_timed(&w, opts).unwrap();
     tuner.set_mode(TuneMode::Benchmark);
     let (y_bench, t_bench) = x.conv2d_timed(&w, opts).unwrap();
-    let rec = tuner.records().into_iter().find(|r| r.op == "conv2d" && r.key.contains("cpu:19")).expect("tuned");
+    let rec = tuner.records().into_iter().find(|r| r.op == "conv2d" && r.key.device.contains("cpu:19")).expect("tuned");
     assert!(rec.candidates.len() >= 3, "direct, im2col, winograd at least: {rec:?}");
     assert_eq!(rec.choice, t_bench.algorithm);
     tuner.set_mode(TuneMode::Deterministic);

@@ -7,7 +7,7 @@ use vramlab_engine::alloc::{AllocatorConfig, CachingAllocator, SimulatedMemory};
 use vramlab_engine::hooks::{Hooks, Tag};
 use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
 
-pub const MIB: u64 = 1 << 20;
+pub use vramlab_engine::alloc::consts::MIB;
 
 /// A small deterministic generator (xorshift64*), so failures reproduce.
 pub struct Rng(u64);

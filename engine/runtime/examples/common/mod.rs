@@ -1,4 +1,4 @@
-// Shared by the examples: `--device NAME` from the command line.
+//! Shared by the examples: `--device NAME` from the command line.
 
 use vramlab_engine::device::Device;
 

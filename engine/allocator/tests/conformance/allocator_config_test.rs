@@ -1,0 +1,103 @@
+//! `c10/test/core/AllocatorConfig_test.cpp` (pytorch/pytorch commit
+//! 8266849bda90b66701d82c9a839849b115a765c7, the `AcceleratorAllocatorConfig` version
+//! of PyTorch 2.9–2.11 that `AllocatorConfig::parse` models):
+//! `AllocatorConfigTest.allocator_config_test`.
+//!
+//! Each `setAllocatorSettings(env)` there re-parses from the defaults, as
+//! [`AllocatorConfig::parse`] does. Not converted: the `device_specific_option_mb`
+//! key, which the test registers itself through `REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK`
+//! (an extension point for other devices; vramlab refuses unknown keys, as the CUDA
+//! parser does from PyTorch 2.10); and `getAllocatorSettings() == env`, since vramlab
+//! keeps the parsed config rather than the string (its canonical text round-trips
+//! instead, asserted below).
+
+use vramlab_allocator::AllocatorConfig;
+use vramlab_allocator::consts::MIB;
+
+fn parse(env: &str) -> AllocatorConfig {
+    let config = AllocatorConfig::parse(env).unwrap_or_else(|e| panic!("{env}: {e}"));
+    // vramlab's own: the canonical text reads back to the same config.
+    assert_eq!(AllocatorConfig::parse(&config.to_string()).unwrap(), config, "{env}");
+    config
+}
+
+#[test]
+fn allocator_config_test() {
+    const K_MB: u64 = MIB;
+    let env = "max_split_size_mb:40,\
+               max_non_split_rounding_mb:30,\
+               garbage_collection_threshold:0.5,\
+               roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1],\
+               expandable_segments:True,\
+               pinned_use_background_threads:True";
+    let config = parse(env);
+    assert_eq!(config.max_split_size, Some(40 * K_MB));
+    assert_eq!(config.max_non_split_rounding, 30 * K_MB);
+    assert_eq!(config.garbage_collection_threshold, Some(0.5));
+    assert_eq!(config.roundup_divisions_for(32 * K_MB), 8);
+    assert_eq!(config.roundup_divisions_for(64 * K_MB), 8);
+    assert_eq!(config.roundup_divisions_for(128 * K_MB), 2);
+    assert_eq!(config.roundup_divisions_for(256 * K_MB), 4);
+    assert_eq!(config.roundup_divisions_for(512 * K_MB), 2);
+    assert_eq!(config.roundup_divisions_for(1024 * K_MB), 4);
+    assert_eq!(config.roundup_divisions_for(2048 * K_MB), 1);
+    assert_eq!(config.roundup_divisions_for(4096 * K_MB), 1);
+    assert_eq!(config.roundup_divisions_for(8192 * K_MB), 1);
+    assert!(config.expandable_segments);
+    // pinned_use_background_threads: accepted; pinned host memory is not modelled.
+
+    let env = "max_split_size_mb:20,\
+               max_non_split_rounding_mb:40,\
+               garbage_collection_threshold:0.8";
+    let config = parse(env);
+    assert_eq!(config.max_split_size, Some(20 * K_MB));
+    assert_eq!(config.max_non_split_rounding, 40 * K_MB);
+    assert_eq!(config.garbage_collection_threshold, Some(0.8));
+
+    // roundup_power2_divisions knob array syntax
+    let env = "roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]";
+    let config = parse(env);
+    assert_eq!(config.roundup_divisions_for(64 * K_MB), 8);
+    assert_eq!(config.roundup_divisions_for(128 * K_MB), 8);
+    assert_eq!(config.roundup_divisions_for(256 * K_MB), 16);
+    assert_eq!(config.roundup_divisions_for(512 * K_MB), 1);
+    assert_eq!(config.roundup_divisions_for(1024 * K_MB), 0);
+    assert_eq!(config.roundup_divisions_for(2048 * K_MB), 8);
+    assert_eq!(config.roundup_divisions_for(4096 * K_MB), 2);
+
+    // roundup_power2_divisions single value syntax for backward compatibility
+    let env = "roundup_power2_divisions:4";
+    let config = parse(env);
+    assert_eq!(config.roundup_divisions_for(64 * K_MB), 4);
+    assert_eq!(config.roundup_divisions_for(256 * K_MB), 4);
+    assert_eq!(config.roundup_divisions_for(2048 * K_MB), 4);
+
+    let env = "expandable_segments:False,";
+    let config = parse(env);
+    assert!(!config.expandable_segments);
+
+    let env = "pinned_use_background_threads:False";
+    parse(env);
+}
+
+/// From the source (`AcceleratorAllocatorConfig::parseArgs` and its checks): the
+/// refusals the test file does not exercise.
+#[test]
+fn refusals_follow_the_parser() {
+    for (env, fragment) in [
+        ("max_split_size_mb:19", "large segment size"),
+        ("max_non_split_rounding_mb:19", "large segment size"),
+        ("garbage_collection_threshold:1.0", "strictly between 0 and 1"),
+        ("garbage_collection_threshold:0", "strictly between 0 and 1"),
+        ("roundup_power2_divisions:3", "power of two"),
+        ("roundup_power2_divisions:[64:3]", "power of two"),
+        ("roundup_power2_divisions:[63:4]", "power of two"),
+        ("expandable_segments:true", "True or False"),
+        ("per_process_memory_fraction:1.5", "between 0 and 1"),
+        ("large_segment_size_mb:10", "greater than 10"),
+        ("device_specific_option_mb:64", "unknown allocator option"),
+    ] {
+        let err = AllocatorConfig::parse(env).expect_err(env).to_string();
+        assert!(err.contains(fragment), "{env}: {err}");
+    }
+}

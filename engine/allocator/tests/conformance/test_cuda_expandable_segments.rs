@@ -1,0 +1,52 @@
+//! `test/test_cuda_expandable_segments.py` (pytorch/pytorch commit
+//! 079f90097f3a95c53dee49374203a895885478f4): it re-runs `TestCuda` (and
+//! `TestBlockStateAbsorption`, `TestCudaAllocator`, `TestMemPool`) from
+//! `test_cuda.py` after `_set_allocator_settings("expandable_segments:True")`.
+//! Here: the converted `TestCuda` tests with expandable segments on.
+
+use crate::test_cuda;
+
+#[test]
+fn test_memory_allocation() {
+    test_cuda::memory_allocation(true);
+}
+
+#[test]
+fn test_memory_stats() {
+    test_cuda::memory_stats(true);
+}
+
+#[test]
+fn test_out_of_memory() {
+    test_cuda::out_of_memory(true);
+}
+
+#[test]
+fn test_out_of_memory_retry() {
+    test_cuda::out_of_memory_retry(true);
+}
+
+#[test]
+fn test_set_per_process_memory_fraction() {
+    test_cuda::set_per_process_memory_fraction(true);
+}
+
+#[test]
+fn test_get_per_process_memory_fraction() {
+    test_cuda::get_per_process_memory_fraction(true);
+}
+
+#[test]
+fn test_record_stream() {
+    test_cuda::record_stream(true);
+}
+
+#[test]
+fn test_record_stream_on_shifted_view() {
+    test_cuda::record_stream_on_shifted_view(true);
+}
+
+#[test]
+fn test_caching_allocator_record_stream_oom() {
+    test_cuda::caching_allocator_record_stream_oom(true);
+}

@@ -1,0 +1,337 @@
+//! The tidy test: the architecture's rules that Cargo and the compiler do not
+//! check, checked over the real tree (in the manner of rust-analyzer's
+//! `xtask/src/tidy.rs`). Each rule is a function over in-memory inputs, so a
+//! unit test can plant a violation and see it reported; `the_tree_is_tidy`
+//! runs every rule over the workspace.
+//!
+//! The rules (ARCHITECTURE.md, "Invariants"):
+//! 1. **Direction.** Crates depend only downwards along
+//!    rng, allocator, cpu-kernels → engine (runtime) → train → profiler →
+//!    suites → reports → xtask → tests; the allocator model, the CPU kernels
+//!    and the generator depend on no other engine crate but the generator.
+//!    Normal, build and dev dependencies alike.
+//! 2. **Native libraries.** cudarc is a dependency of the runtime only;
+//!    nvml-wrapper of the profiler only.
+//! 3. **Writers.** Only `reports` writes files, and xtask's GPU bundle builder
+//!    (`xtask/src/gpu_check.rs`). A write is a call that creates, changes,
+//!    renames or removes a file or folder (`fs::write`, `File::create`,
+//!    `OpenOptions`, `fs::rename`, `fs::copy`, `create_dir…`, `remove_…`,
+//!    `set_permissions`). Test code may write (fixtures, temporary folders):
+//!    `tests/`, `benches/` and `examples/` folders, and everything from a
+//!    file's first `#[cfg(test)]` on, which by the project's convention is its
+//!    test module at the end.
+//! 4. **Headers.** Every Rust source file opens with a `//!` comment saying
+//!    what it holds.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The layers, lowest first; a crate may depend on crates of lower layers only.
+const LAYERS: &[&[&str]] = &[
+    &["vramlab-rng"],
+    &["vramlab-allocator", "vramlab-cpu-kernels"],
+    &["vramlab-engine"],
+    &["vramlab-train"],
+    &["vramlab-profiler"],
+    &["vramlab-suites"],
+    &["vramlab-reports"],
+    &["xtask"],
+    &["vramlab-tests"],
+];
+
+/// Native-library bindings and the one crate allowed to link each.
+const NATIVE: &[(&str, &str)] = &[("cudarc", "vramlab-engine"), ("nvml-wrapper", "vramlab-profiler")];
+
+/// Crates that may write files anywhere in their source.
+const WRITER_CRATES: &[&str] = &["vramlab-reports"];
+/// Single files of other crates that may write files.
+const WRITER_FILES: &[&str] = &["xtask/src/gpu_check.rs"];
+
+/// Calls that create, change, rename or remove files or folders.
+const WRITE_CALLS: &[&str] = &[
+    "fs::write(",
+    "File::create(",
+    "File::create_new(",
+    "OpenOptions",
+    "fs::rename(",
+    "fs::copy(",
+    "fs::create_dir(",
+    "fs::create_dir_all(",
+    "fs::remove_file(",
+    "fs::remove_dir(",
+    "fs::remove_dir_all(",
+    "fs::set_permissions(",
+    "fs::hard_link(",
+];
+
+/// One workspace crate as the rules see it.
+#[derive(Debug, Clone)]
+struct Krate {
+    name: String,
+    /// Folder of its `Cargo.toml`, relative to the workspace root.
+    dir: PathBuf,
+    /// (dependency name, kind: "normal", "dev" or "build").
+    deps: Vec<(String, String)>,
+}
+
+fn layer_of(name: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&name))
+}
+
+/// Rule 1: every dependency on a workspace crate points to a lower layer.
+fn check_direction(krates: &[Krate]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for k in krates {
+        let Some(own) = layer_of(&k.name) else {
+            errors.push(format!(
+                "{}: a crate the tidy test does not know — place it in LAYERS (tests/tests/tidy.rs) and in ARCHITECTURE.md",
+                k.name
+            ));
+            continue;
+        };
+        for (dep, kind) in &k.deps {
+            if let Some(theirs) = layer_of(dep)
+                && theirs >= own
+            {
+                errors.push(format!(
+                    "{} ({}/Cargo.toml): {kind} dependency on {dep} points against the direction \
+                     rng, allocator, cpu-kernels → engine → train → profiler → suites → reports → xtask",
+                    k.name,
+                    k.dir.display()
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// Rule 2: each native binding is a dependency of its one crate only.
+fn check_native(krates: &[Krate]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for k in krates {
+        for (dep, kind) in &k.deps {
+            if let Some((lib, owner)) = NATIVE.iter().find(|(lib, _)| lib == dep)
+                && k.name != *owner
+            {
+                errors.push(format!(
+                    "{} ({}/Cargo.toml): {kind} dependency on {lib}, which only {owner} may link",
+                    k.name,
+                    k.dir.display()
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// The part of a source file that is not test code: everything before its
+/// first `#[cfg(test)]`.
+fn non_test_part(source: &str) -> &str {
+    source.find("#[cfg(test)]").map_or(source, |i| &source[..i])
+}
+
+/// Whether `path` (relative to the root) holds only test, bench or example code.
+fn is_test_path(path: &Path) -> bool {
+    path.components().any(|c| matches!(c.as_os_str().to_str(), Some("tests" | "benches" | "examples")))
+}
+
+/// Rule 3: file writes in `path` (relative), a file of crate `krate`.
+fn check_writes(krate: &str, path: &Path, source: &str) -> Vec<String> {
+    if WRITER_CRATES.contains(&krate) || is_test_path(path) || WRITER_FILES.iter().any(|f| path == Path::new(f)) {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    for (n, line) in non_test_part(source).lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        if let Some(call) = WRITE_CALLS.iter().find(|c| code.contains(*c)) {
+            errors.push(format!(
+                "{}:{}: `{}` writes a file in {krate}; only vramlab-reports writes files \
+                 (persist through a store interface implemented there)",
+                path.display(),
+                n + 1,
+                call.trim_end_matches('(')
+            ));
+        }
+    }
+    errors
+}
+
+/// Rule 4: the file opens with a `//!` header.
+fn check_header(path: &Path, source: &str) -> Option<String> {
+    let first = source.lines().map(str::trim).find(|l| !l.is_empty());
+    match first {
+        Some(l) if l.starts_with("//!") => None,
+        _ => Some(format!("{}: no `//!` header — open the file with a line saying what it holds", path.display())),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
+}
+
+/// The workspace's crates from `cargo metadata`.
+fn workspace_crates(root: &Path) -> Vec<Krate> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(root)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| {
+            let manifest = Path::new(p["manifest_path"].as_str().unwrap());
+            let dir = manifest.parent().unwrap().strip_prefix(root).unwrap_or(manifest).to_path_buf();
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| {
+                    let kind = d["kind"].as_str().unwrap_or("normal").to_owned();
+                    (d["name"].as_str().unwrap().to_owned(), kind)
+                })
+                .collect();
+            Krate { name: p["name"].as_str().unwrap().to_owned(), dir, deps }
+        })
+        .collect()
+}
+
+/// Every `.rs` file under `dir`, skipping `target` folders.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if p.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn the_tree_is_tidy() {
+    let root = workspace_root();
+    let krates = workspace_crates(&root);
+    assert!(krates.len() >= 10, "cargo metadata found {} crates", krates.len());
+    let mut errors = check_direction(&krates);
+    errors.extend(check_native(&krates));
+    // Longest folder first, so a file belongs to the innermost crate.
+    let mut by_dir: Vec<&Krate> = krates.iter().collect();
+    by_dir.sort_by_key(|k| std::cmp::Reverse(k.dir.as_os_str().len()));
+    let mut files = 0;
+    for k in &krates {
+        let mut paths = Vec::new();
+        rust_files(&root.join(&k.dir), &mut paths);
+        for p in paths {
+            let rel = p.strip_prefix(&root).unwrap().to_path_buf();
+            let owner = by_dir.iter().find(|o| rel.starts_with(&o.dir)).map(|o| o.name.as_str());
+            if owner != Some(k.name.as_str()) {
+                continue; // a nested crate's file, checked with that crate
+            }
+            let source = std::fs::read_to_string(&p).unwrap();
+            files += 1;
+            errors.extend(check_writes(&k.name, &rel, &source));
+            errors.extend(check_header(&rel, &source));
+        }
+    }
+    assert!(files > 100, "only {files} Rust files found");
+    assert!(errors.is_empty(), "the tree breaks {} rule(s):\n{}", errors.len(), errors.join("\n"));
+}
+
+fn krate(name: &str, deps: &[(&str, &str)]) -> Krate {
+    Krate {
+        name: name.into(),
+        dir: PathBuf::from(name),
+        deps: deps.iter().map(|(d, k)| ((*d).into(), (*k).into())).collect(),
+    }
+}
+
+#[test]
+fn a_dependency_against_the_direction_is_reported() {
+    let good = [krate("vramlab-engine", &[("vramlab-allocator", "normal"), ("cudarc", "normal")])];
+    assert!(check_direction(&good).is_empty());
+    let backwards = [krate("vramlab-allocator", &[("vramlab-engine", "normal")])];
+    let e = check_direction(&backwards);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("vramlab-allocator") && e[0].contains("dependency on vramlab-engine"), "{}", e[0]);
+    // Same layer counts as against the direction: the model and the kernels are independent.
+    let sideways = [krate("vramlab-cpu-kernels", &[("vramlab-allocator", "dev")])];
+    assert_eq!(check_direction(&sideways).len(), 1);
+    let dev_backwards = [krate("vramlab-profiler", &[("vramlab-suites", "dev")])];
+    assert!(check_direction(&dev_backwards)[0].contains("dev dependency on vramlab-suites"));
+    let unknown = [krate("vramlab-new", &[])];
+    assert!(check_direction(&unknown)[0].contains("does not know"));
+}
+
+#[test]
+fn native_bindings_outside_their_crate_are_reported() {
+    let ok =
+        [krate("vramlab-engine", &[("cudarc", "normal")]), krate("vramlab-profiler", &[("nvml-wrapper", "normal")])];
+    assert!(check_native(&ok).is_empty());
+    let e = check_native(&[krate("vramlab-suites", &[("cudarc", "normal"), ("nvml-wrapper", "dev")])]);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].contains("vramlab-suites") && e[0].contains("cudarc") && e[0].contains("only vramlab-engine"));
+    assert!(e[1].contains("dev dependency on nvml-wrapper") && e[1].contains("only vramlab-profiler"));
+}
+
+#[test]
+fn a_file_write_outside_reports_is_reported_with_its_line() {
+    let src = "//! A suite.\nfn run() {\n    let x = 1;\n    std::fs::write(\"out.json\", b\"{}\").unwrap();\n}\n";
+    let path = Path::new("bench-suites/src/suites/memory.rs");
+    let e = check_writes("vramlab-suites", path, src);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("bench-suites/src/suites/memory.rs:4:") && e[0].contains("fs::write"), "{}", e[0]);
+    for (call, line) in [("File::create(p)", 2), ("OpenOptions::new()", 2), ("std::fs::rename(a, b)", 2)] {
+        let src = format!("//! x\n{call};\n");
+        let e = check_writes("vramlab-engine", Path::new("engine/runtime/src/autotune.rs"), &src);
+        assert!(e.len() == 1 && e[0].contains(&format!(":{line}:")), "{call}: {e:?}");
+    }
+    // Allowed: the reports crate, the bundle builder, test code and comments.
+    assert!(check_writes("vramlab-reports", Path::new("reports/src/lib.rs"), src).is_empty());
+    assert!(check_writes("xtask", Path::new("xtask/src/gpu_check.rs"), src).is_empty());
+    assert!(!check_writes("xtask", Path::new("xtask/src/bench_cmd.rs"), src).is_empty());
+    assert!(check_writes("vramlab-suites", Path::new("bench-suites/tests/e2e.rs"), src).is_empty());
+    let in_tests =
+        "//! x\nfn f() {}\n#[cfg(test)]\nmod tests {\n    fn g() { std::fs::write(\"a\", b\"\").unwrap(); }\n}\n";
+    assert!(check_writes("vramlab-engine", Path::new("engine/runtime/src/x.rs"), in_tests).is_empty());
+    let commented = "//! x\n// std::fs::write is not called here\n";
+    assert!(check_writes("vramlab-engine", Path::new("engine/runtime/src/x.rs"), commented).is_empty());
+}
+
+#[test]
+fn a_file_without_a_header_is_reported() {
+    assert!(check_header(Path::new("a.rs"), "//! What it holds.\nfn f() {}\n").is_none());
+    assert!(check_header(Path::new("a.rs"), "\n\n//! After blank lines.\n").is_none());
+    let e = check_header(Path::new("engine/runtime/src/x.rs"), "use std::fs;\n//! too late\n").unwrap();
+    assert!(e.contains("engine/runtime/src/x.rs") && e.contains("no `//!` header"), "{e}");
+    assert!(check_header(Path::new("a.rs"), "/// An item doc, not a header.\nfn f() {}\n").is_some());
+    assert!(check_header(Path::new("a.rs"), "").is_some());
+}
+
+/// The rule lists name real things: every layer crate and writer file exists.
+#[test]
+fn the_rules_name_crates_and_files_that_exist() {
+    let root = workspace_root();
+    let krates = workspace_crates(&root);
+    let names: BTreeMap<&str, &Krate> = krates.iter().map(|k| (k.name.as_str(), k)).collect();
+    for name in LAYERS.iter().flat_map(|l| l.iter()) {
+        assert!(names.contains_key(name), "LAYERS names {name}, which is not a workspace crate");
+    }
+    for (_, owner) in NATIVE {
+        assert!(names.contains_key(owner), "{owner}");
+    }
+    for f in WRITER_FILES {
+        assert!(root.join(f).is_file(), "{f}");
+    }
+}
