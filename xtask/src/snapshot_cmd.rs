@@ -3,8 +3,7 @@
 //! the report with the fidelity check, readable or as JSON.
 
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{BufWriter, Read};
+use std::io::Read;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -32,16 +31,17 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
     };
     let r = snapshot::replay_snapshot(&snap, &opts).with_context(|| format!("cannot replay {name}"))?;
+    // Built in memory, written by vramlab-reports (the crate that writes files), atomically.
     if let Some(rec) = &r.recording {
         if let Some(path) = &args.export_snapshot {
-            let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-            snapshot::write_snapshot(rec, BufWriter::new(file))
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            let mut bytes = Vec::new();
+            snapshot::write_snapshot(rec, &mut bytes).context("cannot build the snapshot pickle")?;
+            vramlab_reports::write_atomic(path, &bytes).with_context(|| format!("cannot write {}", path.display()))?;
         }
         if let Some(path) = &args.chrome_trace {
-            let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-            snapshot::write_chrome_trace(rec, r.device, BufWriter::new(file))
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            let mut bytes = Vec::new();
+            snapshot::write_chrome_trace(rec, r.device, &mut bytes).context("cannot build the Chrome trace")?;
+            vramlab_reports::write_atomic(path, &bytes).with_context(|| format!("cannot write {}", path.display()))?;
         }
     }
     let mut out = Vec::new();
