@@ -69,7 +69,12 @@ Trace format (version 1): JSON Lines, one op per line; blank lines are skipped.
   {\"op\":\"empty_cache\"}
   {\"op\":\"reset_peak\"}
 id: any integer, unique among live allocations. size: bytes. stream (default 0) and tag are
-optional; tags: parameter, gradient, activation, optimizer_state, input, temporary, workspace.";
+optional; tags: parameter, gradient, activation, optimizer_state, input, temporary, workspace.
+
+PyTorch memory snapshots (torch.cuda.memory._dump_snapshot(), pickle protocols 2 to 5) are
+recognised by their content: one device's trace is replayed (--device, --from-us/--to-us), with
+the memory live before the recording placed first; under the snapshot's own allocator settings
+the replay is checked against the recorded segments (the fidelity check).";
 
 const REPLAY_AFTER_HELP: &str = "\
 Examples:
@@ -77,9 +82,34 @@ Examples:
   cargo xtask replay run.jsonl --capacity 24GiB --on-oom continue
   cargo xtask replay run.jsonl --alloc-conf expandable_segments:True --json > replay.json
   zcat run.jsonl.gz | cargo xtask replay -
+  cargo xtask replay snapshot.pickle --device 1
+  cargo xtask replay snapshot.pickle --alloc-conf expandable_segments:True \
+      --export-snapshot replayed.pickle --chrome-trace replayed.json
 
 Exit status: 0 when the trace replayed (out-of-memory events are results, not failures);
 1 when the trace is malformed or unreadable (the message names the line); 2 for usage errors.";
+
+const WHATIF_ABOUT: &str =
+    "Replay a PyTorch memory snapshot under other allocator settings: would it fit, and with which?";
+
+const WHATIF_LONG_ABOUT: &str = "\
+Replay the requests of a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot(), any pickle
+protocol) under other allocator settings and device capacities, offline, from the file: for
+each setting the peak reserved and allocated memory, the fragmentation at the reserved peak
+(reserved - allocated, and the largest free block), the segment allocations (cudaMalloc calls,
+each a device synchronisation) and whether and where it runs out of memory. --sweep tries a grid
+of PYTORCH_CUDA_ALLOC_CONF settings (expandable_segments, max_split_size_mb,
+roundup_power2_divisions) in parallel and recommends the one with the lowest peak reserved
+memory that fits in --capacity (ties: fewer cudaMalloc calls). The allocations live at the
+allocated peak are listed by the code that made them (top frame), largest first.";
+
+const WHATIF_AFTER_HELP: &str = "\
+Examples:
+  cargo xtask whatif snapshot.pickle --capacity 24GiB --sweep
+  cargo xtask whatif snapshot.pickle --alloc-conf expandable_segments:True --json
+
+Exit status: 0 when the snapshot replayed (out-of-memory is a result); 1 when the file is not a
+readable snapshot; 2 for usage errors.";
 
 const GPU_CHECK_ABOUT: &str = "Build the GPU test bundle (tests + GPU figures, no Rust needed to run it) and run it";
 
@@ -110,12 +140,16 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     #[command(about = BENCH_ABOUT, long_about = BENCH_LONG_ABOUT, after_help = BENCH_AFTER_HELP)]
     Bench(BenchArgs),
     #[command(about = REPLAY_ABOUT, long_about = REPLAY_LONG_ABOUT, after_help = REPLAY_AFTER_HELP)]
     Replay(ReplayArgs),
+    #[command(about = WHATIF_ABOUT, long_about = WHATIF_LONG_ABOUT, after_help = WHATIF_AFTER_HELP)]
+    Whatif(WhatifArgs),
     #[command(about = GPU_CHECK_ABOUT, long_about = GPU_CHECK_LONG_ABOUT, after_help = GPU_CHECK_AFTER_HELP)]
     GpuCheck(GpuCheckArgs),
     #[command(about = crate::check_cmd::ABOUT, long_about = crate::check_cmd::LONG_ABOUT, after_help = crate::check_cmd::AFTER_HELP)]
@@ -240,6 +274,65 @@ pub struct ReplayArgs {
     pub on_oom: OnOomArg,
 
     /// Print one JSON object (the flattened memory_stats, the OOMs, the peaks) instead of the report
+    #[arg(long)]
+    pub json: bool,
+
+    /// PyTorch snapshots: the device whose trace to replay [default: the one with the most entries]
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
+
+    /// PyTorch snapshots: keep only entries at or after this time_us
+    #[arg(long, value_name = "US", allow_hyphen_values = true)]
+    pub from_us: Option<i64>,
+
+    /// PyTorch snapshots: keep only entries at or before this time_us
+    #[arg(long, value_name = "US", allow_hyphen_values = true)]
+    pub to_us: Option<i64>,
+
+    /// PyTorch snapshots: write the replay as a snapshot pickle (for pytorch.org/memory_viz)
+    #[arg(long, value_name = "OUT")]
+    pub export_snapshot: Option<PathBuf>,
+
+    /// PyTorch snapshots: write the replay as a Chrome/Perfetto trace (JSON)
+    #[arg(long, value_name = "OUT")]
+    pub chrome_trace: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct WhatifArgs {
+    /// The PyTorch memory snapshot (a pickle from torch.cuda.memory._dump_snapshot())
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Memory of the simulated device, e.g. 24GiB [default: unlimited]
+    #[arg(long, value_name = "SIZE", value_parser = parse_capacity, allow_hyphen_values = true)]
+    pub capacity: Option<u64>,
+
+    /// Try a grid of allocator settings and recommend the best that fits
+    #[arg(long)]
+    pub sweep: bool,
+
+    /// A setting to try besides the recorded one, in PYTORCH_CUDA_ALLOC_CONF syntax (repeatable)
+    #[arg(long, value_name = "STR", value_parser = AllocatorConfig::parse)]
+    pub alloc_conf: Vec<AllocatorConfig>,
+
+    /// The device whose trace to replay [default: the one with the most entries]
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
+
+    /// Keep only entries at or after this time_us
+    #[arg(long, value_name = "US", allow_hyphen_values = true)]
+    pub from_us: Option<i64>,
+
+    /// Keep only entries at or before this time_us
+    #[arg(long, value_name = "US", allow_hyphen_values = true)]
+    pub to_us: Option<i64>,
+
+    /// Rows of the "who holds memory at the peak" table
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+
+    /// Print one JSON object instead of the tables
     #[arg(long)]
     pub json: bool,
 }

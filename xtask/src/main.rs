@@ -1,6 +1,7 @@
-//! vramlab's command line (`cargo xtask …`): the only part of vramlab that talks
-//! to the terminal. Commands: `bench`, `replay`, `gpu-check`, `report`, `check`,
-//! `history`.
+//! vramlab's command line (`cargo xtask …`, or `vramlab …` installed with
+//! `cargo install --path xtask --bin vramlab`): the only part of vramlab that talks
+//! to the terminal. Commands: `bench`, `replay`, `whatif`, `report`, `gpu-check`,
+//! `check`, `history`.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
 //! names the file and line), 2 for usage errors (clap's) and from `report` for a
@@ -16,19 +17,35 @@ mod history_cmd;
 mod replay_cmd;
 mod report_cmd;
 mod size;
+mod snapshot_cmd;
+mod whatif_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Run as `vramlab` (the installable binary), the help says so.
+    let installed = std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_stem().map(|s| s == "vramlab"))
+        .unwrap_or(false);
+    let cli = if installed {
+        let matches = Cli::command().name("vramlab").bin_name("vramlab").get_matches();
+        match Cli::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    } else {
+        Cli::parse()
+    };
     let result = match &cli.command {
         Command::Bench(args) => bench_cmd::run(args),
         Command::Replay(args) => replay_cmd::run(args).map(|()| 0),
+        Command::Whatif(args) => whatif_cmd::run(args).map(|()| 0),
         Command::GpuCheck(args) => gpu_check::run(args),
         Command::Check(args) => check_cmd::run(args),
         Command::History(args) => history_cmd::run(args),

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
@@ -25,6 +25,30 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     };
     let from_stdin = args.file.as_os_str() == "-";
     let name = if from_stdin { "<stdin>".to_owned() } else { args.file.display().to_string() };
+    // A PyTorch memory snapshot, told by its content (a pickle), not its name.
+    let is_snapshot = |head: &[u8]| vramlab_engine::alloc::snapshot::is_pickle(head);
+    if from_stdin {
+        let mut stdin = io::stdin().lock();
+        if is_snapshot(stdin.fill_buf().context("cannot read standard input")?) {
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, stdin)?);
+        }
+    } else {
+        let mut file = open(&args.file)?;
+        if is_snapshot(file.fill_buf().with_context(|| format!("cannot read {name}"))?) {
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, file)?);
+        }
+    }
+    if args.device.is_some()
+        || args.from_us.is_some()
+        || args.to_us.is_some()
+        || args.export_snapshot.is_some()
+        || args.chrome_trace.is_some()
+    {
+        bail!(
+            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace apply to PyTorch memory snapshots; \
+             {name} is a vramlab trace (JSON Lines)"
+        );
+    }
     let result =
         if from_stdin { replay::replay(io::stdin().lock(), &opts) } else { replay::replay(open(&args.file)?, &opts) };
     let report = result.map_err(|e| replay_error(&name, e))?;
@@ -63,7 +87,7 @@ fn replay_error(name: &str, e: ReplayError) -> anyhow::Error {
 }
 
 /// Writes everything to stdout; a reader that went away (`| head`) is not an error.
-fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+pub fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
     let mut stdout = io::stdout().lock();
     match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("cannot write the report"),

@@ -3,8 +3,9 @@
 //! ARCHITECTURE.md), with its configuration, statistics, errors and the raw
 //! device memory it sits on; [`hooks`], the one event mechanism through which
 //! the allocator (and the runtime's kernels, copies and phases) report what they
-//! do; [`replay`], the allocation-trace format and its replay; and
-//! [`consistency`], PyTorch's check that the statistics agree with the snapshot.
+//! do; [`replay`], the allocation-trace format and its replay; [`consistency`],
+//! PyTorch's check that the statistics agree with the snapshot; and [`snapshot`],
+//! PyTorch memory snapshots read, replayed and checked against the recording.
 //!
 //! It depends on nothing else of vramlab: the runtime (`vramlab-engine`) builds
 //! devices on it and re-exports it as `vramlab_engine::alloc`.
@@ -20,6 +21,7 @@ mod free_set;
 pub mod hooks;
 mod raw;
 pub mod replay;
+pub mod snapshot;
 mod stats;
 mod summary;
 

@@ -1,0 +1,607 @@
+//! Replaying a snapshot's trace through the [`CachingAllocator`] on a simulated
+//! device, and the fidelity check: with the snapshot's own allocator settings
+//! the replay must reproduce the recorded segment allocations and frees (sizes,
+//! in order), the final segments and the totals they imply; the first place
+//! where they part is reported.
+//!
+//! Memory live before the first event (blocks allocated in the final segments
+//! with no `alloc` in the trace, and frees of blocks whose `alloc` the ring
+//! buffer lost) is allocated before the first event, in address order, as
+//! memory_viz places it, and counted in [`LiveAtStart`].
+
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
+use crate::hooks::{AllocatorAction, Event, Hooks, Subscriber};
+use crate::replay::{MAX_BYTES, OnOom};
+use crate::{
+    AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, PoolKind, SimulatedMemory, StreamId,
+};
+
+/// How to replay a snapshot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SnapshotReplayOptions {
+    /// The device whose trace to replay; `None` is the one with the most entries.
+    pub device: Option<usize>,
+    /// Keep only entries with `time_us` in this window (inclusive).
+    pub from_us: Option<i64>,
+    pub to_us: Option<i64>,
+    /// The simulated device's capacity; `None` is unlimited.
+    pub capacity_bytes: Option<u64>,
+    /// The settings to replay under; `None` is the snapshot's own (its
+    /// `allocator_settings`, or PyTorch's defaults when it has none).
+    pub config: Option<AllocatorConfig>,
+    pub on_oom: OnOom,
+    /// Record the replay itself as a [`Snapshot`] ([`SnapshotReplay::recording`]),
+    /// for export as a pickle or a Chrome trace.
+    pub record: bool,
+}
+
+/// Memory live when the recording began, placed before the first event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LiveAtStart {
+    /// Blocks allocated in the final segments with no `alloc` in the trace.
+    pub blocks_in_segments: u64,
+    pub blocks_in_segments_bytes: u64,
+    /// Blocks freed in the trace whose `alloc` is not in it (lost from the ring buffer).
+    pub freed_without_alloc: u64,
+    pub freed_without_alloc_bytes: u64,
+}
+
+/// Where the replay and the recording first disagree on segment events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SegmentDisagreement {
+    /// 0-based position in the sequence of segment events.
+    pub position: u64,
+    /// The recorded event there: its index in the device trace, action and size.
+    pub recorded: Option<(u64, Action, u64)>,
+    /// The replayed event there: the trace index that caused it, action and size.
+    pub replayed: Option<(u64, Action, u64)>,
+}
+
+/// The fidelity check's outcome (only for a whole-trace replay under the
+/// snapshot's own settings on an unlimited device).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FidelityReport {
+    pub recorded_segment_events: u64,
+    pub replayed_segment_events: u64,
+    pub first_segment_disagreement: Option<SegmentDisagreement>,
+    pub recorded_segments: u64,
+    pub replayed_segments: u64,
+    /// The first difference between the final segments (sorted by size, then
+    /// their blocks' sizes and states), described; `None` when they agree.
+    pub final_segments_disagreement: Option<String>,
+    pub recorded_allocated_bytes: u64,
+    pub replayed_allocated_bytes: u64,
+    pub recorded_reserved_bytes: u64,
+    pub replayed_reserved_bytes: u64,
+}
+
+impl FidelityReport {
+    pub fn agrees(&self) -> bool {
+        self.first_segment_disagreement.is_none()
+            && self.final_segments_disagreement.is_none()
+            && self.recorded_allocated_bytes == self.replayed_allocated_bytes
+            && self.recorded_reserved_bytes == self.replayed_reserved_bytes
+    }
+}
+
+/// One out-of-memory in the replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayOom {
+    /// Index of the `alloc` in the device trace.
+    pub trace_index: u64,
+    pub time_us: i64,
+    pub requested_bytes: u64,
+    pub frames: StackId,
+    pub message: String,
+}
+
+/// The outcome of a snapshot replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotReplay {
+    pub device: usize,
+    /// Whether the device was chosen as the busiest (no `--device`).
+    pub device_chosen: bool,
+    pub devices_with_entries: u64,
+    /// The settings replayed, in `PYTORCH_CUDA_ALLOC_CONF` syntax ("" = defaults).
+    pub alloc_conf: String,
+    pub settings_from_snapshot: bool,
+    pub capacity_bytes: Option<u64>,
+    pub entries: u64,
+    pub entries_in_window: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub live_at_start: LiveAtStart,
+    /// Entries that made no sense (a free of a block freed already, an alloc at a live address), skipped.
+    pub skipped_entries: u64,
+    pub first_skipped: Option<String>,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub final_allocated_bytes: u64,
+    pub final_reserved_bytes: u64,
+    /// Segment allocations (`cudaMalloc` calls, or mappings for expandable segments) in the replay.
+    pub segment_allocs: u64,
+    /// Free bytes in the largest free block, and reserved − allocated, at the reserved peak.
+    pub largest_free_block_at_peak_bytes: u64,
+    pub fragmentation_at_peak_bytes: u64,
+    pub ooms: Vec<ReplayOom>,
+    pub stopped_early: bool,
+    /// `oom` entries in the recording itself.
+    pub recorded_ooms: u64,
+    /// Private pools the snapshot's segments use on this device (not modelled: a finding).
+    pub private_pools: Vec<(i64, i64)>,
+    /// Index in the trace of the entry at which allocated memory peaked (after it ran).
+    pub peak_allocated_index: Option<u64>,
+    pub fidelity: Option<FidelityReport>,
+    /// The replay as a snapshot (its trace and final segments, the simulated
+    /// addresses; the memory placed before the first entry comes first), when
+    /// [`SnapshotReplayOptions::record`] asked for it.
+    #[serde(skip)]
+    pub recording: Option<Snapshot>,
+}
+
+/// A snapshot that cannot be replayed as asked.
+#[derive(Debug, Error)]
+pub enum SnapshotReplayError {
+    #[error(
+        "device {device} has no trace in this snapshot (it has {available} device trace(s); pick one with --device)"
+    )]
+    NoSuchDevice { device: usize, available: usize },
+    #[error(
+        "no device in this snapshot has trace entries; was it recorded with torch.cuda.memory._record_memory_history()?"
+    )]
+    NoTrace,
+    #[error("the capacity of {0} bytes is too large: at most 1 PiB can be simulated")]
+    CapacityTooLarge(u64),
+    #[error("the trace uses more than {max} streams, more than the allocator model tracks")]
+    TooManyStreams { max: u32 },
+    #[error("cannot set up the allocator: {0}")]
+    Setup(#[source] AllocError),
+    #[error("trace entry {index}: {source}")]
+    Allocator {
+        index: u64,
+        #[source]
+        source: AllocError,
+    },
+}
+
+/// Segment events of the replay, as they happen.
+/// An allocator event as the trace gives it: action, address, size, stream.
+type RawEvent = (Action, u64, u64, u32);
+
+#[derive(Default)]
+struct SegmentLog {
+    events: Mutex<Vec<(Action, u64)>>,
+    /// Every event (action, addr, size as PyTorch's trace gives it, stream), when recording.
+    all: Option<Mutex<Vec<RawEvent>>>,
+}
+
+impl Subscriber for SegmentLog {
+    fn on_event(&self, event: &Event) {
+        if let Event::Allocator(e) = event {
+            let action = match e.action {
+                AllocatorAction::SegmentAlloc => Action::SegmentAlloc,
+                AllocatorAction::SegmentFree => Action::SegmentFree,
+                AllocatorAction::SegmentMap => Action::SegmentMap,
+                AllocatorAction::SegmentUnmap => Action::SegmentUnmap,
+                AllocatorAction::Alloc => Action::Alloc,
+                AllocatorAction::FreeRequested => Action::FreeRequested,
+                AllocatorAction::FreeCompleted => Action::FreeCompleted,
+                AllocatorAction::Oom => Action::Oom,
+                AllocatorAction::EmptyCache => return,
+            };
+            let segment = matches!(
+                action,
+                Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
+            );
+            if let Some(all) = &self.all
+                && let Ok(mut v) = all.lock()
+            {
+                let size = if segment { e.rounded_bytes } else { e.requested_bytes };
+                v.push((action, e.addr, size, e.stream));
+            }
+            if segment && let Ok(mut v) = self.events.lock() {
+                v.push((action, e.rounded_bytes));
+            }
+        }
+    }
+}
+
+/// The replay's own events, as a trace, while it runs.
+struct Recorder {
+    trace: Vec<TraceEntry>,
+    /// Frames of the live blocks by (simulated) address.
+    frames_of: HashMap<u64, StackId>,
+}
+
+impl Recorder {
+    fn take(&mut self, log: &SegmentLog, time_us: i64, frames: StackId) {
+        let Some(all) = &log.all else { return };
+        let Ok(mut v) = all.lock() else { return };
+        for (action, addr, size, stream) in v.drain(..) {
+            if action == Action::Alloc {
+                self.frames_of.insert(addr, frames);
+            }
+            self.trace.push(TraceEntry { action, addr, size, stream: stream as i64, time_us, frames });
+        }
+    }
+}
+
+struct Streams {
+    ids: HashMap<i64, StreamId>,
+}
+
+impl Streams {
+    fn id(&mut self, raw: i64) -> Result<StreamId, SnapshotReplayError> {
+        let n = self.ids.len() as StreamId;
+        let id = *self.ids.entry(raw).or_insert(n);
+        // The allocator model tracks streams 0 ..= 1023 at least.
+        if id > 1023 {
+            return Err(SnapshotReplayError::TooManyStreams { max: 1024 });
+        }
+        Ok(id)
+    }
+}
+
+/// Replays `snapshot`'s trace for one device.
+pub fn replay_snapshot(
+    snapshot: &Snapshot,
+    opts: &SnapshotReplayOptions,
+) -> Result<SnapshotReplay, SnapshotReplayError> {
+    let (device, device_chosen) = match opts.device {
+        Some(d) if d < snapshot.device_traces.len() => (d, false),
+        Some(d) => {
+            return Err(SnapshotReplayError::NoSuchDevice { device: d, available: snapshot.device_traces.len() });
+        }
+        None => (snapshot.busiest_device().ok_or(SnapshotReplayError::NoTrace)?, true),
+    };
+    let trace = &snapshot.device_traces[device];
+    let windowed = opts.from_us.is_some() || opts.to_us.is_some();
+    let in_window =
+        |e: &TraceEntry| opts.from_us.is_none_or(|f| e.time_us >= f) && opts.to_us.is_none_or(|t| e.time_us <= t);
+    let (config, settings_from_snapshot) = match &opts.config {
+        Some(c) => (c.clone(), false),
+        None => (snapshot.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default(), true),
+    };
+    if let Some(c) = opts.capacity_bytes
+        && c > MAX_BYTES
+    {
+        return Err(SnapshotReplayError::CapacityTooLarge(c));
+    }
+    let raw = SimulatedMemory::with_capacity(opts.capacity_bytes.unwrap_or(MAX_BYTES));
+    let hooks = Hooks::new();
+    let log = Arc::new(SegmentLog { events: Mutex::default(), all: opts.record.then(Mutex::default) });
+    let mut recorder = opts.record.then(|| Recorder { trace: Vec::new(), frames_of: HashMap::default() });
+    let first_time_us = trace.iter().find(|e| in_window(e)).map_or(0, |e| e.time_us);
+    hooks.subscribe(log.clone());
+    let allocator = CachingAllocator::with_hooks(Arc::new(raw), config.clone(), hooks, device as u32)
+        .map_err(SnapshotReplayError::Setup)?;
+    let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
+    let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
+
+    // Pass 1: what was live before the first event.
+    let mut live: HashMap<u64, u64> = HashMap::default();
+    let mut pre: Vec<(u64, u64, StackId, bool)> = Vec::new(); // addr, requested, frames, from a free
+    let mut live_at_start = LiveAtStart::default();
+    for e in trace.iter().filter(|e| in_window(e)) {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr, e.size);
+            }
+            a if is_free(a) && live.remove(&e.addr).is_none() => {
+                pre.push((e.addr, e.size, e.frames, true));
+                live_at_start.freed_without_alloc += 1;
+                live_at_start.freed_without_alloc_bytes += e.size;
+            }
+            _ => {}
+        }
+    }
+    if !windowed || opts.to_us.is_none() {
+        for seg in snapshot.segments.iter().filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0)) {
+            for b in &seg.blocks {
+                let active = b.state != BlockState::Inactive;
+                if active && !live.contains_key(&b.address) {
+                    pre.push((b.address, b.requested_size.max(1), b.frames, false));
+                    live_at_start.blocks_in_segments += 1;
+                    live_at_start.blocks_in_segments_bytes += b.requested_size;
+                }
+            }
+        }
+    }
+    pre.sort_by_key(|p| p.0);
+
+    let mut streams = Streams { ids: HashMap::from_iter([(0, 0)]) };
+    let mut handles: HashMap<u64, Allocation> = HashMap::default();
+    for &(addr, size, frames, _) in &pre {
+        let a =
+            allocator.malloc(size, 0, None).map_err(|source| SnapshotReplayError::Allocator { index: 0, source })?;
+        handles.insert(addr, a);
+        if let Some(rec) = recorder.as_mut() {
+            rec.take(&log, first_time_us.saturating_sub(1), frames);
+        }
+    }
+    allocator.reset_peak_stats();
+    // The segments the placed memory needed are not in the trace: not compared.
+    if let Ok(mut v) = log.events.lock() {
+        v.clear();
+    }
+
+    // Pass 2: the replay.
+    let mut r = SnapshotReplay {
+        device,
+        device_chosen,
+        devices_with_entries: snapshot.device_traces.iter().filter(|t| !t.is_empty()).count() as u64,
+        alloc_conf: config.to_string(),
+        settings_from_snapshot,
+        capacity_bytes: opts.capacity_bytes,
+        entries: trace.len() as u64,
+        entries_in_window: 0,
+        allocs: 0,
+        frees: 0,
+        live_at_start,
+        skipped_entries: 0,
+        first_skipped: None,
+        peak_allocated_bytes: 0,
+        peak_reserved_bytes: 0,
+        final_allocated_bytes: 0,
+        final_reserved_bytes: 0,
+        segment_allocs: 0,
+        largest_free_block_at_peak_bytes: 0,
+        fragmentation_at_peak_bytes: 0,
+        ooms: Vec::new(),
+        stopped_early: false,
+        recorded_ooms: 0,
+        private_pools: snapshot.private_pools(device as i64),
+        peak_allocated_index: None,
+        fidelity: None,
+        recording: None,
+    };
+    let mut recorded_seg: Vec<(u64, Action, u64)> = Vec::new();
+    let mut replayed_seg: Vec<(u64, Action, u64)> = Vec::new();
+    let mut failed: HashMap<u64, ()> = HashMap::default();
+    let mut prev_action = Action::Snapshot;
+    let mut peak_reserved_seen = allocator.memory_reserved();
+    let mut peak_allocated_seen = allocator.memory_allocated();
+    let skip = |r: &mut SnapshotReplay, what: String| {
+        r.skipped_entries += 1;
+        if r.first_skipped.is_none() {
+            r.first_skipped = Some(what);
+        }
+    };
+    for (i, e) in trace.iter().enumerate() {
+        if !in_window(e) {
+            continue;
+        }
+        let i = i as u64;
+        r.entries_in_window += 1;
+        match e.action {
+            Action::Alloc => {
+                r.allocs += 1;
+                if let Some(old) = handles.remove(&e.addr) {
+                    skip(
+                        &mut r,
+                        format!(
+                            "entry {i}: alloc at {:#x}, which is live already; the older block is freed first",
+                            e.addr
+                        ),
+                    );
+                    allocator.free(old).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
+                }
+                let stream = streams.id(e.stream)?;
+                match allocator.malloc(e.size, stream, None) {
+                    Ok(a) => {
+                        handles.insert(e.addr, a);
+                    }
+                    Err(AllocError::OutOfMemory(err)) => {
+                        r.ooms.push(ReplayOom {
+                            trace_index: i,
+                            time_us: e.time_us,
+                            requested_bytes: e.size,
+                            frames: e.frames,
+                            message: err.to_string(),
+                        });
+                        failed.insert(e.addr, ());
+                        if opts.on_oom == OnOom::Stop {
+                            r.stopped_early = true;
+                            break;
+                        }
+                    }
+                    Err(source) => return Err(SnapshotReplayError::Allocator { index: i, source }),
+                }
+            }
+            a if is_free(a) => {
+                r.frees += 1;
+                match handles.remove(&e.addr) {
+                    Some(h) => {
+                        allocator.free(h).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?
+                    }
+                    None if failed.remove(&e.addr).is_some() => {}
+                    None => skip(&mut r, format!("entry {i}: {} of {:#x}, which is not live", a.as_str(), e.addr)),
+                }
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                recorded_seg.push((i, e.action, e.size));
+                // A run of segment frees is an empty_cache() (or the release of
+                // cached blocks on a retry): release what is cached once per run.
+                if prev_action != e.action {
+                    allocator.empty_cache();
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentMap => recorded_seg.push((i, e.action, e.size)),
+            Action::Oom => r.recorded_ooms += 1,
+            _ => {}
+        }
+        prev_action = e.action;
+        if let Some(rec) = recorder.as_mut() {
+            rec.take(&log, e.time_us, e.frames);
+        }
+        if let Ok(mut v) = log.events.lock() {
+            for (a, size) in v.drain(..) {
+                if matches!(a, Action::SegmentAlloc | Action::SegmentMap) {
+                    r.segment_allocs += 1;
+                }
+                replayed_seg.push((i, a, size));
+            }
+        }
+        let reserved = allocator.memory_reserved();
+        if reserved > peak_reserved_seen {
+            peak_reserved_seen = reserved;
+            r.largest_free_block_at_peak_bytes = allocator.largest_free_block();
+            r.fragmentation_at_peak_bytes = reserved - allocator.memory_allocated();
+        }
+        let allocated = allocator.memory_allocated();
+        if allocated > peak_allocated_seen {
+            peak_allocated_seen = allocated;
+            r.peak_allocated_index = Some(i);
+        }
+    }
+    r.peak_allocated_bytes = allocator.max_memory_allocated();
+    r.peak_reserved_bytes = allocator.max_memory_reserved();
+    r.final_allocated_bytes = allocator.memory_allocated();
+    r.final_reserved_bytes = allocator.memory_reserved();
+
+    if !windowed && settings_from_snapshot && opts.capacity_bytes.is_none() && !r.stopped_early {
+        r.fidelity = Some(fidelity(snapshot, device, &allocator, &recorded_seg, &replayed_seg));
+    }
+    if let Some(rec) = recorder {
+        r.recording = Some(recording(snapshot, device, &allocator, &config, rec));
+    }
+    for (_, h) in handles.drain() {
+        let _ = allocator.free(h);
+    }
+    Ok(r)
+}
+
+/// The replay as a snapshot: its trace on device `device` and its final segments.
+fn recording(
+    snapshot: &Snapshot,
+    device: usize,
+    allocator: &CachingAllocator,
+    config: &AllocatorConfig,
+    rec: Recorder,
+) -> Snapshot {
+    let segments = allocator
+        .snapshot()
+        .into_iter()
+        .map(|s| Segment {
+            device: device as i64,
+            address: s.address,
+            total_size: s.total_size,
+            stream: s.stream as i64,
+            segment_type: if s.pool == PoolKind::Small { SegmentType::Small } else { SegmentType::Large },
+            segment_pool_id: (0, 0),
+            is_expandable: s.is_expandable,
+            frames: 0,
+            blocks: s
+                .blocks
+                .into_iter()
+                .map(|b| Block {
+                    address: b.address,
+                    size: b.size,
+                    requested_size: if b.state == BlockState::Inactive { 0 } else { b.requested_size },
+                    state: b.state,
+                    frames: if b.state == BlockState::Inactive {
+                        0
+                    } else {
+                        rec.frames_of.get(&b.address).copied().unwrap_or(0)
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    let mut device_traces = vec![Vec::new(); device + 1];
+    device_traces[device] = rec.trace;
+    Snapshot {
+        protocol: 2,
+        segments,
+        device_traces,
+        frames: snapshot.frames.clone(),
+        allocator_settings: Some(AllocatorSettings {
+            alloc_conf: config.to_string(),
+            max_split_size: config.max_split_size,
+            garbage_collection_threshold: config.garbage_collection_threshold,
+            expandable_segments: config.expandable_segments,
+            roundup_power2_divisions: config.roundup_power2_divisions,
+        }),
+        legacy_layout: false,
+        host_segments: 0,
+        host_trace_entries: 0,
+        external_annotations: 0,
+        other_keys: Vec::new(),
+    }
+}
+
+type SegKey = (u64, Vec<(u64, bool)>);
+
+fn fidelity(
+    snapshot: &Snapshot,
+    device: usize,
+    allocator: &CachingAllocator,
+    recorded: &[(u64, Action, u64)],
+    replayed: &[(u64, Action, u64)],
+) -> FidelityReport {
+    let first_segment_disagreement = (0..recorded.len().max(replayed.len())).find_map(|k| {
+        let rec = recorded.get(k).copied();
+        let rep = replayed.get(k).copied();
+        let same = matches!((rec, rep), (Some((_, a, s)), Some((_, b, t))) if a == b && s == t);
+        (!same).then_some(SegmentDisagreement { position: k as u64, recorded: rec, replayed: rep })
+    });
+    let mut rec_segs: Vec<SegKey> = snapshot
+        .segments
+        .iter()
+        .filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0))
+        .map(|s| (s.total_size, s.blocks.iter().map(|b| (b.size, b.state != BlockState::Inactive)).collect()))
+        .collect();
+    let ours = allocator.snapshot();
+    let mut rep_segs: Vec<SegKey> = ours
+        .iter()
+        .map(|s| (s.total_size, s.blocks.iter().map(|b| (b.size, b.state != BlockState::Inactive)).collect()))
+        .collect();
+    rec_segs.sort();
+    rep_segs.sort();
+    let final_segments_disagreement = if rec_segs == rep_segs {
+        None
+    } else {
+        let k = rec_segs.iter().zip(&rep_segs).position(|(a, b)| a != b).unwrap_or(rec_segs.len().min(rep_segs.len()));
+        let show = |s: Option<&SegKey>| match s {
+            None => "none".to_owned(),
+            Some((total, blocks)) => format!(
+                "a segment of {total} bytes with blocks [{}]",
+                blocks
+                    .iter()
+                    .map(|(size, active)| format!("{size}{}", if *active { " active" } else { " free" }))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        Some(format!(
+            "{} recorded and {} replayed segments; in size order, #{k} is {} in the snapshot but {} in the replay",
+            rec_segs.len(),
+            rep_segs.len(),
+            show(rec_segs.get(k)),
+            show(rep_segs.get(k))
+        ))
+    };
+    let rec_iter = || snapshot.segments.iter().filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0));
+    FidelityReport {
+        recorded_segment_events: recorded.len() as u64,
+        replayed_segment_events: replayed.len() as u64,
+        first_segment_disagreement,
+        recorded_segments: rec_segs.len() as u64,
+        replayed_segments: rep_segs.len() as u64,
+        final_segments_disagreement,
+        recorded_allocated_bytes: rec_iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| b.size)
+            .sum(),
+        replayed_allocated_bytes: allocator.memory_allocated(),
+        recorded_reserved_bytes: rec_iter().map(|s| s.total_size).sum(),
+        replayed_reserved_bytes: allocator.memory_reserved(),
+    }
+}

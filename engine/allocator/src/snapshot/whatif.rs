@@ -1,0 +1,197 @@
+//! What-if replay: a snapshot's requests replayed under other allocator settings
+//! and capacities (in parallel, the file parsed once), the recommendation of
+//! the setting with the lowest peak reserved memory that fits, and the
+//! attribution of the allocated peak to the code that holds it (top frame).
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::model::{Action, Snapshot, StackId};
+use super::replay::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_snapshot};
+use crate::AllocatorConfig;
+use crate::BlockState;
+use crate::replay::OnOom;
+
+/// The settings `--sweep` tries besides the recorded ones, as
+/// `PYTORCH_CUDA_ALLOC_CONF` strings. (`garbage_collection_threshold` acts only
+/// with a per-process memory fraction below 1, which a replay does not set, so
+/// the grid leaves it out; it can be given explicitly.)
+pub const SWEEP_GRID: [&str; 11] = [
+    "expandable_segments:True",
+    "max_split_size_mb:128",
+    "max_split_size_mb:256",
+    "max_split_size_mb:512",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:8",
+    "roundup_power2_divisions:16",
+    "max_split_size_mb:128,roundup_power2_divisions:4",
+    "max_split_size_mb:512,roundup_power2_divisions:8",
+    "expandable_segments:True,roundup_power2_divisions:4",
+    "expandable_segments:True,max_split_size_mb:256",
+];
+
+/// One setting's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WhatIf {
+    /// `PYTORCH_CUDA_ALLOC_CONF` syntax; "" is PyTorch's defaults.
+    pub alloc_conf: String,
+    /// Whether these are the snapshot's own settings.
+    pub recorded: bool,
+    pub replay: SnapshotReplay,
+}
+
+impl WhatIf {
+    pub fn fits(&self) -> bool {
+        self.replay.ooms.is_empty()
+    }
+}
+
+/// Replays `snapshot` once per configuration (`None` = the recorded settings),
+/// in parallel on the machine's cores. Every replay stops at its first
+/// out-of-memory.
+pub fn what_if(
+    snapshot: &Snapshot,
+    base: &SnapshotReplayOptions,
+    configs: &[Option<AllocatorConfig>],
+) -> Result<Vec<WhatIf>, SnapshotReplayError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(configs.len().max(1));
+    let mut results: Vec<Option<Result<WhatIf, SnapshotReplayError>>> = (0..configs.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let chunks: Vec<_> = results.chunks_mut(configs.len().div_ceil(threads).max(1)).collect();
+        let mut start = 0;
+        for chunk in chunks {
+            let first = start;
+            start += chunk.len();
+            scope.spawn(move || {
+                for (k, slot) in chunk.iter_mut().enumerate() {
+                    let config = &configs[first + k];
+                    let opts = SnapshotReplayOptions { config: config.clone(), on_oom: OnOom::Stop, ..base.clone() };
+                    *slot = Some(replay_snapshot(snapshot, &opts).map(|replay| WhatIf {
+                        alloc_conf: replay.alloc_conf.clone(),
+                        recorded: config.is_none(),
+                        replay,
+                    }));
+                }
+            });
+        }
+    });
+    results.into_iter().map(|r| r.expect("every slot is filled by its thread")).collect()
+}
+
+/// The setting to recommend: the lowest peak reserved among those that fit,
+/// fewer segment allocations on ties. Its index in `results`.
+pub fn recommend(results: &[WhatIf]) -> Option<usize> {
+    results
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.fits())
+        .min_by_key(|(i, w)| (w.replay.peak_reserved_bytes, w.replay.segment_allocs, *i))
+        .map(|(i, _)| i)
+}
+
+/// Memory held at the allocated peak by one top frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeakHolder {
+    /// `file:line:function` of the innermost Python frame, or `<no frames>`.
+    pub frame: String,
+    /// Requested bytes of the live allocations it made.
+    pub bytes: u64,
+    pub allocations: u64,
+}
+
+/// The recording's own peak of live requested bytes (memory live before the
+/// recording included): the index of the entry after which it is reached
+/// (`None`: before the first entry) and the live allocations then, grouped by
+/// their top frame, largest first.
+pub fn peak_holders(snapshot: &Snapshot, device: usize) -> (Option<u64>, Vec<PeakHolder>) {
+    let Some(trace) = snapshot.device_traces.get(device) else { return (None, Vec::new()) };
+    let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
+    let free_action = if free_on_completed { Action::FreeCompleted } else { Action::FreeRequested };
+    let mut live: HashMap<u64, (u64, StackId)> = HashMap::new();
+    // Memory live before the first entry: blocks in the final segments never allocated in the trace.
+    let allocated_in_trace: std::collections::HashSet<u64> =
+        trace.iter().filter(|e| e.action == Action::Alloc).map(|e| e.addr).collect();
+    let mut freed_first: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    let mut seen_alloc: std::collections::HashSet<u64> = std::collections::HashSet::new();
+    for e in trace {
+        match e.action {
+            Action::Alloc => {
+                seen_alloc.insert(e.addr);
+            }
+            a if a == free_action && !seen_alloc.contains(&e.addr) && freed_first.insert(e.addr) => {
+                live.insert(e.addr, (e.size, e.frames));
+            }
+            _ => {}
+        }
+    }
+    for seg in snapshot.segments.iter().filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0)) {
+        for b in seg.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
+            if !allocated_in_trace.contains(&b.address) {
+                live.insert(b.address, (b.requested_size, b.frames));
+            }
+        }
+    }
+    // Find the peak, then replay up to it.
+    let mut current: u64 = live.values().map(|v| v.0).sum();
+    let (mut peak, mut peak_index) = (current, None);
+    let mut sizes: HashMap<u64, u64> = live.iter().map(|(a, v)| (*a, v.0)).collect();
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                current += e.size;
+                if let Some(old) = sizes.insert(e.addr, e.size) {
+                    current -= old;
+                }
+            }
+            a if a == free_action => current -= sizes.remove(&e.addr).unwrap_or(0),
+            _ => {}
+        }
+        if current > peak {
+            (peak, peak_index) = (current, Some(i as u64));
+        }
+    }
+    let end = peak_index.map_or(0, |i| i as usize + 1);
+    for e in &trace[..end] {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr, (e.size, e.frames));
+            }
+            a if a == free_action => {
+                live.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    let mut by_frame: HashMap<StackId, (u64, u64)> = HashMap::new();
+    for (_, (size, frames)) in live {
+        let slot = by_frame.entry(frames).or_default();
+        slot.0 += size;
+        slot.1 += 1;
+    }
+    let mut by_name: HashMap<String, (u64, u64)> = HashMap::new();
+    for (stack, (bytes, n)) in by_frame {
+        let frame = top_frame(snapshot, stack);
+        let slot = by_name.entry(frame).or_default();
+        slot.0 += bytes;
+        slot.1 += n;
+    }
+    let mut out: Vec<PeakHolder> =
+        by_name.into_iter().map(|(frame, (bytes, allocations))| PeakHolder { frame, bytes, allocations }).collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.frame.cmp(&b.frame)));
+    (peak_index, out)
+}
+
+/// The innermost frame of user code: the first Python frame (memory_viz leaves
+/// out the C++ unwinding frames the same way), else the first frame.
+fn top_frame(snapshot: &Snapshot, stack: StackId) -> String {
+    let mut frames = snapshot.frames.stack(stack).peekable();
+    let first = frames.peek().map(|f| f.short());
+    snapshot
+        .frames
+        .stack(stack)
+        .find(|f| f.filename.ends_with(".py"))
+        .map(|f| f.short())
+        .or(first)
+        .unwrap_or_else(|| "<no frames>".to_owned())
+}

@@ -1,0 +1,203 @@
+//! End-to-end tests of `cargo xtask replay` on PyTorch memory snapshots: the
+//! real binary on the fixtures in tests/data/snapshots and on broken files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/snapshots").join(name).display().to_string()
+}
+
+fn xtask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_snapshot_is_detected_by_content_and_checked_against_the_recording() {
+    // The name says nothing: the content does.
+    let copy = std::env::temp_dir().join(format!("vramlab-snapshot-{}.dat", std::process::id()));
+    std::fs::copy(fixture("small_p5.pickle"), &copy).unwrap();
+    let o = xtask(&["replay", copy.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&copy);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("PyTorch memory snapshot, pickle protocol 5"), "{out}");
+    assert!(out.contains("fidelity           agrees: 6 segment events"), "{out}");
+    assert!(out.contains("1 block(s), 40.00 MiB allocated in the final segments without an alloc entry"), "{out}");
+    assert!(out.contains("peak reserved      126.00 MiB"), "{out}");
+}
+
+#[test]
+fn json_output_and_the_device_choice() {
+    let o = xtask(&["replay", &fixture("multi_device_p4.pickle"), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device"], 1);
+    assert_eq!(v["device_chosen"], true);
+    assert_eq!(v["protocol"], 4);
+    assert_eq!(v["fidelity"]["recorded_segment_events"], 2);
+    let o = xtask(&["replay", &fixture("multi_device_p4.pickle"), "--device", "0"]);
+    assert!(stdout(&o).contains("device             0\n"), "{}", stdout(&o));
+    let o = xtask(&["replay", &fixture("multi_device_p4.pickle"), "--device", "7"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("device 7 has no trace"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_capacity_makes_it_run_out_of_memory_where_the_big_tensor_comes() {
+    let o = xtask(&["replay", &fixture("small_p4.pickle"), "--capacity", "100MiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("out of memory      1 time(s), first at entry"), "{out}");
+    assert!(out.contains("alloc of 64.00 MiB"), "{out}");
+    assert!(out.contains("fidelity           not checked"), "{out}");
+}
+
+#[test]
+fn a_truncated_snapshot_is_an_error_naming_the_file_and_the_byte() {
+    let bytes = std::fs::read(fixture("small_p2.pickle")).unwrap();
+    let path = std::env::temp_dir().join(format!("vramlab-truncated-{}.pickle", std::process::id()));
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let o = xtask(&["replay", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("is not a readable PyTorch memory snapshot") && err.contains("truncated"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn snapshot_flags_on_a_jsonl_trace_are_refused() {
+    let path = std::env::temp_dir().join(format!("vramlab-jsonl-{}.jsonl", std::process::id()));
+    std::fs::write(&path, "{\"op\":\"alloc\",\"id\":1,\"size\":10}\n").unwrap();
+    let o = xtask(&["replay", path.to_str().unwrap(), "--device", "1"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("apply to PyTorch memory snapshots"), "{}", stderr(&o));
+}
+
+#[test]
+fn whatif_recommends_a_setting_that_fits_where_the_recorded_one_does_not() {
+    let o = xtask(&["whatif", &fixture("small_p5.pickle"), "--capacity", "120MiB", "--sweep"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // The recorded settings need 126 MiB reserved: out of memory at the 64 MiB tensor.
+    assert!(out.contains("recorded: PyTorch defaults"), "{out}");
+    assert!(out.contains("The recorded settings run out of memory at entry 22"), "{out}");
+    assert!(out.contains("Recommended: PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4"), "{out}");
+    assert!(out.contains("fits where the recorded settings do not: peak reserved 118.00 MiB"), "{out}");
+    // Who holds memory at the allocated peak: the 40 MiB weight placed before the first entry counts.
+    assert!(out.contains("Who holds memory at the recording's allocated peak"), "{out}");
+}
+
+#[test]
+fn whatif_json_lists_every_setting_and_the_peak_holders() {
+    let o = xtask(&["whatif", &fixture("small_p4.pickle"), "--alloc-conf", "expandable_segments:True", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["recorded"], true);
+    assert_eq!(results[0]["replay"]["peak_reserved_bytes"], 126u64 << 20);
+    assert_eq!(results[1]["alloc_conf"], "expandable_segments:True");
+    // The recording's peak of requested bytes, by top frame, largest first; the
+    // 40 MiB weight (live before the recording), the 11 MiB buffer, the 64 MiB
+    // tensor and the 200 000-byte one live then (the generator's sequence).
+    let holders = v["peak_holders"].as_array().unwrap();
+    let bytes: Vec<u64> = holders.iter().map(|h| h["bytes"].as_u64().unwrap()).collect();
+    assert!(bytes.windows(2).all(|w| w[0] >= w[1]), "{bytes:?}");
+    let total: u64 = bytes.iter().sum();
+    assert_eq!(total, (40 + 11 + 64) * 1024 * 1024 + 200_000);
+    assert!(v["peak_index"].as_u64().is_some());
+}
+
+/// PyTorch's `torch/cuda/_memory_viz.py` (pure Python: no torch, no GPU), from
+/// VRAMLAB_MEMORY_VIZ or /work/notes/_memory_viz.py; `None` (the test skips)
+/// where it or python3 is absent.
+fn memory_viz() -> Option<PathBuf> {
+    let path = std::env::var_os("VRAMLAB_MEMORY_VIZ")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/work/notes/_memory_viz.py"));
+    let python = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    (path.exists() && python).then_some(path)
+}
+
+#[test]
+fn an_exported_replay_is_accepted_by_pytorchs_memory_viz() {
+    let dir = std::env::temp_dir().join(format!("vramlab-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pickle = dir.join("replayed.pickle");
+    let chrome = dir.join("replayed.json");
+    let o = xtask(&[
+        "replay",
+        &fixture("small_p5.pickle"),
+        "--alloc-conf",
+        "expandable_segments:True",
+        "--export-snapshot",
+        pickle.to_str().unwrap(),
+        "--chrome-trace",
+        chrome.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(snapshot pickle)"), "{}", stdout(&o));
+    // The Chrome trace is JSON with counters.
+    let v: Value = serde_json::from_slice(&std::fs::read(&chrome).unwrap()).unwrap();
+    assert!(v["traceEvents"].as_array().unwrap().iter().any(|e| e["ph"] == "C"));
+    // vramlab reads its own export back, and its replay agrees with it.
+    let o = xtask(&["replay", pickle.to_str().unwrap(), "--json"]);
+    let back: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(back["fidelity"]["first_segment_disagreement"], Value::Null, "{back}");
+    assert_eq!(back["alloc_conf"], "expandable_segments:True");
+    if let Some(viz) = memory_viz() {
+        let run = |args: &[&str]| {
+            let o = Command::new("python3").arg(&viz).args(args).output().unwrap();
+            assert!(o.status.success(), "_memory_viz.py {args:?}: {}", stderr(&o));
+            stdout(&o)
+        };
+        let stats = run(&["stats", pickle.to_str().unwrap()]);
+        assert!(stats.contains("total_reserved: 122.0MiB"), "{stats}");
+        let trace = run(&["trace", pickle.to_str().unwrap()]);
+        assert!(
+            trace.contains("Device 0") && trace.contains("= seg_0[0:40.0MiB]") && trace.contains("segment_map"),
+            "{trace}"
+        );
+        // segments and segsum through the module's functions (the CLI's `segments`
+        // would download flamegraph.pl).
+        let code = format!(
+            "import sys, pickle; sys.path.insert(0, {dir:?}); import _memory_viz as m; \
+             d = pickle.load(open({file:?}, 'rb')); print(m.segments(d, format_flamegraph=lambda x: x)); print(m.segsum(d))",
+            dir = viz.parent().unwrap().to_str().unwrap(),
+            file = pickle.to_str().unwrap()
+        );
+        let o = Command::new("python3").args(["-c", &code]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stdout(&o).contains("active_allocated;"), "{}", stdout(&o));
+    } else {
+        eprintln!("skipped the _memory_viz.py half: set VRAMLAB_MEMORY_VIZ to PyTorch's torch/cuda/_memory_viz.py");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_installable_vramlab_binary_runs_from_any_folder() {
+    let dir = std::env::temp_dir();
+    let o = Command::new(env!("CARGO_BIN_EXE_vramlab"))
+        .current_dir(&dir)
+        .args(["whatif", &fixture("small_p4.pickle"), "--capacity", "24GiB"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("recorded: PyTorch defaults"), "{}", stdout(&o));
+    let o = Command::new(env!("CARGO_BIN_EXE_vramlab")).arg("--help").output().unwrap();
+    assert!(stdout(&o).contains("Usage: vramlab"), "{}", stdout(&o));
+}
