@@ -303,7 +303,7 @@ fn a_later_schema_with_extra_fields_still_compares() {
     let mut v = serde_json::to_value(&base).unwrap();
     v["schema_version"] = serde_json::json!(2);
     v["report_extras"] = serde_json::json!({"charts": true});
-    v["suites"][0]["cases"][0]["timeline"] = serde_json::json!([{"t_ns": 0, "allocated_bytes": 5}]);
+    v["suites"][0]["cases"][0]["future_series"] = serde_json::json!([{"t_ns": 0, "allocated_bytes": 5}]);
     v["suites"][0]["cases"][0]["memory"]["segments_timeline"] = serde_json::json!([1, 2, 3]);
     let path = temp("v2.json", v.to_string().as_bytes());
     let read = load_results(&path, "baseline").unwrap();
