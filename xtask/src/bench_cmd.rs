@@ -94,8 +94,6 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     let mut summary: Box<dyn std::io::Write> =
         if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
     crate::report_cmd::print_short_summary(&mut *summary, &results)?;
-    writeln!(summary, "\nresults: {}", args.out.join(vramlab_reports::RESULTS_JSON).display())?;
-    writeln!(summary, "report:  {}", index.display())?;
 
     let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
     match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
@@ -106,6 +104,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         let path = crate::check_cmd::save_baseline(&results, name, &args.baseline_dir)?;
         writeln!(summary, "baseline '{name}' saved: {}", path.display())?;
     }
+    // The report's path comes last: it is what a person opens next.
+    writeln!(summary, "\nresults: {}", args.out.join(vramlab_reports::RESULTS_JSON).display())?;
+    writeln!(summary, "report:  {}", index.display())?;
     match baseline {
         None => Ok(0),
         Some((cfg, base, path)) => {
