@@ -27,10 +27,13 @@
 
 #[path = "../../cpu-kernels/tests/common/mod.rs"]
 mod common;
+mod gpu;
+
+use gpu::{Tf32, TunerMode, cpu, gpu, settings};
 
 use common::{Rng, elem_rel_err, norm_rel_err};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use vramlab_engine::alloc::consts::{GIB, MIB};
 use vramlab_engine::alloc::{
@@ -38,7 +41,6 @@ use vramlab_engine::alloc::{
 };
 use vramlab_engine::autotune::{self, TuneMode};
 use vramlab_engine::cpu_kernels::{Adam, Sgd};
-use vramlab_engine::cuda;
 use vramlab_engine::device::{Device, DeviceError, DeviceId, DeviceKind, cuda_probe};
 use vramlab_engine::hooks::{CopyKind, Event, EventLog, Hooks};
 use vramlab_engine::replay::{self, ReplayOptions, SyntheticTrace, TraceOp};
@@ -47,20 +49,6 @@ use vramlab_engine::tensor::{Conv2dOptions, DType, HostBuffer, Tensor, TensorErr
 // ---------------------------------------------------------------------------------
 // The device, settings, inputs.
 
-/// `cuda:0`, or `None` after saying why the test is skipped.
-fn gpu() -> Option<Device> {
-    match cuda_probe() {
-        Err(reason) => {
-            println!("skipped: no CUDA device ({reason})");
-            None
-        }
-        Ok(n) => match Device::parse("cuda:0") {
-            Ok(d) => Some(d),
-            Err(e) => panic!("the driver reports {n} CUDA device(s) but cuda:0 does not open: {e}"),
-        },
-    }
-}
-
 /// A private device on GPU 0 with its own allocator and hooks.
 fn private_gpu(config: AllocatorConfig) -> (Device, Arc<Hooks>) {
     let hooks = Hooks::new();
@@ -68,54 +56,7 @@ fn private_gpu(config: AllocatorConfig) -> (Device, Arc<Hooks>) {
     (d, hooks)
 }
 
-/// Serializes the tests that change or depend on process-wide settings (the
-/// autotuner's mode, the TF32 switches).
-fn settings() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Sets the autotuner's mode until dropped.
-struct TunerMode(TuneMode);
-
-impl TunerMode {
-    fn set(mode: TuneMode) -> TunerMode {
-        let previous = autotune::global().mode();
-        autotune::global().set_mode(mode);
-        TunerMode(previous)
-    }
-}
-
-impl Drop for TunerMode {
-    fn drop(&mut self) {
-        autotune::global().set_mode(self.0);
-    }
-}
-
-/// Sets both TF32 switches until dropped.
-struct Tf32(bool, bool);
-
-impl Tf32 {
-    fn set(matmul: bool, cudnn: bool) -> Tf32 {
-        let previous = Tf32(cuda::matmul_allow_tf32(), cuda::cudnn_allow_tf32());
-        cuda::set_matmul_allow_tf32(matmul);
-        cuda::set_cudnn_allow_tf32(cudnn);
-        previous
-    }
-}
-
-impl Drop for Tf32 {
-    fn drop(&mut self) {
-        cuda::set_matmul_allow_tf32(self.0);
-        cuda::set_cudnn_allow_tf32(self.1);
-    }
-}
-
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
-fn cpu() -> Device {
-    Device::cpu()
-}
 
 /// The same values on the CPU and on `gpu`, rounded to `dtype` once, on the CPU.
 fn pair(values: &[f32], shape: &[usize], dtype: DType, gpu: &Device) -> (Tensor, Tensor) {

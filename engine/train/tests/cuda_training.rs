@@ -6,75 +6,16 @@
 //! and passes; `cargo xtask gpu-check` runs them on a GPU. The op-by-op GPU
 //! checks are the runtime's `tests/cuda.rs`.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+#[path = "../../runtime/tests/gpu/mod.rs"]
+mod gpu;
 
-use vramlab_engine::autotune::{self, TuneMode};
-use vramlab_engine::cuda;
-use vramlab_engine::device::{Device, cuda_probe};
+use std::collections::HashMap;
+
+use gpu::{Tf32, TunerMode, cpu, gpu, settings};
+use vramlab_engine::autotune::TuneMode;
+use vramlab_engine::device::Device;
 use vramlab_engine::tensor::DType;
 use vramlab_train::{self as nn, DataLoader, Dataset, GradScaler, LoaderConfig, LossFn, Sgd as SgdOpt, Trainer};
-
-/// `cuda:0`, or `None` after saying why the test is skipped.
-fn gpu() -> Option<Device> {
-    match cuda_probe() {
-        Err(reason) => {
-            println!("skipped: no CUDA device ({reason})");
-            None
-        }
-        Ok(n) => match Device::parse("cuda:0") {
-            Ok(d) => Some(d),
-            Err(e) => panic!("the driver reports {n} CUDA device(s) but cuda:0 does not open: {e}"),
-        },
-    }
-}
-
-fn cpu() -> Device {
-    Device::cpu()
-}
-
-/// Serializes the tests that change process-wide settings (the autotuner's
-/// mode, the TF32 switches).
-fn settings() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Sets the autotuner's mode until dropped.
-struct TunerMode(TuneMode);
-
-impl TunerMode {
-    fn set(mode: TuneMode) -> TunerMode {
-        let previous = autotune::global().mode();
-        autotune::global().set_mode(mode);
-        TunerMode(previous)
-    }
-}
-
-impl Drop for TunerMode {
-    fn drop(&mut self) {
-        autotune::global().set_mode(self.0);
-    }
-}
-
-/// Sets both TF32 switches until dropped.
-struct Tf32(bool, bool);
-
-impl Tf32 {
-    fn set(matmul: bool, cudnn: bool) -> Tf32 {
-        let previous = Tf32(cuda::matmul_allow_tf32(), cuda::cudnn_allow_tf32());
-        cuda::set_matmul_allow_tf32(matmul);
-        cuda::set_cudnn_allow_tf32(cudnn);
-        previous
-    }
-}
-
-impl Drop for Tf32 {
-    fn drop(&mut self) {
-        cuda::set_matmul_allow_tf32(self.0);
-        cuda::set_cudnn_allow_tf32(self.1);
-    }
-}
 
 #[test]
 fn an_mlp_trains_to_the_same_losses_on_the_gpu() {
