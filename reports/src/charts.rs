@@ -167,26 +167,42 @@ fn steps(time_ns: &[u64], bytes: &[u64], tdiv: f64, bdiv: f64) -> Vec<(f64, f64)
 const PHASE_COLORS: [RGBColor; 4] =
     [RGBColor(222, 235, 247), RGBColor(253, 235, 210), RGBColor(229, 245, 224), RGBColor(239, 229, 245)];
 
+/// A chart whose axes are both `f64` ranges.
+type TimeChart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+/// The axes every chart of memory over time shares: a caption, time from 0 to
+/// `x.0` along x, bytes from 0 to `y.0` up y, each with its description.
+fn time_axes<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    x: (f64, &str),
+    y: (f64, &str),
+) -> Result<TimeChart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x.0, 0f64..y.0)?;
+    chart
+        .configure_mesh()
+        .x_desc(x.1)
+        .y_desc(y.1)
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 14))
+        .light_line_style(RGBColor(240, 240, 240))
+        .draw()?;
+    Ok(chart)
+}
+
 fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, t: &MemoryTimeline) -> DrawResult<DB> {
     let max_bytes = t.reserved.bytes.iter().chain(&t.allocated.bytes).copied().max().unwrap_or(0).max(1);
     let (bdiv, bunit) = byte_unit(max_bytes);
     let (tdiv, tunit) = time_unit(t.duration_ns);
     let x_max = (t.duration_ns.max(1) as f64) / tdiv;
     let y_max = max_bytes as f64 / bdiv * 1.12;
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("time ({tunit})"))
-        .y_desc(format!("memory ({bunit})"))
-        .label_style((FAMILY, 13))
-        .axis_desc_style((FAMILY, 14))
-        .light_line_style(RGBColor(240, 240, 240))
-        .draw()?;
+    let mut chart = time_axes(root, title, (x_max, &format!("time ({tunit})")), (y_max, &format!("memory ({bunit})")))?;
     // Top-level phases as bands, named at their top.
     for (k, p) in t.phases.iter().filter(|p| p.depth == 1).enumerate() {
         let (x0, x1) = (p.start_ns as f64 / tdiv, p.end_ns as f64 / tdiv);
@@ -255,20 +271,8 @@ fn draw_categories<DB: DrawingBackend>(
     let (tdiv, tunit) = time_unit(s.time_ns.last().copied().unwrap_or(1));
     let x_max = s.time_ns.last().copied().unwrap_or(1).max(1) as f64 / tdiv;
     let y_max = max_bytes as f64 / bdiv * 1.1;
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("time ({tunit})"))
-        .y_desc(format!("allocated ({bunit})"))
-        .label_style((FAMILY, 13))
-        .axis_desc_style((FAMILY, 14))
-        .light_line_style(RGBColor(240, 240, 240))
-        .draw()?;
+    let mut chart =
+        time_axes(root, title, (x_max, &format!("time ({tunit})")), (y_max, &format!("allocated ({bunit})")))?;
     // Draw cumulative sums from the top down so each band covers the ones below.
     let cats: Vec<(&String, &Vec<u64>)> = s.by_category_bytes.iter().collect();
     let mut cumulative = vec![0u64; n];
