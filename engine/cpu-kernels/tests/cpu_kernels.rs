@@ -12,12 +12,12 @@
 //!
 //! Tolerances: f32 ≤ 1e-5, f16/bf16 ≤ 1e-2 (inputs are rounded to the dtype first and
 //! the reference is computed from the rounded values). A NaN or infinity in an output
-//! never passes. Inputs come from a small deterministic generator (SplitMix64) seeded
+//! never passes. Inputs come from the workspace's seeded generator (`vramlab_rng`), seeded
 //! per test; set `VRAMLAB_TEST_SEED` to draw other inputs.
 
 mod common;
 
-use common::{Rng, elem_rel_err, norm_rel_err};
+use common::{Rng, elem_rel_err, norm_rel_err, rng_for_test};
 use half::{bf16, f16};
 use vramlab_cpu_kernels::*;
 
@@ -134,7 +134,7 @@ fn matmul_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn matmul_every_algorithm_every_dtype_and_transpose() {
-    let mut rng = Rng::for_test("matmul");
+    let mut rng = rng_for_test("matmul");
     matmul_case::<f32>(&mut rng);
     matmul_case::<f16>(&mut rng);
     matmul_case::<bf16>(&mut rng);
@@ -143,7 +143,7 @@ fn matmul_every_algorithm_every_dtype_and_transpose() {
 #[test]
 fn matmul_gradients_through_transposes_match_finite_differences() {
     // L = Σ G ⊙ (A·B): dA = G·Bᵀ, dB = Aᵀ·G, both computed with this kernel.
-    let mut rng = Rng::for_test("matmul_grad");
+    let mut rng = rng_for_test("matmul_grad");
     let (m, n, k) = (5, 4, 6);
     let a = rng.normals(m * k, 1.0);
     let b = rng.normals(k * n, 1.0);
@@ -218,7 +218,7 @@ fn elementwise_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn elementwise_and_activations_every_dtype() {
-    let mut rng = Rng::for_test("elementwise");
+    let mut rng = rng_for_test("elementwise");
     elementwise_case::<f32>(&mut rng);
     elementwise_case::<f16>(&mut rng);
     elementwise_case::<bf16>(&mut rng);
@@ -246,7 +246,7 @@ fn bias_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn bias_add_and_gradient_every_dtype() {
-    let mut rng = Rng::for_test("bias");
+    let mut rng = rng_for_test("bias");
     bias_case::<f32>(&mut rng);
     bias_case::<f16>(&mut rng);
     bias_case::<bf16>(&mut rng);
@@ -271,7 +271,7 @@ fn cast_from<S: Element>(src: &[f32]) {
 
 #[test]
 fn casts_round_once_to_nearest_even() {
-    let mut rng = Rng::for_test("cast");
+    let mut rng = rng_for_test("cast");
     let mut src = rng.normals(70_001, 100.0);
     src.extend([0.0, -0.0, 65504.0, 65520.0, 1e-8, -3e38, f32::INFINITY, f32::NAN, 6e-8]);
     cast_from::<f32>(&src);
@@ -318,7 +318,7 @@ fn softmax_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn softmax_and_log_softmax_every_dtype() {
-    let mut rng = Rng::for_test("softmax");
+    let mut rng = rng_for_test("softmax");
     softmax_case::<f32>(&mut rng);
     softmax_case::<f16>(&mut rng);
     softmax_case::<bf16>(&mut rng);
@@ -347,7 +347,7 @@ fn softmax_backward_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn softmax_backward_matches_finite_differences() {
-    let mut rng = Rng::for_test("softmax_backward");
+    let mut rng = rng_for_test("softmax_backward");
     softmax_backward_case::<f32>(&mut rng);
     softmax_backward_case::<f16>(&mut rng);
     softmax_backward_case::<bf16>(&mut rng);
@@ -360,7 +360,7 @@ fn cross_entropy_ref(x: &[f64], labels: &[i64], cols: usize) -> f64 {
 
 #[test]
 fn cross_entropy_forward_and_backward() {
-    let mut rng = Rng::for_test("cross_entropy");
+    let mut rng = rng_for_test("cross_entropy");
     for (rows, classes) in [(5, 7), (300, 300)] {
         let x = rng.normals(rows * classes, 3.0);
         let labels: Vec<i64> = (0..rows).map(|_| rng.below(classes) as i64).collect();
@@ -390,7 +390,7 @@ fn cross_entropy_forward_and_backward() {
 
 #[test]
 fn mse_forward_and_backward() {
-    let mut rng = Rng::for_test("mse");
+    let mut rng = rng_for_test("mse");
     for n in [17, 70_001] {
         let p = rng.normals(n, 1.0);
         let t = rng.normals(n, 1.0);
@@ -428,7 +428,7 @@ fn reduce_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn sum_mean_fill_every_dtype() {
-    let mut rng = Rng::for_test("reduce");
+    let mut rng = rng_for_test("reduce");
     reduce_case::<f32>(&mut rng);
     reduce_case::<f16>(&mut rng);
     reduce_case::<bf16>(&mut rng);
@@ -574,19 +574,19 @@ fn conv_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn conv2d_every_algorithm_and_pass_f32() {
-    conv_case::<f32>(&mut Rng::for_test("conv_f32"));
+    conv_case::<f32>(&mut rng_for_test("conv_f32"));
 }
 
 #[test]
 fn conv2d_every_algorithm_and_pass_f16_bf16() {
-    let mut rng = Rng::for_test("conv_half");
+    let mut rng = rng_for_test("conv_half");
     conv_case::<f16>(&mut rng);
     conv_case::<bf16>(&mut rng);
 }
 
 #[test]
 fn conv2d_backward_matches_finite_differences() {
-    let mut rng = Rng::for_test("conv_fd");
+    let mut rng = rng_for_test("conv_fd");
     for s in [
         Conv2dShape::new(2, 2, 5, 4, 3, 3, 3).with_padding(1, 1),
         Conv2dShape::new(1, 2, 6, 5, 2, 3, 2).with_stride(2, 1).with_padding(1, 0),
@@ -703,7 +703,7 @@ fn pool_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn max_pool_every_dtype() {
-    let mut rng = Rng::for_test("pool");
+    let mut rng = rng_for_test("pool");
     pool_case::<f32>(&mut rng);
     pool_case::<f16>(&mut rng);
     pool_case::<bf16>(&mut rng);
@@ -711,7 +711,7 @@ fn max_pool_every_dtype() {
 
 #[test]
 fn max_pool_backward_matches_finite_differences() {
-    let mut rng = Rng::for_test("pool_fd");
+    let mut rng = rng_for_test("pool_fd");
     let s = MaxPool2dShape::new(1, 2, 6, 6, 3, 2).with_padding(1, 1);
     let x = rng.normals(s.x_len(), 1.0); // continuous values: no ties
     let gy = rng.normals(s.y_len(), 1.0);
@@ -737,7 +737,7 @@ fn max_pool_propagates_nan() {
 
 #[test]
 fn sgd_matches_pytorch_semantics() {
-    let mut rng = Rng::for_test("sgd");
+    let mut rng = rng_for_test("sgd");
     let n = 70_001;
     let configs = [
         Sgd::new(0.1),
@@ -769,7 +769,7 @@ fn sgd_matches_pytorch_semantics() {
 
 #[test]
 fn adam_and_adamw_match_pytorch_semantics() {
-    let mut rng = Rng::for_test("adam");
+    let mut rng = rng_for_test("adam");
     let n = 70_001;
     let configs = [
         Adam::new(1e-3),
