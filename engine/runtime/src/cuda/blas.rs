@@ -186,24 +186,24 @@ impl RowMajorGemm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GemmTypes {
     /// Of `A` and `B`.
-    pub inputs: cpu_kernels::DType,
-    pub output: cpu_kernels::DType,
+    pub inputs: cpu_kernels::FloatDType,
+    pub output: cpu_kernels::FloatDType,
     /// f32 products on TF32 tensor cores.
     pub tf32: bool,
 }
 
 impl GemmTypes {
-    fn data_type(d: cpu_kernels::DType) -> sys::cudaDataType {
+    fn data_type(d: cpu_kernels::FloatDType) -> sys::cudaDataType {
         match d {
-            cpu_kernels::DType::F32 => sys::cudaDataType::CUDA_R_32F,
-            cpu_kernels::DType::F16 => sys::cudaDataType::CUDA_R_16F,
-            cpu_kernels::DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+            cpu_kernels::FloatDType::F32 => sys::cudaDataType::CUDA_R_32F,
+            cpu_kernels::FloatDType::F16 => sys::cudaDataType::CUDA_R_16F,
+            cpu_kernels::FloatDType::BF16 => sys::cudaDataType::CUDA_R_16BF,
         }
     }
 
     /// f32 accumulation always; TF32 only for f32 inputs.
     fn compute(&self) -> sys::cublasComputeType_t {
-        if self.tf32 && self.inputs == cpu_kernels::DType::F32 {
+        if self.tf32 && self.inputs == cpu_kernels::FloatDType::F32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
         } else {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
@@ -392,8 +392,8 @@ pub fn clear_cublas_workspace(device: &Device) -> Result<()> {
 }
 
 /// The algorithm name kernel events give an f32 product.
-fn algorithm_name(dtype: cpu_kernels::DType, tf32: bool) -> &'static str {
-    if tf32 && dtype == cpu_kernels::DType::F32 { "cublas_tf32" } else { "cublas" }
+fn algorithm_name(dtype: cpu_kernels::FloatDType, tf32: bool) -> &'static str {
+    if tf32 && dtype == cpu_kernels::FloatDType::F32 { "cublas_tf32" } else { "cublas" }
 }
 
 /// `a · b` on CUDA for the tensor layer: `shape` is checked, `out_shape` is the
@@ -575,12 +575,12 @@ mod tests {
 
     #[test]
     fn tf32_names_and_compute_types() {
-        assert_eq!(algorithm_name(cpu_kernels::DType::F32, false), "cublas");
-        assert_eq!(algorithm_name(cpu_kernels::DType::F32, true), "cublas_tf32");
-        assert_eq!(algorithm_name(cpu_kernels::DType::BF16, true), "cublas");
+        assert_eq!(algorithm_name(cpu_kernels::FloatDType::F32, false), "cublas");
+        assert_eq!(algorithm_name(cpu_kernels::FloatDType::F32, true), "cublas_tf32");
+        assert_eq!(algorithm_name(cpu_kernels::FloatDType::BF16, true), "cublas");
         let t = |inputs, tf32| GemmTypes { inputs, output: inputs, tf32 }.compute();
-        assert_eq!(t(cpu_kernels::DType::F32, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32);
-        assert_eq!(t(cpu_kernels::DType::F32, false), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
-        assert_eq!(t(cpu_kernels::DType::F16, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
+        assert_eq!(t(cpu_kernels::FloatDType::F32, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32);
+        assert_eq!(t(cpu_kernels::FloatDType::F32, false), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
+        assert_eq!(t(cpu_kernels::FloatDType::F16, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
     }
 }

@@ -504,7 +504,7 @@ fn run_im2col(
     stream: &CudaStream,
     pass: ConvPass,
     d: &Dims,
-    dtype: cpu_kernels::DType,
+    dtype: cpu_kernels::FloatDType,
     (a, b, out): (u64, u64, u64),
     ws: &Im2colWorkspace,
 ) -> CudaResult<()> {
@@ -528,7 +528,7 @@ fn run_im2col(
     for step in im2col_plan(pass, d, ws.chunk, ws.acc.is_some()) {
         match step {
             Step::Im2col { x, images } => {
-                let f = if dtype == cpu_kernels::DType::F32 { &kernels.im2col_f32 } else { &kernels.im2col_16 };
+                let f = if dtype == cpu_kernels::FloatDType::F32 { &kernels.im2col_f32 } else { &kernels.im2col_16 };
                 let (x, total) = (addr(x), (images * d.crs() * d.ohw()) as i64);
                 let mut l = stream.launch_builder(f);
                 l.arg(&x).arg(&col);
@@ -544,7 +544,7 @@ fn run_im2col(
                 let cm = g
                     .column_major()
                     .ok_or(CudaError::Cublas { op, status: "a GEMM dimension exceeds 32 bits".into() })?;
-                let output = if f32_out { cpu_kernels::DType::F32 } else { dtype };
+                let output = if f32_out { cpu_kernels::FloatDType::F32 } else { dtype };
                 let types = GemmTypes { inputs: dtype, output, tf32 };
                 // SAFETY: the buffers are live allocations of this device, sized
                 // by the caller for the plan's dims.
@@ -552,9 +552,9 @@ fn run_im2col(
             }
             Step::Col2im { gx, images } => {
                 let f = match dtype {
-                    cpu_kernels::DType::F32 => &kernels.col2im_f32,
-                    cpu_kernels::DType::F16 => &kernels.col2im_f16,
-                    cpu_kernels::DType::BF16 => &kernels.col2im_bf16,
+                    cpu_kernels::FloatDType::F32 => &kernels.col2im_f32,
+                    cpu_kernels::FloatDType::F16 => &kernels.col2im_f16,
+                    cpu_kernels::FloatDType::BF16 => &kernels.col2im_bf16,
                 };
                 let (gx, total) = (addr(gx), (images * d.chw()) as i64);
                 let mut l = stream.launch_builder(f);
@@ -568,7 +568,7 @@ fn run_im2col(
                 unsafe { l.launch(launch_config(total as u64)) }.during("launching col2im")?;
             }
             Step::Round { len } => {
-                let f = if dtype == cpu_kernels::DType::F16 { &kernels.f32_to_f16 } else { &kernels.f32_to_bf16 };
+                let f = if dtype == cpu_kernels::FloatDType::F16 { &kernels.f32_to_f16 } else { &kernels.f32_to_bf16 };
                 let len = len as i64;
                 let mut l = stream.launch_builder(f);
                 l.arg(&acc).arg(&out).arg(&len);
@@ -747,29 +747,29 @@ const FMA_MATH: u32 = 3;
 /// without TF32, default (TF32 allowed) otherwise.
 /// The math a benchmark-mode choice was measured with, in its cache key: a
 /// choice measured without TF32 says nothing of the timings with it.
-fn math_key(dtype: cpu_kernels::DType, tf32: bool) -> &'static str {
-    if dtype == cpu_kernels::DType::F32 && tf32 { "tf32" } else { "full" }
+fn math_key(dtype: cpu_kernels::FloatDType, tf32: bool) -> &'static str {
+    if dtype == cpu_kernels::FloatDType::F32 && tf32 { "tf32" } else { "full" }
 }
 
-fn initial_math(dtype: cpu_kernels::DType, tf32: bool) -> u32 {
+fn initial_math(dtype: cpu_kernels::FloatDType, tf32: bool) -> u32 {
     match dtype {
-        cpu_kernels::DType::F16 | cpu_kernels::DType::BF16 => 1,
-        cpu_kernels::DType::F32 if tf32 => 0,
-        cpu_kernels::DType::F32 => FMA_MATH,
+        cpu_kernels::FloatDType::F16 | cpu_kernels::FloatDType::BF16 => 1,
+        cpu_kernels::FloatDType::F32 if tf32 => 0,
+        cpu_kernels::FloatDType::F32 => FMA_MATH,
     }
 }
 
 /// The math type an algorithm runs with: the one cuDNN ranked it with, except
 /// that f32 without TF32 stays on FMA math (as PyTorch overrides it).
-fn run_math(dtype: cpu_kernels::DType, tf32: bool, ranked: u32) -> u32 {
-    if dtype == cpu_kernels::DType::F32 && !tf32 { FMA_MATH } else { ranked }
+fn run_math(dtype: cpu_kernels::FloatDType, tf32: bool, ranked: u32) -> u32 {
+    if dtype == cpu_kernels::FloatDType::F32 && !tf32 { FMA_MATH } else { ranked }
 }
 
-fn cudnn_data_type(d: cpu_kernels::DType) -> sys::cudnnDataType_t {
+fn cudnn_data_type(d: cpu_kernels::FloatDType) -> sys::cudnnDataType_t {
     match d {
-        cpu_kernels::DType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
-        cpu_kernels::DType::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
-        cpu_kernels::DType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        cpu_kernels::FloatDType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        cpu_kernels::FloatDType::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
+        cpu_kernels::FloatDType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
     }
 }
 
@@ -795,7 +795,7 @@ impl Drop for Descriptors {
 }
 
 impl Descriptors {
-    fn new(d: &Dims, dtype: cpu_kernels::DType, math: u32) -> std::result::Result<Descriptors, CudaError> {
+    fn new(d: &Dims, dtype: cpu_kernels::FloatDType, math: u32) -> std::result::Result<Descriptors, CudaError> {
         use cudarc::cudnn::result as r;
         let err = |op| move |e| CudaError::cudnn(op, e);
         let mut descs = Descriptors {
@@ -1138,7 +1138,7 @@ struct Candidate {
 fn candidates(
     pass: ConvPass,
     ranking: &[AlgoPerf],
-    dtype: cpu_kernels::DType,
+    dtype: cpu_kernels::FloatDType,
     tf32: bool,
     im2col: bool,
 ) -> Vec<Candidate> {
@@ -1173,11 +1173,11 @@ fn cached_ranking(
     backend: &CudaBackend,
     dnn: &Dnn,
     problem: ConvProblem,
-    dtype: cpu_kernels::DType,
+    dtype: cpu_kernels::FloatDType,
     tf32: bool,
     descs: &Descriptors,
 ) -> CudaResult<Vec<AlgoPerf>> {
-    type Key = (u32, ConvProblem, cpu_kernels::DType, bool);
+    type Key = (u32, ConvProblem, cpu_kernels::FloatDType, bool);
     static RANKINGS: OnceLock<Mutex<HashMap<Key, Vec<AlgoPerf>>>> = OnceLock::new();
     let rankings = RANKINGS.get_or_init(Default::default);
     let key = (backend.info().ordinal, problem, dtype, tf32);
@@ -1454,8 +1454,8 @@ mod tests {
     #[test]
     fn without_cudnn_im2col_cublas_is_the_only_candidate() {
         for pass in [ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardWeight] {
-            let c = candidates(pass, &[], cpu_kernels::DType::F32, true, true);
-            assert!(candidates(pass, &[], cpu_kernels::DType::F32, true, false).is_empty());
+            let c = candidates(pass, &[], cpu_kernels::FloatDType::F32, true, true);
+            assert!(candidates(pass, &[], cpu_kernels::FloatDType::F32, true, false).is_empty());
             assert_eq!(c.len(), 1);
             assert_eq!((c[0].method, c[0].name, c[0].reproducible), (Method::Im2colCublas, IM2COL_CUBLAS, true));
             // It is the heuristic's choice, and deterministic mode keeps it.
@@ -1473,7 +1473,7 @@ mod tests {
             perf(0, STATUS_SUCCESS, 1, 0, 0, -1.0),
             perf(99, STATUS_SUCCESS, 1, 0, 0, -1.0), // not an algorithm of this cuDNN
         ];
-        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::DType::F16, true, true);
+        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::FloatDType::F16, true, true);
         let names: Vec<_> = c.iter().map(|c| c.name).collect();
         assert_eq!(names, ["cudnn_implicit_precomp_gemm", "cudnn_winograd", "cudnn_implicit_gemm", IM2COL_CUBLAS]);
         assert_eq!(c[0].method, Method::Cudnn { algo: 1, math: 1 });
@@ -1483,7 +1483,7 @@ mod tests {
         assert_eq!(fallback_order(&c, 2, true), [2, 0, 3]);
         assert_eq!(fallback_order(&c, 2, false), [2, 0, 1, 3]);
         // f32 without TF32 runs on FMA math whatever the ranking's math type.
-        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::DType::F32, false, false);
+        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::FloatDType::F32, false, false);
         assert_eq!(c[0].method, Method::Cudnn { algo: 1, math: FMA_MATH });
         // Without NVRTC or cuBLAS, cuDNN's algorithms only.
         assert_eq!(c.len(), 3);
@@ -1491,7 +1491,7 @@ mod tests {
 
     #[test]
     fn math_types_follow_pytorch() {
-        use cpu_kernels::DType::*;
+        use cpu_kernels::FloatDType::*;
         assert_eq!(initial_math(F16, false), 1);
         assert_eq!(initial_math(BF16, true), 1);
         assert_eq!(initial_math(F32, true), 0);
@@ -1510,12 +1510,15 @@ mod tests {
             perf(4, STATUS_SUCCESS, 1, 0, 5000, -1.0),
             perf(6, STATUS_SUCCESS, 1, 0, 800, -1.0),
         ];
-        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::DType::F32, true, true);
+        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::FloatDType::F32, true, true);
         assert_eq!(find_workspace_bytes(&c, u64::MAX), 5000);
         assert_eq!(find_workspace_bytes(&c, 4999), 800);
         assert_eq!(find_workspace_bytes(&c, 100), 0);
         assert_eq!(
-            find_workspace_bytes(&candidates(ConvPass::Forward, &[], cpu_kernels::DType::F32, true, true), 1 << 40),
+            find_workspace_bytes(
+                &candidates(ConvPass::Forward, &[], cpu_kernels::FloatDType::F32, true, true),
+                1 << 40
+            ),
             0
         );
     }
@@ -1527,7 +1530,7 @@ mod tests {
             perf(6, STATUS_SUCCESS, 1, 1, 0, -1.0),
             perf(0, STATUS_SUCCESS, 1, 1, 0, -1.0),
         ];
-        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::DType::F16, true, true);
+        let c = candidates(ConvPass::Forward, &ranking, cpu_kernels::FloatDType::F16, true, true);
         let found = [
             perf(6, STATUS_SUCCESS, 1, 0, 0, 0.25), // other math, faster
             perf(6, STATUS_SUCCESS, 1, 1, 0, 0.5),  // the candidate's math
@@ -1630,7 +1633,7 @@ mod tests {
             let (x, wt, gy) = (values(shape.x_len(), 1), values(shape.w_len(), 2), values(shape.y_len(), 3));
             for pass in [ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardWeight] {
                 let problem = ConvProblem { pass, shape };
-                let mut ws = vec![0f32; ConvAlgo::Direct.workspace_len(&problem, cpu_kernels::DType::F32)];
+                let mut ws = vec![0f32; ConvAlgo::Direct.workspace_len(&problem, cpu_kernels::FloatDType::F32)];
                 let (a, b, expected) = match pass {
                     ConvPass::Forward => {
                         let mut y = vec![0f32; shape.y_len()];

@@ -10,7 +10,7 @@ use cudarc::nvrtc::{Ptx, result as nvrtc};
 
 use super::error::{CudaError, CudaResult};
 use super::libs::CudaLib;
-use crate::cpu_kernels::DType as FloatDType;
+use crate::cpu_kernels::FloatDType;
 use crate::tensor::DType;
 
 /// The kernels' source.

@@ -21,7 +21,7 @@ use half::{bf16, f16};
 use super::backend::CudaBackend;
 use super::error::{CudaResult, DriverContext};
 use super::kernels::{self, FloatKernel};
-use crate::cpu_kernels::{self as k, DType as FloatDType, Element, ElementwiseOp, KernelCall, MaxPool2dShape};
+use crate::cpu_kernels::{self as k, Element, ElementwiseOp, FloatDType, KernelCall, MaxPool2dShape};
 use crate::device::Device;
 use crate::hooks::Tag;
 use crate::tensor::{DType, Result, Tensor, TensorError};

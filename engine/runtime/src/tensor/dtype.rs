@@ -38,11 +38,11 @@ impl DType {
     }
 
     /// The kernels' float type, or `None` for i64.
-    pub const fn float(self) -> Option<cpu_kernels::DType> {
+    pub const fn float(self) -> Option<cpu_kernels::FloatDType> {
         match self {
-            DType::F32 => Some(cpu_kernels::DType::F32),
-            DType::F16 => Some(cpu_kernels::DType::F16),
-            DType::BF16 => Some(cpu_kernels::DType::BF16),
+            DType::F32 => Some(cpu_kernels::FloatDType::F32),
+            DType::F16 => Some(cpu_kernels::FloatDType::F16),
+            DType::BF16 => Some(cpu_kernels::FloatDType::BF16),
             DType::I64 => None,
         }
     }
@@ -59,12 +59,12 @@ impl DType {
     }
 }
 
-impl From<cpu_kernels::DType> for DType {
-    fn from(d: cpu_kernels::DType) -> DType {
+impl From<cpu_kernels::FloatDType> for DType {
+    fn from(d: cpu_kernels::FloatDType) -> DType {
         match d {
-            cpu_kernels::DType::F32 => DType::F32,
-            cpu_kernels::DType::F16 => DType::F16,
-            cpu_kernels::DType::BF16 => DType::BF16,
+            cpu_kernels::FloatDType::F32 => DType::F32,
+            cpu_kernels::FloatDType::F16 => DType::F16,
+            cpu_kernels::FloatDType::BF16 => DType::BF16,
         }
     }
 }
