@@ -890,13 +890,13 @@ mod tests {
         let m2 = m.scale(1.0).unwrap();
         same_report(
             &log,
-            || p.sgd_step_(&t, &mut m, &sgd, 1).unwrap(),
+            || p.sgd_step_(&t, Some(&mut m), &sgd, 1).unwrap(),
             |q| sgd_step(q, "sgd_step", &x, &t, Some(&m2), &sgd, 1).unwrap(),
         );
         let plain = k::Sgd::new(0.1);
         let l = same_report(
             &log,
-            || p.sgd_update_(&t, None, &plain, 3).unwrap(),
+            || p.sgd_step_(&t, None, &plain, 3).unwrap(),
             |q| sgd_step(q, "sgd_step", &x, &t, None, &plain, 3).unwrap(),
         );
         assert!(matches!(l[0].args[2], Arg::Ptr(0)), "no momentum buffer");
