@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 use thiserror::Error;
+use vramlab_rng::Rng;
 
 pub use dtype::DType;
 pub use host::HostBuffer;
@@ -202,31 +203,6 @@ fn numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
-/// A tiny deterministic generator (SplitMix64) for seeded creation.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box–Muller).
-    fn next_normal(&mut self) -> f64 {
-        let u1 = self.next_f64().max(f64::MIN_POSITIVE);
-        let u2 = self.next_f64();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
-
 impl Tensor {
     /// A tensor whose storage is filled by `fill` (called once, with exclusive access).
     fn build(
@@ -275,16 +251,17 @@ impl Tensor {
         })
     }
 
-    /// Seeded standard-normal values (`torch.randn` with a generator).
+    /// Seeded standard-normal values (`torch.randn` with a generator), drawn from
+    /// the workspace's generator (`vramlab_rng::Rng`).
     pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
-        let mut rng = SplitMix(seed);
-        Tensor::from_fn(shape, dtype, device, move || rng.next_normal())
+        let mut rng = Rng::new(seed);
+        Tensor::from_fn(shape, dtype, device, move || rng.normal())
     }
 
     /// Seeded uniform values in [0, 1) (`torch.rand` with a generator).
     pub fn rand(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
-        let mut rng = SplitMix(seed);
-        Tensor::from_fn(shape, dtype, device, move || rng.next_f64())
+        let mut rng = Rng::new(seed);
+        Tensor::from_fn(shape, dtype, device, move || rng.uniform())
     }
 
     fn from_fn(shape: &[usize], dtype: DType, device: &Device, mut f: impl FnMut() -> f64) -> Result<Tensor> {
