@@ -61,10 +61,13 @@ use super::error::{CudaError, CudaResult, DriverContext};
 use super::libs::CudaLib;
 use crate::alloc::AllocError;
 use crate::autotune::{self, RuntimeCandidate, TuneMode};
+use crate::backend::KernelTiming;
 use crate::cpu_kernels::{self, Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, KernelCall};
 use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Result, TensorError};
 use crate::hooks::Tag;
-use crate::tensor::{DType, KernelTiming, Result, Tensor, TensorError};
+use crate::storage::{Storage, current_tag};
 
 /// The im2col kernels' CUDA C source.
 pub const SOURCE: &str = r#"
@@ -363,9 +366,9 @@ fn images_per_chunk(n: usize, column_bytes_per_image: usize) -> usize {
 struct Im2colWorkspace {
     /// The column buffer: `chunk` images, in the operands' dtype (f32 for
     /// backward data).
-    col: Tensor,
+    col: Storage,
     /// The f32 accumulator of a 16-bit weight gradient.
-    acc: Option<Tensor>,
+    acc: Option<Storage>,
     chunk: usize,
 }
 
@@ -374,7 +377,7 @@ impl Im2colWorkspace {
         let col_dtype = if pass == ConvPass::BackwardData { DType::F32 } else { dtype };
         let per_image = d.crs() * d.ohw();
         let chunk = images_per_chunk(d.n as usize, per_image * col_dtype.size_bytes());
-        let scratch = |len: usize, dt: DType| Tensor::uninit_tagged(&[len], dt, device, Some(Tag::Workspace));
+        let scratch = |len: usize, dt: DType| Storage::new(device, len, dt, Some(Tag::Workspace));
         let col = scratch(chunk * per_image, col_dtype)?;
         let acc = if pass == ConvPass::BackwardWeight && dtype != DType::F32 {
             Some(scratch(d.k as usize * d.crs(), DType::F32)?)
@@ -511,8 +514,8 @@ fn run_im2col(
     let op = pass.kernel_name();
     let es = dtype.size_bytes() as u64;
     let col_es = if pass == ConvPass::BackwardData { 4 } else { es };
-    let col = ws.col.data_ptr();
-    let acc = ws.acc.as_ref().map_or(0, Tensor::data_ptr);
+    let col = ws.col.addr();
+    let acc = ws.acc.as_ref().map_or(0, Storage::addr);
     let addr = |p: At| {
         let (base, size) = match p.buf {
             Buf::A => (a, es),
@@ -1241,7 +1244,7 @@ type Bracket<'a> = dyn Fn(Launch<'_>) -> Result<u64> + 'a;
 
 /// A candidate ready to run: its workspace allocated.
 enum Prepared<'a> {
-    Cudnn { dnn: &'a Dnn, descs: &'a Descriptors, algo: u32, workspace: Tensor, bytes: usize },
+    Cudnn { dnn: &'a Dnn, descs: &'a Descriptors, algo: u32, workspace: Storage, bytes: usize },
     Im2col(Im2colWorkspace),
 }
 
@@ -1250,11 +1253,11 @@ fn is_out_of_memory(e: &TensorError) -> bool {
 }
 
 /// A scratch buffer of at least `bytes` bytes from the device's allocator, tagged `workspace`.
-fn workspace(device: &Device, bytes: usize) -> Result<Tensor> {
-    Tensor::uninit_tagged(&[bytes.div_ceil(4)], DType::F32, device, Some(Tag::Workspace))
+fn workspace(device: &Device, bytes: usize) -> Result<Storage> {
+    Storage::new(device, bytes.div_ceil(4), DType::F32, Some(Tag::Workspace))
 }
 
-/// One convolution pass on CUDA for the tensor layer: `a`, `b` are (x, w)
+/// One convolution pass on CUDA for the backend: `a`, `b` are (x, w)
 /// forward, (w, gy) backward data, (x, gy) backward weight, on `backend`'s
 /// device, checked. With `timed`, waits and returns the pass's device time;
 /// otherwise queues it and returns 0 ns.
@@ -1262,16 +1265,16 @@ pub(crate) fn conv_pass(
     backend: &Arc<CudaBackend>,
     pass: ConvPass,
     shape: Conv2dShape,
-    a: &Tensor,
-    b: &Tensor,
+    a: &Storage,
+    b: &Storage,
     timed: bool,
-) -> Result<(Tensor, KernelTiming)> {
+) -> Result<(Storage, KernelTiming)> {
     let op = pass.kernel_name();
     let cuda = |source| TensorError::Cuda { op, source };
-    let device = a.device();
-    let dtype = a.dtype().float().ok_or(TensorError::UnsupportedDType {
+    let device = &a.device;
+    let dtype = a.dtype.float().ok_or(TensorError::UnsupportedDType {
         op,
-        dtype: a.dtype(),
+        dtype: a.dtype,
         reason: "conv2d needs a float dtype",
     })?;
     let out_dims = match pass {
@@ -1279,7 +1282,7 @@ pub(crate) fn conv_pass(
         ConvPass::BackwardData => [shape.n, shape.c, shape.h, shape.w],
         ConvPass::BackwardWeight => [shape.k, shape.c, shape.r, shape.s],
     };
-    let out = Tensor::uninit(&out_dims, a.dtype(), device)?;
+    let out = Storage::new(device, out_dims.iter().product(), a.dtype, current_tag())?;
     let call = KernelCall::Conv2d { pass, shape, dtype };
     // Queues `launch` as one kernel event; with `timed`, waits for it.
     let run = |name: &'static str, launch: Launch<'_>| -> Result<u64> {
@@ -1287,7 +1290,7 @@ pub(crate) fn conv_pass(
         let took = if timed { backend.time_on_device(0, |_| kernel()) } else { kernel().map(|()| 0) };
         took.map_err(cuda)
     };
-    if out.numel() == 0 {
+    if out.len == 0 {
         return Ok((out, KernelTiming { algorithm: "none", duration_ns: 0 }));
     }
     let d = Dims::of(&shape).ok_or_else(|| TensorError::BadShape {
@@ -1302,7 +1305,7 @@ pub(crate) fn conv_pass(
         ConvPass::BackwardWeight => shape.n == 0,
     };
     if empty_sum {
-        let (ptr, bytes) = (out.data_ptr(), out.size_bytes());
+        let (ptr, bytes) = (out.addr(), out.size_bytes());
         let took = run("fill_zero", &mut |s| {
             // SAFETY: the output's live allocation of `bytes` bytes.
             unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, s.cu_stream()) }
@@ -1311,7 +1314,7 @@ pub(crate) fn conv_pass(
         return Ok((out, KernelTiming { algorithm: "fill_zero", duration_ns: took }));
     }
     let tf32 = cudnn_allow_tf32();
-    let p = Pointers { a: a.data_ptr(), b: b.data_ptr(), out: out.data_ptr() };
+    let p = Pointers { a: a.addr(), b: b.addr(), out: out.addr() };
 
     let problem = ConvProblem { pass, shape };
     // cuDNN's candidates; none when it is absent or cannot describe the problem.
@@ -1340,7 +1343,7 @@ pub(crate) fn conv_pass(
                 let bytes = dnn.workspace_bytes(pass, descs, algo, math).map_err(cuda)?;
                 Ok(Prepared::Cudnn { dnn, descs, algo, workspace: workspace(device, bytes)?, bytes })
             }
-            _ => Ok(Prepared::Im2col(Im2colWorkspace::new(device, pass, &d, a.dtype())?)),
+            _ => Ok(Prepared::Im2col(Im2colWorkspace::new(device, pass, &d, a.dtype)?)),
         }
     };
     // Queues the im2col + cuBLAS pass on stream 0 (the caller brackets it).
@@ -1369,7 +1372,7 @@ pub(crate) fn conv_pass(
                     Err(e) if is_out_of_memory(&e) => (workspace(device, 0)?, 0),
                     Err(e) => return Err(e),
                 };
-                let found = dnn.find(pass, descs, p, scratch.data_ptr(), bytes).map_err(cuda)?;
+                let found = dnn.find(pass, descs, p, scratch.addr(), bytes).map_err(cuda)?;
                 runs = found_runs(&cands, &found);
             }
             // im2col + cuBLAS: one warm-up, then the tuner's timed runs, by events.
@@ -1399,7 +1402,7 @@ pub(crate) fn conv_pass(
         let name = cands[i].name;
         let took = match prepare(i) {
             Ok(Prepared::Cudnn { dnn, descs, algo, workspace, bytes }) => {
-                run(name, &mut |_| dnn.run(pass, descs, algo, p, workspace.data_ptr(), bytes))?
+                run(name, &mut |_| dnn.run(pass, descs, algo, p, workspace.addr(), bytes))?
             }
             Ok(Prepared::Im2col(ws)) => im2col(&ws, &|launch| run(name, launch))?,
             Err(e) if is_out_of_memory(&e) => {

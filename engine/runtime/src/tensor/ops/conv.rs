@@ -1,13 +1,9 @@
 //! 2-d convolution (forward, backward-data, backward-weight) with the
 //! autotuner's algorithm.
 
-use std::sync::Arc;
-
-use super::{Conv2dOptions, KernelTiming, check_pair, emit_kernel, workspace};
-use crate::autotune;
-use crate::cpu_kernels::{self as k, Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, KernelCall};
-use crate::hooks::now_ns;
-use crate::tensor::{DType, Result, Tensor, TensorError, with_float};
+use super::{Conv2dOptions, check_pair};
+use crate::cpu_kernels::{Conv2dShape, ConvPass};
+use crate::tensor::{KernelTiming, Result, Tensor, TensorError};
 
 impl Tensor {
     /// 2-d convolution, NCHW input `[n, c, h, w]` and weight `[k, c, r, s]`.
@@ -114,9 +110,7 @@ impl ConvDims for Conv2dShape {
 }
 
 /// One conv pass with the autotuner's algorithm: `a`, `b` are (x, w) forward,
-/// (w, gy) backward-data, (x, gy) backward-weight.
-/// On a GPU, `timed` waits for the pass and reports its device time; untimed
-/// passes are only queued (0 ns).
+/// (w, gy) backward-data, (x, gy) backward-weight (see `Backend::conv2d` for `timed`).
 fn conv_pass(
     pass: ConvPass,
     shape: Conv2dShape,
@@ -124,47 +118,11 @@ fn conv_pass(
     b: &Tensor,
     timed: bool,
 ) -> Result<(Tensor, KernelTiming)> {
-    if let Some(backend) = a.device().cuda() {
-        return crate::cuda::conv::conv_pass(backend, pass, shape, a, b, timed);
-    }
-    let op = pass.kernel_name();
-    let dtype = a.dtype().float().ok_or(TensorError::UnsupportedDType {
-        op,
-        dtype: a.dtype(),
-        reason: "conv2d needs a float dtype",
-    })?;
     let out_dims = match pass {
         ConvPass::Forward => shape.y_dims(),
         ConvPass::BackwardData => shape.x_dims(),
         ConvPass::BackwardWeight => shape.w_dims(),
     };
-    let device = a.device().clone();
-    let problem = ConvProblem { pass, shape };
-    with_float!(a.dtype(), op, |T| {
-        let (xa, xb) = (a.host_slice::<T>(op)?, b.host_slice::<T>(op)?);
-        let run = |algo: ConvAlgo, out: &mut [T]| -> Result<u64> {
-            let mut ws = workspace(&device, algo.workspace_len(&problem, dtype))?;
-            let w = ws.slice_mut::<f32>();
-            let start = now_ns();
-            match pass {
-                ConvPass::Forward => k::conv2d_forward(algo, shape, xa, xb, out, w)?,
-                ConvPass::BackwardData => k::conv2d_backward_data(algo, shape, xa, xb, out, w)?,
-                ConvPass::BackwardWeight => k::conv2d_backward_weight(algo, shape, xa, xb, out, w)?,
-            }
-            let took = now_ns().saturating_sub(start);
-            emit_kernel(&device, op, algo.name(), start, KernelCall::Conv2d { pass, shape, dtype });
-            Ok(took)
-        };
-        let algo = autotune::global().choose(&device, &problem, dtype, |algo| {
-            let mut scratch = Tensor::zeros(&out_dims, a.dtype(), &device)?;
-            let s = Arc::get_mut(&mut scratch.storage).expect("a new tensor is not shared");
-            run(algo, s.slice_mut::<T>())
-        })?;
-        let mut took = 0;
-        let out = Tensor::build(&out_dims, a.dtype(), &device, |s| {
-            took = run(algo, s.slice_mut::<T>())?;
-            Ok(())
-        })?;
-        Ok((out, KernelTiming { algorithm: algo.name(), duration_ns: took }))
-    })
+    let (out, timing) = a.device().backend().conv2d(pass, shape, a.storage(), b.storage(), timed)?;
+    Ok((Tensor::from_storage(out, &out_dims), timing))
 }

@@ -2,11 +2,9 @@
 //! gradient, and the in-place updates (`add_`, `scale_`, `fill_`, the
 //! mixed-precision unscale).
 
-use super::{check_pair, emit_kernel, output, same_shape, unary};
-use crate::cpu_kernels::{self as k, Element, ElementwiseOp, KernelCall};
-use crate::cuda::ops as gpu_ops;
-use crate::hooks::now_ns;
-use crate::tensor::{DType, Result, Tensor, TensorError, with_float};
+use super::{check_pair, same_shape};
+use crate::cpu_kernels::ElementwiseOp;
+use crate::tensor::{Result, Tensor, TensorError};
 
 impl Tensor {
     /// `a + b` (same shape, device and dtype).
@@ -32,18 +30,8 @@ impl Tensor {
     fn binary(&self, name: &'static str, op: ElementwiseOp, other: &Tensor) -> Result<Tensor> {
         check_pair(name, self, other)?;
         same_shape(name, self, other)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::binary(gpu, name, op, self, other);
-        }
-        with_float!(self.dtype(), name, |T| {
-            let (a, b) = (self.host_slice::<T>(name)?, other.host_slice::<T>(name)?);
-            unary::<T>(op, self, |y| match op {
-                ElementwiseOp::Add => k::add(a, b, y),
-                ElementwiseOp::Mul => k::mul(a, b, y),
-                ElementwiseOp::ReluBackward => k::relu_backward(a, b, y),
-                _ => k::gelu_backward(a, b, y),
-            })
-        })
+        let out = self.device().backend().binary(name, op, self.storage(), other.storage())?;
+        Ok(Tensor::from_storage(out, self.shape()))
     }
 
     /// `alpha * a`.
@@ -62,83 +50,8 @@ impl Tensor {
     }
 
     fn unary_op(&self, name: &'static str, op: ElementwiseOp, alpha: f32) -> Result<Tensor> {
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::unary(gpu, name, op, self, alpha);
-        }
-        with_float!(self.dtype(), name, |T| {
-            let x = self.host_slice::<T>(name)?;
-            unary::<T>(op, self, |y| match op {
-                ElementwiseOp::Scale => k::scale(x, alpha, y),
-                ElementwiseOp::Relu => k::relu(x, y),
-                _ => k::gelu(x, y),
-            })
-        })
-    }
-}
-
-/// Elements per parallel task of the in-place loops below, and the length from
-/// which they go parallel (the kernels' own thresholds).
-const INPLACE_CHUNK: usize = 1 << 14;
-const INPLACE_PAR_THRESHOLD: usize = 1 << 16;
-
-/// `y[i] = f(y[i])` in place, computed in f32.
-fn map_inplace<T: Element>(y: &mut [T], f: impl Fn(f32) -> f32 + Sync) {
-    let serial = |c: &mut [T]| match T::as_f32_mut(c) {
-        Some(cf) => cf.iter_mut().for_each(|v| *v = f(*v)),
-        None => c.iter_mut().for_each(|v| *v = T::from_f32(f(v.to_f32()))),
-    };
-    if y.len() >= INPLACE_PAR_THRESHOLD {
-        use rayon::prelude::*;
-        y.par_chunks_mut(INPLACE_CHUNK).for_each(serial);
-    } else {
-        serial(y);
-    }
-}
-
-/// `y[i] = f(y[i], x[i])` in place, computed in f32. Lengths already match.
-fn zip_inplace<T: Element>(y: &mut [T], x: &[T], f: impl Fn(f32, f32) -> f32 + Sync) {
-    let serial = |(c, xc): (&mut [T], &[T])| match (T::as_f32_mut(c), T::as_f32(xc)) {
-        (Some(cf), Some(xf)) => cf.iter_mut().zip(xf).for_each(|(v, &w)| *v = f(*v, w)),
-        _ => c.iter_mut().zip(xc).for_each(|(v, w)| *v = T::from_f32(f(v.to_f32(), w.to_f32()))),
-    };
-    if y.len() >= INPLACE_PAR_THRESHOLD {
-        use rayon::prelude::*;
-        y.par_chunks_mut(INPLACE_CHUNK).zip(x.par_chunks(INPLACE_CHUNK)).for_each(serial);
-    } else {
-        serial((y, x));
-    }
-}
-
-/// `y[o, c, i] += bias[c]` in place over `[outer, channels, inner]`.
-fn add_bias_inplace<T: Element>(y: &mut [T], bias: &[T], channels: usize, inner: usize) {
-    if y.is_empty() || channels == 0 || inner == 0 {
-        return;
-    }
-    let b: Vec<f32> = bias.iter().map(|v| v.to_f32()).collect();
-    // Whole rows (inner = 1) or whole planes per task, so each task knows its channels.
-    let unit = if inner == 1 { channels } else { inner };
-    let units_per_task = (INPLACE_CHUNK / unit).max(1);
-    let task = |(t, c): (usize, &mut [T])| {
-        for (u, part) in c.chunks_mut(unit).enumerate() {
-            if inner == 1 {
-                match T::as_f32_mut(part) {
-                    Some(pf) => pf.iter_mut().zip(&b).for_each(|(v, &bv)| *v += bv),
-                    None => part.iter_mut().zip(&b).for_each(|(v, &bv)| *v = T::from_f32(v.to_f32() + bv)),
-                }
-            } else {
-                let bv = b[(t * units_per_task + u) % channels];
-                match T::as_f32_mut(part) {
-                    Some(pf) => pf.iter_mut().for_each(|v| *v += bv),
-                    None => part.iter_mut().for_each(|v| *v = T::from_f32(v.to_f32() + bv)),
-                }
-            }
-        }
-    };
-    if y.len() >= INPLACE_PAR_THRESHOLD {
-        use rayon::prelude::*;
-        y.par_chunks_mut(units_per_task * unit).enumerate().for_each(task);
-    } else {
-        y.chunks_mut(units_per_task * unit).enumerate().for_each(task);
+        let out = self.device().backend().unary(name, op, self.storage(), alpha)?;
+        Ok(Tensor::from_storage(out, self.shape()))
     }
 }
 
@@ -170,50 +83,23 @@ fn check_bias(op: &'static str, t: &Tensor, bias: &Tensor) -> Result<(usize, usi
 }
 
 /// Ops for training: bias broadcasts, in-place updates of gradients and
-/// parameters, the mixed-precision unscale, and argmax for accuracy.
+/// parameters and the mixed-precision unscale.
 impl Tensor {
     /// `x + bias` broadcast over dimension 1: `y[o, c, …] = x[o, c, …] + bias[c]`
     /// for `x` of shape `[n, channels, …]` and `bias` of shape `[channels]`.
     pub fn add_bias(&self, bias: &Tensor) -> Result<Tensor> {
         const OP: &str = "add_bias";
-        let (outer, channels, inner) = check_bias(OP, self, bias)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::add_bias(gpu, OP, self, bias, (channels, inner));
-        }
-        with_float!(self.dtype(), OP, |T| {
-            let (x, b) = (self.host_slice::<T>(OP)?, bias.host_slice::<T>(OP)?);
-            let start = now_ns();
-            let out = output::<T>(self.shape(), self.device(), |y| k::add_bias(x, b, outer, channels, inner, y))?;
-            let dtype = self.dtype().float().expect("float");
-            let call = KernelCall::Elementwise { op: ElementwiseOp::AddBias, len: self.numel(), channels, dtype };
-            emit_kernel(self.device(), OP, "cpu", start, call);
-            Ok(out)
-        })
+        let layout = check_bias(OP, self, bias)?;
+        let out = self.device().backend().add_bias(OP, self.storage(), bias.storage(), layout)?;
+        Ok(Tensor::from_storage(out, self.shape()))
     }
 
     /// [`add_bias`](Self::add_bias) in place (needs the only reference to `self`).
     pub fn add_bias_(&mut self, bias: &Tensor) -> Result<()> {
         const OP: &str = "add_bias_";
-        let (_, channels, inner) = check_bias(OP, self, bias)?;
-        if let Some(gpu) = self.device().cuda().cloned() {
-            self.check_inplace(OP)?;
-            return gpu_ops::add_bias_inplace(&gpu, OP, self, bias, (channels, inner));
-        }
-        let (len, device) = (self.numel(), self.device().clone());
-        let dtype = self.dtype();
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            let b = bias.host_slice::<T>(OP)?;
-            add_bias_inplace(self.unique_slice_mut::<T>(OP)?, b, channels, inner);
-            let call = KernelCall::Elementwise {
-                op: ElementwiseOp::AddBias,
-                len,
-                channels,
-                dtype: dtype.float().expect("float"),
-            };
-            emit_kernel(&device, "add_bias", "cpu_inplace", start, call);
-            Ok(())
-        })
+        let layout = check_bias(OP, self, bias)?;
+        let device = self.device().clone();
+        device.backend().add_bias_inplace(OP, self.inplace_storage(OP)?, bias.storage(), layout)
     }
 
     /// The gradient of [`add_bias`](Self::add_bias) for the bias: the sum of `self`
@@ -221,19 +107,9 @@ impl Tensor {
     /// `[channels]`. Accumulated in f64, stored in `self`'s dtype.
     pub fn bias_grad(&self) -> Result<Tensor> {
         const OP: &str = "bias_grad";
-        let (outer, channels, inner) = channel_layout(OP, self)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::bias_grad(gpu, OP, self, (outer, channels, inner));
-        }
-        let dtype = self.dtype();
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            let gy = self.host_slice::<T>(OP)?;
-            let out = output::<T>(&[channels], self.device(), |gb| k::bias_grad(gy, outer, channels, inner, gb))?;
-            let call = KernelCall::BiasGrad { outer, channels, inner, dtype: dtype.float().expect("float") };
-            emit_kernel(self.device(), OP, "cpu", start, call);
-            Ok(out)
-        })
+        let layout = channel_layout(OP, self)?;
+        let out = self.device().backend().bias_grad(OP, self.storage(), layout)?;
+        Ok(Tensor::from_storage(out, &[layout.1]))
     }
 
     /// `self += other` in place (same shape, device and dtype; needs the only
@@ -242,76 +118,23 @@ impl Tensor {
         const OP: &str = "add_";
         check_pair(OP, self, other)?;
         same_shape(OP, self, other)?;
-        if let Some(gpu) = self.device().cuda().cloned() {
-            self.check_inplace(OP)?;
-            return gpu_ops::add_inplace(&gpu, OP, self, other);
-        }
-        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            let x = other.host_slice::<T>(OP)?;
-            zip_inplace(self.unique_slice_mut::<T>(OP)?, x, |a, b| a + b);
-            let call = KernelCall::Elementwise {
-                op: ElementwiseOp::Add,
-                len,
-                channels: 0,
-                dtype: dtype.float().expect("float"),
-            };
-            emit_kernel(&device, "add", "cpu_inplace", start, call);
-            Ok(())
-        })
+        let device = self.device().clone();
+        device.backend().add_inplace(OP, self.inplace_storage(OP)?, other.storage())
     }
 
     /// `self *= alpha` in place (needs the only reference).
     pub fn scale_(&mut self, alpha: f32) -> Result<()> {
         const OP: &str = "scale_";
-        if let Some(gpu) = self.device().cuda().cloned() {
-            self.check_inplace(OP)?;
-            return gpu_ops::scale_inplace(&gpu, OP, self, alpha);
-        }
-        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            map_inplace(self.unique_slice_mut::<T>(OP)?, |v| alpha * v);
-            let call = KernelCall::Elementwise {
-                op: ElementwiseOp::Scale,
-                len,
-                channels: 0,
-                dtype: dtype.float().expect("float"),
-            };
-            emit_kernel(&device, "scale", "cpu_inplace", start, call);
-            Ok(())
-        })
+        let device = self.device().clone();
+        device.backend().scale_inplace(OP, self.inplace_storage(OP)?, alpha)
     }
 
     /// Sets every element to `value` in place (needs the only reference):
     /// `tensor.fill_(value)`, and `zero_grad(set_to_none=False)`'s zeroing.
     pub fn fill_(&mut self, value: f64) -> Result<()> {
         const OP: &str = "fill_";
-        if let Some(gpu) = self.device().cuda().cloned() {
-            self.check_inplace(OP)?;
-            return gpu_ops::fill(&gpu, OP, self, value);
-        }
-        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            let v = <T as Element>::from_f64(value);
-            let y = self.unique_slice_mut::<T>(OP)?;
-            if y.len() >= INPLACE_PAR_THRESHOLD {
-                use rayon::prelude::*;
-                y.par_chunks_mut(INPLACE_CHUNK).for_each(|c| c.fill(v));
-            } else {
-                y.fill(v);
-            }
-            let call = KernelCall::Elementwise {
-                op: ElementwiseOp::Fill,
-                len,
-                channels: 0,
-                dtype: dtype.float().expect("float"),
-            };
-            emit_kernel(&device, "fill", "cpu_inplace", start, call);
-            Ok(())
-        })
+        let device = self.device().clone();
+        device.backend().fill(OP, self.inplace_storage(OP)?, value)
     }
 
     /// PyTorch's `_amp_foreach_non_finite_check_and_unscale_` for one tensor:
@@ -320,43 +143,7 @@ impl Tensor {
     /// reference). What `GradScaler.unscale_` runs on each gradient.
     pub fn unscale_and_check_(&mut self, inv_scale: f32) -> Result<bool> {
         const OP: &str = "non_finite_check_and_unscale";
-        if let Some(gpu) = self.device().cuda().cloned() {
-            self.check_inplace(OP)?;
-            return gpu_ops::unscale(&gpu, OP, self, inv_scale);
-        }
-        let (len, device, dtype) = (self.numel(), self.device().clone(), self.dtype());
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            let y = self.unique_slice_mut::<T>(OP)?;
-            let chunk = |c: &mut [T]| -> bool {
-                let mut found = false;
-                match T::as_f32_mut(c) {
-                    Some(cf) => cf.iter_mut().for_each(|v| {
-                        found |= !v.is_finite();
-                        *v *= inv_scale;
-                    }),
-                    None => c.iter_mut().for_each(|v| {
-                        let f = v.to_f32();
-                        found |= !f.is_finite();
-                        *v = T::from_f32(f * inv_scale);
-                    }),
-                }
-                found
-            };
-            let found = if y.len() >= INPLACE_PAR_THRESHOLD {
-                use rayon::prelude::*;
-                y.par_chunks_mut(INPLACE_CHUNK).map(chunk).reduce(|| false, |a, b| a || b)
-            } else {
-                chunk(y)
-            };
-            let call = KernelCall::Elementwise {
-                op: ElementwiseOp::Scale,
-                len,
-                channels: 0,
-                dtype: dtype.float().expect("float"),
-            };
-            emit_kernel(&device, OP, "cpu_inplace", start, call);
-            Ok(found)
-        })
+        let device = self.device().clone();
+        device.backend().unscale(OP, self.inplace_storage(OP)?, inv_scale)
     }
 }

@@ -1,10 +1,7 @@
 //! Losses: cross-entropy (f32 logits against i64 labels) and mean squared
 //! error, and their gradients.
 
-use super::{check_pair, emit_kernel, need_f32, output, same_device, same_shape};
-use crate::cpu_kernels::{self as k, KernelCall};
-use crate::cuda::ops as gpu_ops;
-use crate::hooks::now_ns;
+use super::{check_pair, need_f32, same_device, same_shape};
 use crate::tensor::{DType, Result, Tensor, TensorError};
 
 impl Tensor {
@@ -14,14 +11,9 @@ impl Tensor {
         const OP: &str = "cross_entropy";
         same_device(OP, self, labels)?;
         need_f32(OP, self)?;
-        let (rows, classes) = ce_shape(OP, self, labels)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::cross_entropy(gpu, OP, self, labels, (rows, classes));
-        }
-        let start = now_ns();
-        let loss = k::cross_entropy(self.host_slice::<f32>(OP)?, labels.host_slice::<i64>(OP)?, rows, classes)?;
-        emit_kernel(self.device(), OP, "cpu", start, KernelCall::CrossEntropy { backward: false, rows, classes });
-        Tensor::from_slice(&[loss], &[], self.device())
+        let rows = ce_shape(OP, self, labels)?;
+        let out = self.device().backend().cross_entropy(OP, self.storage(), labels.storage(), rows)?;
+        Ok(Tensor::from_storage(out, &[]))
     }
 
     /// The gradient of the mean cross-entropy with respect to the logits, scaled by
@@ -30,17 +22,10 @@ impl Tensor {
         const OP: &str = "cross_entropy_backward";
         same_device(OP, self, labels)?;
         need_f32(OP, self)?;
-        let (rows, classes) = ce_shape(OP, self, labels)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::cross_entropy_backward(gpu, OP, self, labels, (rows, classes), grad_out);
-        }
-        let start = now_ns();
-        let (x, l) = (self.host_slice::<f32>(OP)?, labels.host_slice::<i64>(OP)?);
-        let out = output::<f32>(self.shape(), self.device(), |g| {
-            k::cross_entropy_backward(x, l, rows, classes, grad_out, g)
-        })?;
-        emit_kernel(self.device(), OP, "cpu", start, KernelCall::CrossEntropy { backward: true, rows, classes });
-        Ok(out)
+        let rows = ce_shape(OP, self, labels)?;
+        let backend = self.device().backend();
+        let out = backend.cross_entropy_backward(OP, self.storage(), labels.storage(), rows, grad_out)?;
+        Ok(Tensor::from_storage(out, self.shape()))
     }
 
     /// Mean squared error against `target`, as a 0-d f32 tensor.
@@ -49,13 +34,8 @@ impl Tensor {
         check_pair(OP, self, target)?;
         same_shape(OP, self, target)?;
         need_f32(OP, self)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::mse(gpu, OP, self, target);
-        }
-        let start = now_ns();
-        let loss = k::mse(self.host_slice::<f32>(OP)?, target.host_slice::<f32>(OP)?)?;
-        emit_kernel(self.device(), OP, "cpu", start, KernelCall::Mse { backward: false, len: self.numel() });
-        Tensor::from_slice(&[loss], &[], self.device())
+        let out = self.device().backend().mse(OP, self.storage(), target.storage())?;
+        Ok(Tensor::from_storage(out, &[]))
     }
 
     /// The gradient of the MSE with respect to `self`, scaled by `grad_out`.
@@ -64,14 +44,8 @@ impl Tensor {
         check_pair(OP, self, target)?;
         same_shape(OP, self, target)?;
         need_f32(OP, self)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::mse_backward(gpu, OP, self, target, grad_out);
-        }
-        let start = now_ns();
-        let (p, t) = (self.host_slice::<f32>(OP)?, target.host_slice::<f32>(OP)?);
-        let out = output::<f32>(self.shape(), self.device(), |g| k::mse_backward(p, t, grad_out, g))?;
-        emit_kernel(self.device(), OP, "cpu", start, KernelCall::Mse { backward: true, len: self.numel() });
-        Ok(out)
+        let out = self.device().backend().mse_backward(OP, self.storage(), target.storage(), grad_out)?;
+        Ok(Tensor::from_storage(out, self.shape()))
     }
 }
 

@@ -1,13 +1,9 @@
 //! Matrix products (plain, batched, with transposed operands), with the
 //! autotuner's algorithm.
 
-use std::sync::Arc;
-
-use super::{KernelTiming, check_pair, emit_kernel, workspace};
-use crate::autotune;
-use crate::cpu_kernels::{self as k, Algorithm, KernelCall, MatmulAlgo, MatmulShape};
-use crate::hooks::now_ns;
-use crate::tensor::{DType, Result, Tensor, TensorError, with_float};
+use super::check_pair;
+use crate::cpu_kernels::MatmulShape;
+use crate::tensor::{KernelTiming, Result, Tensor, TensorError};
 
 impl Tensor {
     /// Matrix product `[m, k] · [k, n]`, or batched `[b, m, k] · [b, k, n]`.
@@ -40,9 +36,7 @@ impl Tensor {
         self.matmul_impl(other, trans_a, trans_b, true)
     }
 
-    /// The matrix products. On a GPU, `timed` waits for the product and reports
-    /// its device time; untimed products are only queued (0 ns). Host products
-    /// always run to completion and report their time.
+    /// The matrix products (see `Backend::matmul` for `timed`).
     fn matmul_impl(&self, other: &Tensor, trans_a: bool, trans_b: bool, timed: bool) -> Result<(Tensor, KernelTiming)> {
         const OP: &str = "matmul";
         check_pair(OP, self, other)?;
@@ -73,37 +67,7 @@ impl Tensor {
             _ => return Err(bad("expected two 2-d or two 3-d tensors")),
         };
         let shape = shape.transposed(trans_a, trans_b);
-        let dtype = self.dtype().float().ok_or(TensorError::UnsupportedDType {
-            op: OP,
-            dtype: self.dtype(),
-            reason: "matmul needs a float dtype",
-        })?;
-        if let Some(backend) = self.device().cuda() {
-            return crate::cuda::blas::matmul(backend, self, other, shape, &out_shape, timed);
-        }
-        let device = self.device().clone();
-        with_float!(self.dtype(), OP, |T| {
-            let (a, b) = (self.host_slice::<T>(OP)?, other.host_slice::<T>(OP)?);
-            let run = |algo: MatmulAlgo, c: &mut [T]| -> Result<u64> {
-                let ws_len = algo.workspace_len(&shape, dtype);
-                let mut ws = workspace(&device, ws_len)?;
-                let start = now_ns();
-                k::matmul(algo, shape, a, b, c, ws.slice_mut::<f32>())?;
-                let took = now_ns().saturating_sub(start);
-                emit_kernel(&device, OP, algo.name(), start, KernelCall::Matmul { shape, dtype });
-                Ok(took)
-            };
-            let algo = autotune::global().choose(&device, &shape, dtype, |algo| {
-                let mut scratch = Tensor::zeros(&out_shape, self.dtype(), &device)?;
-                let s = Arc::get_mut(&mut scratch.storage).expect("a new tensor is not shared");
-                run(algo, s.slice_mut::<T>())
-            })?;
-            let mut took = 0;
-            let out = Tensor::build(&out_shape, self.dtype(), &device, |s| {
-                took = run(algo, s.slice_mut::<T>())?;
-                Ok(())
-            })?;
-            Ok((out, KernelTiming { algorithm: algo.name(), duration_ns: took }))
-        })
+        let (out, timing) = self.device().backend().matmul(self.storage(), other.storage(), shape, timed)?;
+        Ok((Tensor::from_storage(out, &out_shape), timing))
     }
 }

@@ -1,9 +1,7 @@
 //! In-place optimizer steps (SGD, Adam) on f32 parameters.
 
-use super::{emit_kernel, expect_dtype, same_device, same_shape};
-use crate::cpu_kernels::{self as k, KernelCall};
-use crate::cuda::ops as gpu_ops;
-use crate::hooks::now_ns;
+use super::{expect_dtype, same_device, same_shape};
+use crate::cpu_kernels as k;
 use crate::tensor::{DType, Result, Tensor, TensorError};
 
 /// In-place optimizer updates on f32 parameters.
@@ -15,7 +13,7 @@ impl Tensor {
     pub fn sgd_step_(
         &mut self,
         grad: &Tensor,
-        mut momentum: Option<&mut Tensor>,
+        momentum: Option<&mut Tensor>,
         cfg: &k::Sgd,
         step: u64,
     ) -> Result<()> {
@@ -36,32 +34,13 @@ impl Tensor {
             }
             None => {}
         }
-        if let Some(gpu) = self.device().cuda().cloned() {
-            expect_dtype(OP, grad, DType::F32)?;
-            if let Some(m) = momentum.as_deref_mut() {
-                m.check_unique_f32(OP)?;
-            }
-            self.check_unique_f32(OP)?;
-            // The CPU kernel's checks of `cfg` and `step`, on no elements.
-            k::sgd_step(cfg, step, &mut [], &[], &mut [])?;
-            return gpu_ops::sgd_step(&gpu, OP, self, grad, momentum.as_deref(), cfg, step);
-        }
-        let start = now_ns();
-        let g = grad.host_slice::<f32>(OP)?;
-        let m = match momentum {
-            Some(m) => m.unique_f32_mut(OP)?,
-            None => &mut [],
+        expect_dtype(OP, grad, DType::F32)?;
+        let momentum = match momentum {
+            Some(m) => Some(m.inplace_f32_storage(OP)?),
+            None => None,
         };
-        let p = self.unique_f32_mut(OP)?;
-        k::sgd_step(cfg, step, p, g, m)?;
-        let call = KernelCall::Sgd {
-            len: self.numel(),
-            momentum: cfg.momentum != 0.0,
-            weight_decay: cfg.weight_decay != 0.0,
-            nesterov: cfg.nesterov,
-        };
-        emit_kernel(self.device(), OP, "cpu", start, call);
-        Ok(())
+        let device = self.device().clone();
+        device.backend().sgd_step(OP, self.inplace_f32_storage(OP)?, grad.storage(), momentum, cfg, step)
     }
 
     /// One Adam step (PyTorch's `torch.optim.Adam`, bias-corrected) on `self` with
@@ -79,23 +58,9 @@ impl Tensor {
             same_device(OP, self, other)?;
             same_shape(OP, self, other)?;
         }
-        if let Some(gpu) = self.device().cuda().cloned() {
-            expect_dtype(OP, grad, DType::F32)?;
-            exp_avg.check_unique_f32(OP)?;
-            exp_avg_sq.check_unique_f32(OP)?;
-            self.check_unique_f32(OP)?;
-            // The CPU kernel's checks of `cfg` and `step`, on no elements.
-            k::adam_step(cfg, step, &mut [], &[], &mut [], &mut [])?;
-            return gpu_ops::adam_step(&gpu, OP, [&*self, grad, &*exp_avg, &*exp_avg_sq], cfg, step);
-        }
-        let start = now_ns();
-        let g = grad.host_slice::<f32>(OP)?;
-        let m = exp_avg.unique_f32_mut(OP)?;
-        let v = exp_avg_sq.unique_f32_mut(OP)?;
-        let p = self.unique_f32_mut(OP)?;
-        k::adam_step(cfg, step, p, g, m, v)?;
-        let call = KernelCall::Adam { len: self.numel(), weight_decay: cfg.weight_decay != 0.0 };
-        emit_kernel(self.device(), OP, "cpu", start, call);
-        Ok(())
+        expect_dtype(OP, grad, DType::F32)?;
+        let moments = [exp_avg.inplace_f32_storage(OP)?, exp_avg_sq.inplace_f32_storage(OP)?];
+        let device = self.device().clone();
+        device.backend().adam_step(OP, self.inplace_f32_storage(OP)?, grad.storage(), moments, cfg, step)
     }
 }

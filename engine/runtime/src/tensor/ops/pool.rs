@@ -1,12 +1,8 @@
 //! 2-d max pooling and its gradient.
 
-use std::sync::Arc;
-
-use super::{emit_kernel, output, same_device};
-use crate::cpu_kernels::{self as k, KernelCall, MaxPool2dShape};
-use crate::cuda::ops as gpu_ops;
-use crate::hooks::now_ns;
-use crate::tensor::{DType, Result, Tensor, TensorError, with_float};
+use super::same_device;
+use crate::cpu_kernels::MaxPool2dShape;
+use crate::tensor::{Result, Tensor, TensorError};
 
 impl Tensor {
     /// Max pooling with a square `kernel` and `stride`; returns the output and the
@@ -14,26 +10,9 @@ impl Tensor {
     pub fn max_pool2d(&self, kernel: usize, stride: usize) -> Result<(Tensor, Tensor)> {
         const OP: &str = "max_pool2d";
         let shape = pool_shape(OP, self.shape(), kernel, stride)?;
-        if let Some(gpu) = self.device().cuda() {
-            return gpu_ops::max_pool2d(gpu, OP, self, shape);
-        }
         let dims = [shape.n, shape.c, shape.out_h(), shape.out_w()];
-        let dtype = self.dtype();
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            let x = self.host_slice::<T>(OP)?;
-            let mut indices = Tensor::zeros(&dims, DType::I64, self.device())?;
-            let idx = Arc::get_mut(&mut indices.storage).expect("a new tensor is not shared");
-            let y = output::<T>(&dims, self.device(), |y| k::max_pool2d_forward(shape, x, y, idx.slice_mut::<i64>()))?;
-            emit_kernel(
-                self.device(),
-                OP,
-                "cpu",
-                start,
-                KernelCall::MaxPool2d { backward: false, shape, dtype: dtype.float().expect("float") },
-            );
-            Ok((y, indices))
-        })
+        let (y, indices) = self.device().backend().max_pool2d(OP, self.storage(), shape)?;
+        Ok((Tensor::from_storage(y, &dims), Tensor::from_storage(indices, &dims)))
     }
 
     /// The gradient of `max_pool2d` with respect to its input.
@@ -47,23 +26,8 @@ impl Tensor {
         const OP: &str = "max_pool2d_backward";
         same_device(OP, indices, gy)?;
         let shape = pool_shape(OP, input_shape, kernel, stride)?;
-        if let Some(gpu) = gy.device().cuda() {
-            return gpu_ops::max_pool2d_backward(gpu, OP, indices, gy, input_shape, shape);
-        }
-        let dtype = gy.dtype();
-        with_float!(dtype, OP, |T| {
-            let start = now_ns();
-            let (i, g) = (indices.host_slice::<i64>(OP)?, gy.host_slice::<T>(OP)?);
-            let out = output::<T>(input_shape, gy.device(), |gx| k::max_pool2d_backward(shape, i, g, gx))?;
-            emit_kernel(
-                gy.device(),
-                OP,
-                "cpu",
-                start,
-                KernelCall::MaxPool2d { backward: true, shape, dtype: dtype.float().expect("float") },
-            );
-            Ok(out)
-        })
+        let out = gy.device().backend().max_pool2d_backward(OP, indices.storage(), gy.storage(), shape)?;
+        Ok(Tensor::from_storage(out, input_shape))
     }
 }
 

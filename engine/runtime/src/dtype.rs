@@ -74,3 +74,31 @@ impl fmt::Display for DType {
         f.write_str(self.as_str())
     }
 }
+
+/// Runs `f` with the storage type of a float dtype.
+macro_rules! with_float {
+    ($dtype:expr, $op:expr, |$t:ident| $body:expr) => {
+        match $dtype {
+            $crate::dtype::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            $crate::dtype::DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            $crate::dtype::DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            $crate::dtype::DType::I64 => {
+                return Err($crate::error::TensorError::UnsupportedDType {
+                    op: $op,
+                    dtype: $crate::dtype::DType::I64,
+                    reason: "this op computes in floating point",
+                })
+            }
+        }
+    };
+}
+pub(crate) use with_float;
