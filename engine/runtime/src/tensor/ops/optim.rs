@@ -10,13 +10,7 @@ impl Tensor {
     /// `torch.optim.SGD` semantics); `step` counts from 1. `momentum` is the
     /// momentum buffer, needed when `cfg.momentum != 0`: plain SGD keeps no
     /// state, as in PyTorch, and passes `None`.
-    pub fn sgd_step_(
-        &mut self,
-        grad: &Tensor,
-        momentum: Option<&mut Tensor>,
-        cfg: &k::Sgd,
-        step: u64,
-    ) -> Result<()> {
+    pub fn sgd_step_(&mut self, grad: &Tensor, momentum: Option<&mut Tensor>, cfg: &k::Sgd, step: u64) -> Result<()> {
         const OP: &str = "sgd_step";
         same_device(OP, self, grad)?;
         same_shape(OP, self, grad)?;
