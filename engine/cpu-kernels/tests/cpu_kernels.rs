@@ -33,13 +33,13 @@ fn wide<T: Element>(v: &[T]) -> Vec<f64> {
 }
 
 fn tol<T: Element>() -> f64 {
-    if T::DTYPE == DType::F32 { 1e-5 } else { 1e-2 }
+    if T::DTYPE == FloatDType::F32 { 1e-5 } else { 1e-2 }
 }
 
 /// The smallest normal number of `T`.
 fn tiny<T: Element>() -> f64 {
     match T::DTYPE {
-        DType::F16 => 2f64.powi(-14),
+        FloatDType::F16 => 2f64.powi(-14),
         _ => f64::from(f32::MIN_POSITIVE),
     }
 }
@@ -303,7 +303,7 @@ fn softmax_case<T: Element>(rng: &mut Rng) {
         let mut y = vec![T::ZERO; n];
         softmax(&x, rows, cols, &mut y).unwrap();
         let want = softmax_ref(&x64, cols, false);
-        if T::DTYPE == DType::F16 {
+        if T::DTYPE == FloatDType::F16 {
             // f16 cannot hold probabilities below 6e-8: they flush to zero, so only a
             // norm-wise check makes sense there.
             check_norm("softmax F16 (norm-wise)", &wide(&y), &want, t);
@@ -511,7 +511,7 @@ fn conv_shapes() -> Vec<Conv2dShape> {
     ]
 }
 
-fn workspace<A: Algorithm>(algo: A, problem: &A::Problem, dtype: DType) -> Vec<f32> {
+fn workspace<A: Algorithm>(algo: A, problem: &A::Problem, dtype: FloatDType) -> Vec<f32> {
     vec![f32::NAN; algo.workspace_len(problem, dtype)] // NaN: the kernels must not read stale workspace
 }
 
@@ -623,8 +623,8 @@ fn conv2d_algorithm_metadata() {
             let p = ConvProblem { pass, shape };
             let h = ConvAlgo::heuristic(&p);
             assert!(h.is_applicable(&p) && h.is_reproducible(&p), "{h:?} for {p:?}");
-            let info = h.info(&p, DType::F32);
-            assert_eq!(info.workspace_bytes, 4 * h.workspace_len(&p, DType::F32));
+            let info = h.info(&p, FloatDType::F32);
+            assert_eq!(info.workspace_bytes, 4 * h.workspace_len(&p, FloatDType::F32));
             // Deterministic mode still has a candidate for every problem.
             assert!(ConvAlgo::candidates(&p).iter().any(|a| a.is_reproducible(&p)));
         }
@@ -636,12 +636,12 @@ fn conv2d_algorithm_metadata() {
     let p1 = ConvProblem { pass: ConvPass::Forward, shape: ones };
     assert_eq!(ConvAlgo::heuristic(&p1), ConvAlgo::Gemm1x1);
     let bw = ConvProblem { pass: ConvPass::BackwardWeight, shape: threes };
-    assert!(!ConvAlgo::Im2colGemmBatchSplit.info(&bw, DType::F32).reproducible);
+    assert!(!ConvAlgo::Im2colGemmBatchSplit.info(&bw, FloatDType::F32).reproducible);
     // f16 operands add f32 staging for x, w and y.
     let staging = threes.x_len() + threes.w_len() + threes.y_len();
     assert_eq!(
-        ConvAlgo::Direct.workspace_len(&p, DType::F16),
-        ConvAlgo::Direct.workspace_len(&p, DType::F32) + staging
+        ConvAlgo::Direct.workspace_len(&p, FloatDType::F16),
+        ConvAlgo::Direct.workspace_len(&p, FloatDType::F32) + staging
     );
 }
 
@@ -830,14 +830,14 @@ fn mismatched_operands_are_errors_not_panics() {
 #[test]
 fn kernel_costs() {
     let s = MatmulShape::batched(2, 3, 4, 5);
-    let c = KernelCall::Matmul { shape: s, dtype: DType::BF16 }.cost();
+    let c = KernelCall::Matmul { shape: s, dtype: FloatDType::BF16 }.cost();
     assert_eq!(c, Cost { flops: 2 * 2 * 3 * 4 * 5, bytes: 2 * (15 + 20 + 12) * 2 });
-    let call = KernelCall::Elementwise { op: ElementwiseOp::Add, len: 10, channels: 0, dtype: DType::F32 };
+    let call = KernelCall::Elementwise { op: ElementwiseOp::Add, len: 10, channels: 0, dtype: FloatDType::F32 };
     assert_eq!((call.name(), call.cost()), ("add", Cost { flops: 10, bytes: 120 }));
     let adam = KernelCall::Adam { len: 4, weight_decay: false };
     assert_eq!((adam.name(), adam.cost().bytes), ("adam_step", 112));
     let conv = Conv2dShape::new(8, 64, 56, 56, 64, 3, 3).with_padding(1, 1);
-    let call = KernelCall::Conv2d { pass: ConvPass::BackwardData, shape: conv, dtype: DType::F32 };
+    let call = KernelCall::Conv2d { pass: ConvPass::BackwardData, shape: conv, dtype: FloatDType::F32 };
     assert_eq!(call.name(), "conv2d_backward_data");
     assert_eq!(call.cost().flops, 2 * 8 * 64 * 64 * 9 * 56 * 56);
     let json = serde_json::to_string(&call).unwrap();

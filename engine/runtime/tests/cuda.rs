@@ -479,11 +479,11 @@ fn sgd_and_adam_steps_match_cpu() {
         for step in 1..=4u64 {
             let (g, gg) = random_pair(&mut rng, &[n], 1.0, DType::F32, &gpu);
             if cfg.momentum == 0.0 {
-                p.sgd_update_(&g, None, &cfg, step).unwrap();
-                gp.sgd_update_(&gg, None, &cfg, step).unwrap();
+                p.sgd_step_(&g, None, &cfg, step).unwrap();
+                gp.sgd_step_(&gg, None, &cfg, step).unwrap();
             } else {
-                p.sgd_step_(&g, &mut m, &cfg, step).unwrap();
-                gp.sgd_step_(&gg, &mut gm, &cfg, step).unwrap();
+                p.sgd_step_(&g, Some(&mut m), &cfg, step).unwrap();
+                gp.sgd_step_(&gg, Some(&mut gm), &cfg, step).unwrap();
             }
         }
         check_norm(&format!("sgd {cfg:?}"), &gp, &p, &gpu);
