@@ -13,3 +13,4 @@ mod test_cuda;
 mod test_cuda_expandable_segments;
 mod test_cuda_graphs;
 mod test_cuda_multigpu;
+mod test_mempool;
