@@ -944,7 +944,7 @@ pub fn synthetic_trace(events: usize, seed: u64) -> String {
 pub struct SyntheticTrace {
     remaining: usize,
     emitted: u64,
-    rng: u64,
+    rng: vramlab_rng::Rng,
     persistent: usize,
     next_id: u64,
     live: Vec<u64>,
@@ -959,8 +959,7 @@ impl SyntheticTrace {
         SyntheticTrace {
             remaining: events,
             emitted: 0,
-            // xorshift must not start at 0.
-            rng: seed ^ 0x9e37_79b9_7f4a_7c15,
+            rng: vramlab_rng::Rng::new(seed),
             persistent: (events / 20).min(64),
             next_id: 1,
             live: Vec::new(),
@@ -968,18 +967,9 @@ impl SyntheticTrace {
         }
     }
 
-    /// xorshift64*.
-    fn next(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
+    /// A draw in `0..n`, from the workspace's one generator.
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.rng.next_u64() % n
     }
 
     fn new_id(&mut self) -> u64 {
