@@ -60,3 +60,18 @@ fn test_graph_memory_stats_and_use_result_after_destroy_graph() {
 fn test_graph_two_successive() {
     crate::test_cuda_graphs::graph_two_successive(true);
 }
+
+#[test]
+fn test_graph_capture_oom() {
+    crate::test_cuda_graphs::graph_capture_oom(true);
+}
+
+#[test]
+fn test_graph_record_stream() {
+    crate::test_cuda_graphs::graph_record_stream(true);
+}
+
+#[test]
+fn test_graph_three_successive() {
+    crate::test_cuda_graphs::graph_three_successive(true);
+}

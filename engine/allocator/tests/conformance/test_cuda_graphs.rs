@@ -9,7 +9,7 @@
 //! nothing, are left out — what PyTorch asserts about their results
 //! (`b.sum()`) is data, not allocator state.
 
-use vramlab_allocator::StreamId;
+use vramlab_allocator::{BlockState, StreamId};
 
 use crate::harness::{Gpu, Tensor};
 
@@ -199,6 +199,112 @@ pub fn graph_two_successive(expandable: bool) {
         assert_eq!(gpu.allocator.pools().is_empty(), !expandable);
         assert_eq!(gpu.memory_reserved(), 0);
     }
+}
+
+/// `TestCuda.test_graph_three_successive`: PyTorch asserts that replaying g0, g2,
+/// g1 corrupts `e` exactly when the graphs share a pool, because g2's capture then
+/// reused c's memory (freed during g1's capture) for `f`. The allocator state that
+/// assertion rests on: `f` takes c's block if and only if the pool is shared.
+pub fn graph_three_successive(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
+    gpu.empty_cache();
+    let size = 1000;
+    for share_mem in ["Don't share", "via pool()", "via graph_pool_handle()"] {
+        let a = floats_on(&gpu, size, 0);
+        let g0_pool = (share_mem == "via graph_pool_handle()").then(|| gpu.graph_pool_handle());
+        let mut g0 = gpu.capture_begin(S, g0_pool);
+        let b = floats_on(&gpu, size, S); // a.clone()
+        let c = floats_on(&gpu, size, S); // b + 1
+        let d = floats_on(&gpu, size, S); // b + 2
+        g0.capture_end();
+        let args = if share_mem == "via pool()" { Some(g0.pool()) } else { g0_pool };
+        let mut g1 = gpu.capture_begin(S, args);
+        let e = floats_on(&gpu, size, S); // c + 3
+        let c_ptr = c.data_ptr();
+        drop(c);
+        g1.capture_end();
+        let mut g2 = gpu.capture_begin(S, args);
+        let f = floats_on(&gpu, size, S); // d + 4
+        g2.capture_end();
+
+        let expect_corruption = share_mem != "Don't share";
+        assert_eq!(f.data_ptr() == c_ptr, expect_corruption, "{share_mem}");
+        drop((a, b, d, e, f, g0, g1, g2));
+        gpu.empty_cache();
+    }
+}
+
+/// `TestCuda.test_graph_capture_oom`: an allocation too large for the device
+/// inside `with torch.cuda.graph(g):` raises "out of memory".
+pub fn graph_capture_oom(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
+    let mut g = gpu.capture_begin(S, None);
+    let err = gpu.empty_on(4 << 40, S).unwrap_err(); // torch.zeros(2**40)
+    g.capture_end();
+    assert!(err.to_string().contains("out of memory"), "{err}");
+    // From the source: during a capture the cached blocks are not released for a
+    // retry (`captures_underway` is not empty), so no retry is counted.
+    assert_eq!(gpu.stat("num_ooms"), 1);
+    assert_eq!(gpu.stat("num_alloc_retries"), 0);
+    assert_eq!(gpu.stat("num_sync_all_streams"), 0);
+}
+
+/// `TestCuda.test_graph_record_stream`: a capture does not process outstanding
+/// stream events (PyTorch would query them, illegal during capture), and a block
+/// freed during the capture after `record_stream` has its end-of-life events
+/// recorded only after the capture; the first allocation after a synchronize then
+/// reclaims both.
+pub fn graph_record_stream(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
+    gpu.empty_cache();
+    let (s0, s1, s2) = (1, 2, 3);
+    let potential_problem = floats_on(&gpu, 3, 0);
+    let a = floats_on(&gpu, 3, 0);
+    let pp_ptr = potential_problem.data_ptr();
+    gpu.raw.hold_events(true); // torch.cuda._sleep on s0
+    gpu.record_stream(&potential_problem, s0);
+    drop(potential_problem);
+
+    let state_of = |ptr: u64| {
+        gpu.allocator.snapshot().into_iter().flat_map(|s| s.blocks).find(|b| b.address == ptr).map(|b| b.state)
+    };
+    let mut g = gpu.capture_begin(s1, None);
+    let b = floats_on(&gpu, 3, s1); // a.clone()
+    let b_ptr = b.data_ptr();
+    gpu.record_stream(&b, s2);
+    drop(b);
+    // From the source: the capture's allocation did not process potential_problem's
+    // event, and b waits for its events, which are not even recorded yet.
+    assert_eq!(state_of(pp_ptr), Some(BlockState::ActivePendingFree));
+    assert_eq!(state_of(b_ptr), Some(BlockState::ActivePendingFree));
+    g.capture_end();
+
+    // torch.cuda.synchronize(): every stream is idle from here on.
+    gpu.raw.complete_events();
+    gpu.raw.hold_events(false);
+    // dummy allocation triggers process_events
+    let dummy = floats_on(&gpu, 3, 0);
+    // From the source: b's events were recorded and completed and both blocks
+    // freed before the lookup, so the dummy reuses potential_problem's block (the
+    // best fit at the lowest address) and b's block is free in the graph's pool.
+    assert_eq!(dummy.data_ptr(), pp_ptr);
+    assert_eq!(state_of(b_ptr), Some(BlockState::Inactive));
+    drop((a, dummy, g));
+}
+
+#[test]
+fn test_graph_three_successive() {
+    graph_three_successive(false);
+}
+
+#[test]
+fn test_graph_capture_oom() {
+    graph_capture_oom(false);
+}
+
+#[test]
+fn test_graph_record_stream() {
+    graph_record_stream(false);
 }
 
 #[test]
