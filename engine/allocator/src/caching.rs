@@ -597,9 +597,9 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// `torch.cuda.MemPool(use_on_oom=…, no_split=…)`: creates the pool (use count
-    /// 1) and sets its two flags ([`set_use_on_oom`](Self::set_use_on_oom),
-    /// [`set_no_split`](Self::set_no_split)).
+    /// `torch.cuda.MemPool(use_on_oom=…, no_split=…)`: creates the pool (use
+    /// count 1) and sets its two flags, as [`set_use_on_oom`](Self::set_use_on_oom)
+    /// and [`set_no_split`](Self::set_no_split) do.
     pub fn create_mem_pool(&self, pool: MempoolId, use_on_oom: bool, no_split: bool) -> Result<(), AllocError> {
         self.create_or_incref_pool(pool)?;
         self.set_use_on_oom(pool, use_on_oom)?;
