@@ -7,9 +7,9 @@
 //! `lower_bound`.
 //!
 //! Private pools (CUDA graphs' pools and `torch.cuda.MemPool`) are modelled as in
-//! PyTorch (checked against `CUDACachingAllocator.cpp` at pytorch/pytorch
-//! file version 79076714 of the stored index, the 2.9–2.11 form with
-//! `use_on_oom_pools`, `no_split_pools` and `emptyCache(mempool_id)`): each
+//! PyTorch (read in `CUDACachingAllocator.cpp`'s 2.9–2.11 form, the one with
+//! `use_on_oom_pools`, `no_split_pools`, `try_mempool_fallback` and
+//! `emptyCache(mempool_id)`; the copy read carried no commit id): each
 //! [`MempoolId`] owns a small and a large free-block pool of its own
 //! (`PrivatePool`), allocations go to the last pool begun whose stream filter
 //! matches (`get_pool`), a pool's blocks are never handed out outside it (but by

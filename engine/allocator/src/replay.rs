@@ -1238,7 +1238,8 @@ mod tests {
         assert_eq!(
             error_at("{\"op\":\"allocate\",\"id\":1,\"size\":1}\n", 1),
             "line 1: unknown op 'allocate' (expected alloc, free, empty_cache, reset_peak, record_stream, stream_done, \
-             set_memory_fraction or set_allocator_settings)"
+             set_memory_fraction, set_allocator_settings, create_pool, begin_allocate_to_pool, end_allocate_to_pool, \
+             release_pool or delete_pool)"
         );
         let m = error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1,\"tag\":\"weights\"}\n", 1);
         assert_eq!(
@@ -1310,7 +1311,7 @@ mod tests {
         assert_eq!(run(trace).unwrap().current_allocated_bytes, 5120);
         assert!(
             error_at("{\"op\":\"set_allocator_settings\",\"settings\":\"foo:1\"}\n", 1)
-                .contains("unknown allocator option 'foo'")
+                .contains("Unrecognized key 'foo' in CUDA allocator config.")
         );
 
         // One allocator per device; ids are one namespace; free finds the device.
