@@ -238,7 +238,7 @@ fn median(v: &[f64]) -> f64 {
 
 /// A bootstrap 95% interval of the median of `v` (2000 resamples, fixed seed).
 fn bootstrap_median_ci(v: &[f64]) -> (f64, f64) {
-    let mut rng = vramlab_rng::Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut rng = vramlab_rng::Rng::new(0xb007_5eed);
     let mut medians: Vec<f64> = (0..2000)
         .map(|_| {
             let sample: Vec<f64> = (0..v.len()).map(|_| v[rng.below(v.len())]).collect();
