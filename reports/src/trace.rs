@@ -2,11 +2,12 @@
 //! ui.perfetto.dev and `chrome://tracing`) of one case, built from the results
 //! file alone — so `cargo xtask report --from` on another machine writes it too.
 //! It holds the case's memory counters (allocated, reserved), its allocated
-//! bytes by category as a stacked counter, and its phases as slices. Kernel
-//! slices need the full recording: `cargo xtask replay --report` exports those
-//! with the profiler's own exporter.
+//! bytes by category as a stacked counter, and its phases as slices. Also the
+//! trace of a replay ([`replay_trace`]): its memory counters, peak and
+//! out-of-memory events.
 
 use serde_json::{Value, json};
+use vramlab_engine::alloc::replay_timeline::ReplayTimeline;
 use vramlab_suites::{CaseResult, CategoryStack, MemoryTimeline};
 
 const PID: u32 = 1;
@@ -38,6 +39,43 @@ pub fn case_trace(suite: &str, case: &CaseResult, timeline: &MemoryTimeline) -> 
     events.push(json!({"name": "peak allocated", "ph": "i", "s": "p", "ts": us(timeline.peak_time_ns), "pid": PID,
                        "tid": 0, "args": {"bytes": timeline.peak_allocated_bytes, "phase": timeline.peak_phase}}));
     json!({"traceEvents": events, "displayTimeUnit": "ms"}).to_string()
+}
+
+/// The trace of one or more replays (`cargo xtask replay|whatif --report`):
+/// one process per replay named `name`, with allocated and reserved bytes as
+/// counters, the reserved peak and each out-of-memory as instant events. A
+/// replay has no clock: `ts` counts `unit` (trace ops or entries), one per
+/// microsecond.
+pub fn replay_trace(unit: &str, runs: &[(&str, &ReplayTimeline)]) -> String {
+    let mut events: Vec<Value> = Vec::new();
+    for (k, (name, t)) in runs.iter().enumerate() {
+        let pid = k as u32 + 1;
+        events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                           "args": {"name": format!("{name} (x: {unit})")}}));
+        for p in &t.points {
+            for (counter, bytes) in [("allocated_bytes", p.allocated_bytes), ("reserved_bytes", p.reserved_bytes)] {
+                events.push(json!({"name": counter, "cat": "memory", "ph": "C", "ts": p.ops, "pid": pid, "tid": 0,
+                                   "args": {"bytes": bytes}}));
+            }
+        }
+        if let Some(p) = &t.peak {
+            events.push(json!({"name": "peak reserved", "ph": "i", "s": "p", "ts": p.ops, "pid": pid, "tid": 0,
+                               "args": {"reserved_bytes": p.reserved_bytes, "allocated_bytes": p.allocated_bytes,
+                                        "largest_free_block_bytes": p.largest_free_block_bytes,
+                                        "segments": p.segments.len()}}));
+        }
+        for o in &t.ooms {
+            events.push(json!({"name": "out of memory", "cat": "oom", "ph": "i", "s": "p", "ts": o.index + 1,
+                               "pid": pid, "tid": 0,
+                               "args": {"index": o.index, "line": o.line, "requested_bytes": o.requested_bytes,
+                                        "reserved_bytes": o.reserved_bytes, "allocated_bytes": o.allocated_bytes,
+                                        "reserved_unallocated_bytes": o.reserved_unallocated_bytes,
+                                        "largest_free_block_bytes": o.largest_free_block_bytes,
+                                        "message": o.message}}));
+        }
+    }
+    json!({"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": "vramlab replay", "x": unit}})
+        .to_string()
 }
 
 fn push_categories(events: &mut Vec<Value>, stack: &CategoryStack) {

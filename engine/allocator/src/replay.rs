@@ -1097,7 +1097,14 @@ mod tests {
             t.points.iter().map(|p| (p.ops, p.allocated_bytes, p.reserved_bytes)).collect();
         assert_eq!(
             points,
-            [(0, 0, 0), (1, 3 * MIB, 20 * MIB), (2, 8 * MIB, 20 * MIB), (3, 5 * MIB, 20 * MIB), (4, 0, 20 * MIB), (5, 0, 0)]
+            [
+                (0, 0, 0),
+                (1, 3 * MIB, 20 * MIB),
+                (2, 8 * MIB, 20 * MIB),
+                (3, 5 * MIB, 20 * MIB),
+                (4, 0, 20 * MIB),
+                (5, 0, 0)
+            ]
         );
         let peak = t.peak.clone().expect("memory was reserved");
         // The 20 MiB segment is first reserved by the first alloc: 3 MiB used, 17 MiB free.

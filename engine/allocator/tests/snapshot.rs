@@ -368,8 +368,13 @@ fn the_timeline_agrees_with_the_replay_and_holds_the_peak_segments() {
         let peak = t.peak.as_ref().expect("memory was reserved");
         assert_eq!(peak.reserved_bytes, r.peak_reserved_bytes, "{name}");
         assert_eq!(peak.segments.iter().map(|s| s.total_size).sum::<u64>(), peak.reserved_bytes, "{name}");
-        let allocated: u64 =
-            peak.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive).map(|b| b.size).sum();
+        let allocated: u64 = peak
+            .segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| b.size)
+            .sum();
         assert_eq!(allocated, peak.allocated_bytes, "{name}");
         if r.fragmentation_at_peak_bytes > 0 || r.largest_free_block_at_peak_bytes > 0 {
             assert_eq!(peak.reserved_bytes - peak.allocated_bytes, r.fragmentation_at_peak_bytes, "{name}");

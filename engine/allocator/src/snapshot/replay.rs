@@ -417,8 +417,10 @@ fn replay(
             t.peak = Some(peak_state(&allocator, start));
         }
         let (allocated_bytes, reserved_bytes) = (allocator.memory_allocated(), allocator.memory_reserved());
-        t.recorder =
-            Some(TimelineRecorder::new(MAX_TIMELINE_POINTS, TimelinePoint { ops: start, allocated_bytes, reserved_bytes }));
+        t.recorder = Some(TimelineRecorder::new(
+            MAX_TIMELINE_POINTS,
+            TimelinePoint { ops: start, allocated_bytes, reserved_bytes },
+        ));
     }
     let mut peak_allocated_seen = allocator.memory_allocated();
     let skip = |r: &mut SnapshotReplay, what: String| {

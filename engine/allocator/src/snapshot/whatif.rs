@@ -68,8 +68,7 @@ pub fn what_if_timelines(
     base: &SnapshotReplayOptions,
     configs: &[Option<AllocatorConfig>],
 ) -> Result<Vec<(WhatIf, ReplayTimeline)>, SnapshotReplayError> {
-    run_all(snapshot, base, configs, true)
-        .map(|v| v.into_iter().map(|(w, t)| (w, t.expect("asked for"))).collect())
+    run_all(snapshot, base, configs, true).map(|v| v.into_iter().map(|(w, t)| (w, t.expect("asked for"))).collect())
 }
 
 type Outcome = Result<(WhatIf, Option<ReplayTimeline>), SnapshotReplayError>;
