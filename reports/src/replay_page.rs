@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use minijinja::{AutoEscape, Environment};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 use vramlab_engine::alloc::replay_timeline::{OomState, ReplayTimeline, TimelinePoint};
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
@@ -30,7 +31,9 @@ const CSS: &str = include_str!("../templates/report.css");
 
 /// Segments drawn in the segment map (in address order); the table lists up to
 /// [`MAX_SEGMENT_ROWS`].
-pub const MAX_SEGMENTS_DRAWN: usize = 48;
+pub const MAX_SEGMENTS_DRAWN: usize = 64;
+/// Height of a segment's row in the segment map, in pixels.
+const SEGMENT_ROW_PX: u32 = 16;
 /// Rows of the segment table.
 pub const MAX_SEGMENT_ROWS: usize = 500;
 /// Out-of-memory rows on a page.
@@ -148,6 +151,17 @@ impl PageChart<'_> {
         }
     }
 
+    /// Width and height in pixels: the segment map grows with its rows.
+    fn size(&self) -> (u32, u32) {
+        match self {
+            PageChart::Lines { .. } => (WIDTH, HEIGHT),
+            PageChart::Segments { segments, .. } => {
+                let rows = segments.len().clamp(1, MAX_SEGMENTS_DRAWN) as u32;
+                (WIDTH, 36 + 8 + rows * SEGMENT_ROW_PX + 36)
+            }
+        }
+    }
+
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         match self {
@@ -163,13 +177,13 @@ impl PageChart<'_> {
         let err = |reason: String| ReportError::Chart { chart: self.title().to_owned(), reason };
         let mut svg = String::new();
         {
-            let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+            let root = SVGBackend::with_string(&mut svg, self.size()).into_drawing_area();
             self.draw(&root).map_err(err)?;
             root.present().map_err(|e| err(e.to_string()))?;
         }
         let png = dir.join(CHARTS_DIR).join(format!("{name}.png"));
         {
-            let root = BitMapBackend::new(&png, (WIDTH, HEIGHT)).into_drawing_area();
+            let root = BitMapBackend::new(&png, self.size()).into_drawing_area();
             self.draw(&root).map_err(err)?;
             root.present().map_err(|e| err(format!("{}: {e}", png.display())))?;
         }
@@ -226,6 +240,7 @@ fn draw_lines<DB: DrawingBackend>(
         .x_desc(x_desc)
         .y_desc(format!("memory ({bunit})"))
         .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| if y_max >= 10.0 { format!("{y:.0}") } else { format!("{y:.1}") })
         .label_style((FAMILY, 13))
         .axis_desc_style((FAMILY, 14))
         .light_line_style(RGBColor(240, 240, 240))
@@ -240,11 +255,10 @@ fn draw_lines<DB: DrawingBackend>(
     for m in marks {
         let at = (m.ops as f64, m.bytes as f64 / bdiv);
         chart.draw_series(std::iter::once(Circle::new(at, 5, RED.filled())))?;
-        chart.draw_series(std::iter::once(Text::new(
-            m.label.clone(),
-            (at.0, at.1 + y_max * 0.05),
-            (FAMILY, 13).into_font().color(&RED),
-        )))?;
+        // Labels right of their mark, or left of it in the right part of the chart.
+        let h = if at.0 > x_max * 0.6 { HPos::Right } else { HPos::Left };
+        let style = TextStyle::from((FAMILY, 13).into_font()).color(&RED).pos(Pos::new(h, VPos::Bottom));
+        chart.draw_series(std::iter::once(Text::new(m.label.clone(), (at.0, at.1 + y_max * 0.02), style)))?;
     }
     chart
         .configure_series_labels()
@@ -268,18 +282,15 @@ fn draw_segments<DB: DrawingBackend>(
         return Ok(());
     }
     let label_w = 110i32;
-    let legend_h = 26i32;
     let rows = shown.len() as i32;
-    let row_h = ((HEIGHT as i32 - 36 - legend_h - 8) / rows).clamp(3, 26);
+    let row_h = SEGMENT_ROW_PX as i32;
     let width = (WIDTH as i32 - label_w - 20) as f64;
     let largest = shown.iter().map(|s| s.total_size).max().unwrap_or(1).max(1) as f64;
     let small = (FAMILY, (row_h - 4).clamp(8, 13)).into_font();
     let x_of = |offset: u64| label_w + ((offset as f64 / largest) * width).round() as i32;
     for (i, s) in shown.iter().enumerate() {
         let y = 4 + i as i32 * row_h;
-        if row_h >= 9 {
-            area.draw(&Text::new(fmt_bytes(s.total_size), (6, y + (row_h - 13).max(0) / 2), small.clone()))?;
-        }
+        area.draw(&Text::new(fmt_bytes(s.total_size), (6, y + (row_h - 13).max(0) / 2), small.clone()))?;
         for b in &s.blocks {
             let (x0, x1) = (x_of(b.address - s.address), x_of(b.address - s.address + b.size));
             let color = match b.state {
@@ -299,7 +310,7 @@ fn draw_segments<DB: DrawingBackend>(
     for (name, color) in [("allocated", ALLOCATED), ("freed, waiting on a stream", RESERVED), ("free (cached)", FREE)] {
         area.draw(&Rectangle::new([(x, y), (x + 14, y + 12)], color.filled()))?;
         area.draw(&Text::new(name.to_owned(), (x + 18, y), (FAMILY, 13).into_font()))?;
-        x += 40 + 8 * name.len() as i32;
+        x += 40 + 7 * name.len() as i32;
     }
     Ok(())
 }
