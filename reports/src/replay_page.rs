@@ -108,7 +108,8 @@ const ALLOCATED: RGBColor = RGBColor(31, 100, 180);
 const RESERVED: RGBColor = RGBColor(230, 120, 30);
 const RED: RGBColor = RGBColor(200, 30, 30);
 const FREE: RGBColor = RGBColor(222, 226, 230);
-const PALETTE: [RGBColor; 8] = [
+/// One colour per setting of a sweep (the recorded one and the 11 of the grid).
+const PALETTE: [RGBColor; 12] = [
     RGBColor(230, 120, 30),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
@@ -117,6 +118,10 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
     RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(120, 180, 255),
 ];
 
 /// A step line: bytes of each point until the next.
