@@ -131,6 +131,7 @@ pub(crate) mod tests {
             duration_ns: 5,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         };
         let failed = CaseResult {
             name: "broken, with \"quotes\"".into(),
