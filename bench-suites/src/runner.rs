@@ -7,7 +7,8 @@ use vramlab_engine::hooks::now_ns;
 use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
 
 use crate::schema::{
-    CaseResult, CategoryStack, MemoryPeaks, MemoryTimeline, Outcome, PhaseBand, Series, SuiteResult, TIMELINE_POINTS,
+    CaseResult, CategoryStack, KernelSlice, MAX_KERNEL_SLICES, MemoryPeaks, MemoryTimeline, Outcome, PhaseBand, Series,
+    SuiteResult, TIMELINE_POINTS,
 };
 use crate::suite::{Case, CaseOutput, Context, Progress, Suite};
 
@@ -29,6 +30,7 @@ pub fn run_suite(suite: &dyn Suite, ctx: &Context, progress: &dyn Progress) -> S
                 duration_ns: 0,
                 timeline: None,
                 categories: None,
+                kernels: Vec::new(),
             };
             return SuiteResult {
                 name: suite.name().into(),
@@ -88,6 +90,7 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
         Some(profile) => case_memory(profile, ctx),
         None => (None, None, None),
     };
+    let kernels = profile.as_ref().map(|p| case_kernels(p, ctx)).unwrap_or_default();
     let mut result = CaseResult {
         name,
         params,
@@ -99,6 +102,7 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
         duration_ns,
         timeline,
         categories,
+        kernels,
     };
     match outcome {
         Ok(Ok(CaseOutput { not_available: Some(reason), .. })) => result.outcome = Outcome::NotAvailable { reason },
@@ -126,6 +130,33 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
     result
 }
 
+/// Names a device from its event index, as `DeviceId::event_index` numbers them
+/// (devices the profiler was not told about are the suites' private ones).
+fn device_name(index: u32, ctx: &Context) -> String {
+    match index {
+        i if i == ctx.device.id().event_index() => ctx.device.to_string(),
+        i if i < 1024 => format!("cpu:{i}"),
+        i => format!("cuda:{}", i - 1024),
+    }
+}
+
+/// The case's first [`MAX_KERNEL_SLICES`] kernel runs, times relative to the
+/// recording's start.
+fn case_kernels(profile: &vramlab_profiler::Profile, ctx: &Context) -> Vec<KernelSlice> {
+    profile
+        .kernel_runs(MAX_KERNEL_SLICES)
+        .into_iter()
+        .map(|k| KernelSlice {
+            name: k.name,
+            algorithm: k.algorithm,
+            device: device_name(k.device, ctx),
+            stream: k.stream,
+            start_ns: k.start_ns.saturating_sub(profile.start_ns),
+            duration_ns: k.duration_ns,
+        })
+        .collect()
+}
+
 /// The case's memory from its recording: the peaks, the decimated timeline
 /// (with phase spans) and, when its allocations are tagged, the category stack.
 fn case_memory(
@@ -144,13 +175,7 @@ fn case_memory(
             Ok(serde_json::Value::Object(m)) => m.into_iter().filter_map(|(k, v)| Some((k, v.as_u64()?))).collect(),
             _ => Default::default(),
         };
-        // Devices the profiler was not told about (the suites' private ones) are
-        // named from their event index, as `DeviceId::event_index` numbers them.
-        let device = match d.info.index {
-            i if i == ctx.device.id().event_index() => ctx.device.to_string(),
-            i if i < 1024 => format!("cpu:{i}"),
-            i => format!("cuda:{}", i - 1024),
-        };
+        let device = device_name(d.info.index, ctx);
         Some(MemoryPeaks {
             device,
             peak_allocated_bytes: d.peak_allocated.bytes,

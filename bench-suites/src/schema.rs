@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a field changes meaning or disappears. Version 2 added each
 /// profiled case's [`MemoryTimeline`] and [`CategoryStack`]; a version 1 file
-/// reads as version 2 without them.
+/// reads as version 2 without them. Optional, additive fields do not bump it:
+/// [`CaseResult::kernels`] came later within version 2, and files without it
+/// read with an empty list.
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// The oldest version this build still reads (its cases have no timelines).
@@ -15,6 +17,9 @@ pub const OLDEST_READABLE_SCHEMA_VERSION: u32 = 1;
 
 /// Points per series kept in a case's timeline (min/max decimation: peaks kept).
 pub const TIMELINE_POINTS: usize = 2000;
+
+/// Kernel runs kept per profiled case (the first ones), for `trace.json`.
+pub const MAX_KERNEL_SLICES: usize = 1000;
 
 /// One `cargo xtask bench` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +113,29 @@ pub struct CaseResult {
     /// tagged (the memory suite's training step; schema v2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub categories: Option<CategoryStack>,
+    /// The first [`MAX_KERNEL_SLICES`] kernels the case ran, in order, for the
+    /// trace (profiled cases; optional and additive within schema v2: absent in
+    /// older files and for cases that ran no kernel).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelSlice>,
+}
+
+/// One kernel run of a case (source: the profiler's kernel events).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelSlice {
+    /// The operation (`matmul`, `conv2d_forward`, …).
+    pub name: String,
+    /// The algorithm that ran it (`gemm_rayon`, `im2col_gemm`, …).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub algorithm: String,
+    /// `cpu:0`, `cuda:0`, …
+    pub device: String,
+    pub stream: u32,
+    /// Start, nanoseconds since the case's recording started (for a GPU, the
+    /// host time of the launch).
+    pub start_ns: u64,
+    /// Device time on a GPU, wall time on the CPU.
+    pub duration_ns: u64,
 }
 
 /// A step series: `bytes[i]` holds from `time_ns[i]` until the next point.

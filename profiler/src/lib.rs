@@ -96,7 +96,7 @@ pub use analysis::{
 pub use chrome::{ChromeTraceOptions, HOST_PID};
 pub use error::{NvmlUnavailable, ProfilerError};
 pub use profile::{
-    DeviceSummary, Profile, ProfileSummary, Reconciliation, RecordingStats, SummaryOptions, UntrackedBasis,
+    DeviceSummary, KernelRun, Profile, ProfileSummary, Reconciliation, RecordingStats, SummaryOptions, UntrackedBasis,
 };
 pub use profiler::{PhaseGuard, Profiler, ProfilerConfig, phase};
 pub use sampler::{

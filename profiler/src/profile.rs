@@ -61,6 +61,20 @@ pub struct Reconciliation {
     pub samples: u64,
 }
 
+/// One kernel run, as recorded (see [`Profile::kernel_runs`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelRun {
+    pub name: String,
+    pub algorithm: String,
+    /// The device's event index (see `DeviceInfo::index`).
+    pub device: u32,
+    pub stream: u32,
+    /// Start on the recording's clock (for a GPU, the host time of the launch).
+    pub start_ns: u64,
+    /// Time it ran: device time on a GPU, wall time on the CPU.
+    pub duration_ns: u64,
+}
+
 /// Everything one recording answers. It serializes whole (the records as
 /// columns); [`Profile::summary`] gives the bounded form for results files.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -155,6 +169,39 @@ impl Profile {
 
     pub fn duration_ns(&self) -> u64 {
         self.end_ns - self.start_ns
+    }
+
+    /// The first `max` kernel runs of the recording, in recording order (the
+    /// kernel table aggregates them; a trace needs each one).
+    pub fn kernel_runs(&self, max: usize) -> Vec<KernelRun> {
+        use crate::record::kind;
+        let rec = &self.recording;
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < rec.len() && out.len() < max {
+            let r = rec.get(i);
+            i += 1;
+            if r.kind != kind::KERNEL {
+                continue;
+            }
+            let ctx = rec.context(r);
+            let duration_ns = if i < rec.len() && rec.get(i).kind == kind::KERNEL_CONT {
+                i += 1;
+                rec.get(i - 1).time_ns
+            } else {
+                0
+            };
+            let k = rec.kernels.get(r.c as usize);
+            out.push(KernelRun {
+                name: k.map_or_else(|| "kernel".to_owned(), |k| k.name.clone()),
+                algorithm: k.map_or_else(String::new, |k| k.algorithm.clone()),
+                device: ctx.device,
+                stream: ctx.stream,
+                start_ns: r.time_ns,
+                duration_ns,
+            });
+        }
+        out
     }
 
     /// The device with this index.
@@ -568,6 +615,32 @@ mod tests {
 
     fn nvml_device(nvml_index: u32, uuid: &str) -> NvmlDevice {
         NvmlDevice { nvml_index, uuid: Some(uuid.into()), name: None, pci_bus_id: None, memory_total_bytes: None }
+    }
+
+    #[test]
+    fn kernel_runs_are_listed_in_order_and_capped() {
+        use vramlab_engine::hooks::KernelEvent;
+        let kernel = |name: &'static str, start_ns, duration_ns| {
+            Event::Kernel(KernelEvent {
+                name,
+                algorithm: "gemm",
+                device: 0,
+                stream: 1,
+                start_ns,
+                duration_ns,
+                launch_ns: 1,
+                flops: 0,
+                bytes: 0,
+            })
+        };
+        let events = [segment(5, AllocatorAction::SegmentAlloc, 1000), kernel("matmul", 10, 20), kernel("relu", 40, 5)];
+        let p = Profile::from_events(&events, &[DeviceInfo::cpu(0)]);
+        let runs = p.kernel_runs(10);
+        let got: Vec<(&str, u32, u64, u64)> =
+            runs.iter().map(|k| (k.name.as_str(), k.stream, k.start_ns, k.duration_ns)).collect();
+        assert_eq!(got, [("matmul", 1, 10, 20), ("relu", 1, 40, 5)]);
+        assert_eq!(runs[0].algorithm, "gemm");
+        assert_eq!(p.kernel_runs(1).len(), 1);
     }
 
     #[test]

@@ -44,6 +44,7 @@ fn full_run(seed: u64, scale: f64) -> RunResults {
                 }),
                 timeline: None,
                 categories: None,
+                kernels: Vec::new(),
                 notes: vec![],
                 duration_ns: 1,
             }

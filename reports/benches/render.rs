@@ -61,6 +61,7 @@ fn results(suites: usize, cases: usize, events: usize) -> RunResults {
         duration_ns: 1,
         timeline: Some(timeline(events)),
         categories: None,
+        kernels: Vec::new(),
     };
     RunResults {
         schema_version: SCHEMA_VERSION,

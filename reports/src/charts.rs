@@ -16,13 +16,13 @@ use crate::units::{fmt_bytes, fmt_ns};
 
 /// DejaVu Sans (Bitstream Vera / DejaVu licence, see `assets/DejaVuSans-LICENSE.txt`).
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 /// Chart size in pixels (the SVG scales to its container).
 pub const WIDTH: u32 = 960;
 pub const HEIGHT: u32 = 400;
 
-fn register_font() {
+pub(crate) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // The font is compiled in; failing to parse it is a build defect.
@@ -132,7 +132,7 @@ fn draw_message<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, 
 }
 
 /// A unit for a byte axis: divisor and suffix (binary).
-fn byte_unit(max: u64) -> (f64, &'static str) {
+pub(crate) fn byte_unit(max: u64) -> (f64, &'static str) {
     match max {
         m if m >= 1 << 30 => ((1u64 << 30) as f64, "GiB"),
         m if m >= 1 << 20 => ((1u64 << 20) as f64, "MiB"),

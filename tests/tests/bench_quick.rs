@@ -74,6 +74,14 @@ fn bench_quick_on_cpu_writes_sane_results() {
     assert!(tl.allocated.time_ns.len() <= vramlab_suites::TIMELINE_POINTS);
     let stack = train.categories.as_ref().expect("a category stack");
     assert!(stack.by_category_bytes.contains_key("parameter") && stack.by_category_bytes.contains_key("gradient"));
+    // Its kernels (the first MAX_KERNEL_SLICES) are in the results and, as complete
+    // events on their own tracks, in trace.json.
+    assert!(!train.kernels.is_empty() && train.kernels.len() <= vramlab_suites::MAX_KERNEL_SLICES);
+    assert!(train.kernels.windows(2).all(|w| w[0].start_ns <= w[1].start_ns));
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report").join("trace.json")).unwrap()).expect("trace JSON");
+    let slices = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X" && e["cat"] == "kernel");
+    assert_eq!(slices.count(), train.kernels.len());
     for suite in &results.suites {
         assert!(!suite.cases.is_empty(), "{} has no cases", suite.name);
         assert!(!suite.findings.is_empty(), "{} has no findings", suite.name);

@@ -62,6 +62,7 @@ fn fixture() -> RunResults {
         duration_ns: 10_000_000,
         timeline: Some(timeline),
         categories: Some(stack),
+        kernels: Vec::new(),
     };
     let evil = CaseResult {
         name: EVIL.into(),
@@ -74,6 +75,7 @@ fn fixture() -> RunResults {
         duration_ns: 1,
         timeline: None,
         categories: None,
+        kernels: Vec::new(),
     };
     let gpu = CaseResult {
         name: "h2d/pinned".into(),

@@ -85,9 +85,11 @@ Examples:
   cargo xtask replay snapshot.pickle --device 1
   cargo xtask replay snapshot.pickle --alloc-conf expandable_segments:True \
       --export-snapshot replayed.pickle --chrome-trace replayed.json
+  cargo xtask replay run.jsonl --capacity 24GiB --report target/replay   then open target/replay/index.html
 
 Exit status: 0 when the trace replayed (out-of-memory events are results, not failures);
-1 when the trace is malformed or unreadable (the message names the line); 2 for usage errors.";
+1 when the trace is malformed or unreadable (the message names the line); 2 for usage errors
+and when the --report folder cannot be written.";
 
 const WHATIF_ABOUT: &str =
     "Replay a PyTorch memory snapshot under other allocator settings: would it fit, and with which?";
@@ -107,9 +109,10 @@ const WHATIF_AFTER_HELP: &str = "\
 Examples:
   cargo xtask whatif snapshot.pickle --capacity 24GiB --sweep
   cargo xtask whatif snapshot.pickle --alloc-conf expandable_segments:True --json
+  cargo xtask whatif snapshot.pickle --capacity 24GiB --sweep --report target/whatif
 
 Exit status: 0 when the snapshot replayed (out-of-memory is a result); 1 when the file is not a
-readable snapshot; 2 for usage errors.";
+readable snapshot; 2 for usage errors and when the --report folder cannot be written.";
 
 const GPU_CHECK_ABOUT: &str = "Build the GPU test bundle (tests + GPU figures, no Rust needed to run it) and run it";
 
@@ -296,6 +299,12 @@ pub struct ReplayArgs {
     /// PyTorch snapshots: write the replay as a Chrome/Perfetto trace (JSON)
     #[arg(long, value_name = "OUT")]
     pub chrome_trace: Option<PathBuf>,
+
+    /// Also write an offline HTML page into DIR: the memory timeline with its peak,
+    /// the segments at the reserved peak, each out-of-memory's fragmentation
+    /// figures; charts as PNG and SVG, and trace.json for Perfetto
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -335,6 +344,11 @@ pub struct WhatifArgs {
     /// Print one JSON object instead of the tables
     #[arg(long)]
     pub json: bool,
+
+    /// Also write an offline HTML page into DIR: the memory under each setting, the
+    /// table of figures and the recommendation; charts as PNG and SVG, and trace.json
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

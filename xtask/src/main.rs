@@ -4,8 +4,9 @@
 //! `check`, `history`.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
-//! names the file and line), 2 for usage errors (clap's) and from `report` for a
-//! bad results file, 3 from `gpu-check` when the machine has no GPU. `check`
+//! names the file and line), 2 for usage errors (clap's), from `report` for a
+//! bad results file and from `replay`/`whatif` for a `--report` folder that
+//! cannot be written, 3 from `gpu-check` when the machine has no GPU. `check`
 //! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
 //! be made.
 
@@ -44,8 +45,8 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Bench(args) => bench_cmd::run(args),
-        Command::Replay(args) => replay_cmd::run(args).map(|()| 0),
-        Command::Whatif(args) => whatif_cmd::run(args).map(|()| 0),
+        Command::Replay(args) => replay_cmd::run(args),
+        Command::Whatif(args) => whatif_cmd::run(args),
         Command::GpuCheck(args) => gpu_check::run(args),
         Command::Check(args) => check_cmd::run(args),
         Command::History(args) => history_cmd::run(args),

@@ -1,15 +1,18 @@
 //! `cargo xtask replay`: runs [`vramlab_engine::replay`] on a file or standard
-//! input and prints the report, readable or as JSON.
+//! input and prints the report, readable or as JSON; with `--report DIR` also
+//! the offline HTML page of the replay (written by `vramlab_reports::replay_page`).
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
 use serde::Serialize;
 use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_engine::alloc::replay_timeline::ReplayTimeline;
 use vramlab_engine::replay::{self, OnOom, ReplayError, ReplayOptions, ReplayReport};
+use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 
 use crate::cli::ReplayArgs;
 use crate::size::format_bytes;
@@ -17,7 +20,26 @@ use crate::size::format_bytes;
 /// How many out-of-memory events the readable report lists one by one.
 const OOMS_LISTED: usize = 10;
 
-pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
+/// Exit status when the `--report` folder cannot be written.
+pub const BAD_REPORT_DIR: u8 = 2;
+
+/// Checks that `--report DIR` can be written before anything is replayed; the
+/// message, on stderr, names the folder. `false` when it cannot.
+pub fn report_dir_ok(dir: Option<&Path>) -> bool {
+    let Some(dir) = dir else { return true };
+    match vramlab_reports::prepare_out_dir(dir) {
+        Ok(()) => true,
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "error: cannot write the report into {}: {e}", dir.display());
+            false
+        }
+    }
+}
+
+pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
+    if !report_dir_ok(args.report.as_deref()) {
+        return Ok(BAD_REPORT_DIR);
+    }
     let opts = ReplayOptions {
         capacity_bytes: args.capacity,
         config: args.alloc_conf.clone().unwrap_or_default(),
@@ -30,12 +52,12 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     if from_stdin {
         let mut stdin = io::stdin().lock();
         if is_snapshot(stdin.fill_buf().context("cannot read standard input")?) {
-            return write_stdout(&crate::snapshot_cmd::replay(args, &name, stdin)?);
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, stdin)?).map(|()| 0);
         }
     } else {
         let mut file = open(&args.file)?;
         if is_snapshot(file.fill_buf().with_context(|| format!("cannot read {name}"))?) {
-            return write_stdout(&crate::snapshot_cmd::replay(args, &name, file)?);
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, file)?).map(|()| 0);
         }
     }
     if args.device.is_some()
@@ -49,9 +71,37 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
              {name} is a vramlab trace (JSON Lines)"
         );
     }
-    let result =
-        if from_stdin { replay::replay(io::stdin().lock(), &opts) } else { replay::replay(open(&args.file)?, &opts) };
-    let report = result.map_err(|e| replay_error(&name, e))?;
+    let (report, timeline) = if args.report.is_some() {
+        // The page's replay reads the trace twice (the second time up to the
+        // reserved peak): it is read into memory once.
+        let mut trace = Vec::new();
+        if from_stdin {
+            io::stdin().lock().read_to_end(&mut trace).context("cannot read standard input")?;
+        } else {
+            open(&args.file)?.read_to_end(&mut trace).with_context(|| format!("cannot read {name}"))?;
+        }
+        let (report, timeline) = replay::replay_with_timeline(&trace, &opts).map_err(|e| replay_error(&name, e))?;
+        (report, Some(timeline))
+    } else {
+        let result = if from_stdin {
+            replay::replay(io::stdin().lock(), &opts)
+        } else {
+            replay::replay(open(&args.file)?, &opts)
+        };
+        (result.map_err(|e| replay_error(&name, e))?, None)
+    };
+    let mut written = None;
+    if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
+        let page = ReplayPage {
+            source: name.clone(),
+            unit: "trace ops".into(),
+            facts: page_facts(&opts, &report, timeline),
+            timeline,
+        };
+        let files = replay_page::write_replay_report(dir, &page)
+            .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+        written = Some(files.index_html);
+    }
 
     let mut out = Vec::with_capacity(16 << 10);
     if args.json {
@@ -66,8 +116,38 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         out.push(b'\n');
     } else {
         out = text_report(&name, &opts, &report).into_bytes();
+        if let Some(index) = &written {
+            out.extend_from_slice(format!("\nreport: {}\n", index.display()).as_bytes());
+        }
     }
-    write_stdout(&out)
+    write_stdout(&out).map(|()| 0)
+}
+
+/// The replay page's summary table.
+fn page_facts(opts: &ReplayOptions, r: &ReplayReport, t: &ReplayTimeline) -> Vec<Fact> {
+    let ooms = r.ooms.len() as u64 + r.ooms_not_recorded;
+    let mut facts = vec![
+        Fact::new("simulated device", opts.capacity_bytes.map_or_else(|| "unlimited".to_owned(), bytes_exact)),
+        Fact::new("allocator config", config_text(&opts.config)),
+        Fact::new("ops replayed", format!("{} ({} lines read)", r.events, r.lines)),
+        Fact::new(
+            "out of memory",
+            match ooms {
+                0 => "never".to_owned(),
+                n if r.stopped_early => format!("{n} time(s); the replay stopped at the first"),
+                n => format!("{n} time(s)"),
+            },
+        ),
+        Fact::new("peak allocated", bytes_exact(t.peak_allocated_bytes())),
+        Fact::new("peak reserved", bytes_exact(t.peak_reserved_bytes())),
+        Fact::new("final allocated", bytes_exact(r.current_allocated_bytes)),
+        Fact::new("final reserved", bytes_exact(r.current_reserved_bytes)),
+        Fact::new("live allocations", r.live_allocations.to_string()),
+    ];
+    if r.devices.len() > 1 {
+        facts.push(Fact::new("devices", format!("{} (the page shows device 0)", r.devices.len())));
+    }
+    facts
 }
 
 fn open(path: &Path) -> anyhow::Result<BufReader<File>> {

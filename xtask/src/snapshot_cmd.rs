@@ -1,13 +1,16 @@
 //! `cargo xtask replay` on a PyTorch memory snapshot (detected from the file's
 //! content by `replay_cmd`): imports it, replays one device's trace, and prints
-//! the report with the fidelity check, readable or as JSON.
+//! the report with the fidelity check, readable or as JSON; with `--report DIR`
+//! also the offline HTML page of the replay.
 
 use std::fmt::Write as _;
 use std::io::Read;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use vramlab_engine::alloc::replay_timeline::ReplayTimeline;
 use vramlab_engine::alloc::snapshot::{self, Snapshot, SnapshotReplay, SnapshotReplayOptions};
+use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 
 use crate::cli::ReplayArgs;
 use crate::size::format_bytes;
@@ -30,7 +33,25 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         on_oom: args.on_oom.into(),
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
     };
-    let r = snapshot::replay_snapshot(&snap, &opts).with_context(|| format!("cannot replay {name}"))?;
+    let (r, timeline) = if args.report.is_some() {
+        let (r, t) =
+            snapshot::replay_snapshot_timeline(&snap, &opts, true).with_context(|| format!("cannot replay {name}"))?;
+        (r, Some(t))
+    } else {
+        (snapshot::replay_snapshot(&snap, &opts).with_context(|| format!("cannot replay {name}"))?, None)
+    };
+    let mut written = None;
+    if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
+        let page = ReplayPage {
+            source: name.to_owned(),
+            unit: "trace entries".into(),
+            facts: page_facts(&snap, &r, timeline),
+            timeline,
+        };
+        let files = replay_page::write_replay_report(dir, &page)
+            .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+        written = Some(files.index_html);
+    }
     // Built in memory, written by vramlab-reports (the crate that writes files), atomically.
     if let Some(rec) = &r.recording {
         if let Some(path) = &args.export_snapshot {
@@ -51,8 +72,51 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         out.push(b'\n');
     } else {
         out = text_report(name, &snap, &r, args).into_bytes();
+        if let Some(index) = &written {
+            out.extend_from_slice(format!("\nreport: {}\n", index.display()).as_bytes());
+        }
     }
     Ok(out)
+}
+
+/// The replay page's summary table.
+fn page_facts(snap: &Snapshot, r: &SnapshotReplay, t: &ReplayTimeline) -> Vec<Fact> {
+    let conf = if r.alloc_conf.is_empty() { "default (PyTorch's)".to_owned() } else { r.alloc_conf.clone() };
+    let mut facts = vec![
+        Fact::new("snapshot", format!("PyTorch memory snapshot, pickle protocol {}", snap.protocol)),
+        Fact::new("device", r.device.to_string()),
+        Fact::new("allocator config", conf),
+        Fact::new("simulated device", r.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact)),
+        Fact::new(
+            "trace entries",
+            format!("{} ({} in the window): {} allocs, {} frees", r.entries, r.entries_in_window, r.allocs, r.frees),
+        ),
+        Fact::new(
+            "out of memory",
+            match r.ooms.first() {
+                None => "never".to_owned(),
+                Some(o) => {
+                    format!("{} time(s), first at entry {} (time_us {})", r.ooms.len(), o.trace_index, o.time_us)
+                }
+            },
+        ),
+        Fact::new("peak allocated", exact(t.peak_allocated_bytes())),
+        Fact::new("peak reserved", exact(t.peak_reserved_bytes())),
+        Fact::new("final allocated", exact(r.final_allocated_bytes)),
+        Fact::new("final reserved", exact(r.final_reserved_bytes)),
+        Fact::new("segment allocations", r.segment_allocs.to_string()),
+    ];
+    if let Some(f) = &r.fidelity {
+        facts.push(Fact::new(
+            "fidelity",
+            if f.agrees() {
+                "agrees with the recording"
+            } else {
+                "DISAGREES with the recording (see the terminal report)"
+            },
+        ));
+    }
+    facts
 }
 
 #[derive(Serialize)]

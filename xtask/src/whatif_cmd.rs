@@ -1,6 +1,7 @@
 //! `cargo xtask whatif`: a PyTorch memory snapshot replayed under other
 //! allocator settings and capacities, the recommendation, and who holds memory
-//! at the allocated peak; a terminal table or JSON.
+//! at the allocated peak; a terminal table or JSON; with `--report DIR` also the
+//! offline HTML page (the memory under each setting, the figures, the recommendation).
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -11,13 +12,18 @@ use serde::Serialize;
 use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_engine::alloc::snapshot::{
     self, PeakHolder, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, peak_holders, recommend, what_if,
+    what_if_timelines,
 };
+use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 
 use crate::cli::WhatifArgs;
 use crate::replay_cmd::write_stdout;
 use crate::size::format_bytes;
 
-pub fn run(args: &WhatifArgs) -> anyhow::Result<()> {
+pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
+    if !crate::replay_cmd::report_dir_ok(args.report.as_deref()) {
+        return Ok(crate::replay_cmd::BAD_REPORT_DIR);
+    }
     let name = args.file.display().to_string();
     let file = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
     if file.metadata().is_ok_and(|m| m.is_dir()) {
@@ -40,8 +46,49 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<()> {
             configs.push(Some(config));
         }
     }
-    let results = what_if(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?;
+    let (results, timelines) = if args.report.is_some() {
+        let both = what_if_timelines(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?;
+        both.into_iter().unzip()
+    } else {
+        (what_if(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?, Vec::new())
+    };
     let best = if args.sweep || configs.len() > 1 { recommend(&results) } else { None };
+    let mut written = None;
+    if let Some(dir) = &args.report {
+        let page = WhatifPage {
+            source: name.clone(),
+            unit: "trace entries".into(),
+            facts: vec![
+                Fact::new("device", results[0].replay.device.to_string()),
+                Fact::new("trace entries", results[0].replay.entries.to_string()),
+                Fact::new("simulated device", args.capacity.map_or_else(|| "unlimited".to_owned(), format_bytes)),
+                Fact::new("settings tried", results.len().to_string()),
+            ],
+            settings: results
+                .iter()
+                .zip(&timelines)
+                .enumerate()
+                .map(|(i, (w, t))| {
+                    let r = &w.replay;
+                    WhatifSetting {
+                        name: conf_name(w),
+                        recommended: Some(i) == best,
+                        peak_reserved_bytes: r.peak_reserved_bytes,
+                        peak_allocated_bytes: r.peak_allocated_bytes,
+                        fragmentation_at_peak_bytes: r.fragmentation_at_peak_bytes,
+                        largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
+                        segment_allocs: r.segment_allocs,
+                        oom: r.ooms.first().map(oom_text),
+                        timeline: t,
+                    }
+                })
+                .collect(),
+            recommendation: recommendation(args, &results, best),
+        };
+        let files = replay_page::write_whatif_report(dir, &page)
+            .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+        written = Some(files.index_html);
+    }
     let recorded = &results[0];
     let (peak_index, holders) = peak_holders(&snap, recorded.replay.device);
     let out = if args.json {
@@ -58,9 +105,56 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<()> {
         v.push(b'\n');
         v
     } else {
-        text(&name, &snap, args, &results, best, (peak_index, &holders)).into_bytes()
+        let mut text = text(&name, &snap, args, &results, best, (peak_index, &holders));
+        if let Some(index) = &written {
+            text += &format!("\nreport: {}\n", index.display());
+        }
+        text.into_bytes()
     };
-    write_stdout(&out)
+    write_stdout(&out).map(|()| 0)
+}
+
+fn oom_text(o: &snapshot::ReplayOom) -> String {
+    format!("at entry {}: alloc of {}", o.trace_index, format_bytes(o.requested_bytes))
+}
+
+/// The recommendation, a headline then its reasons; empty when there is nothing to recommend.
+fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) -> Vec<String> {
+    let r0 = &results[0].replay;
+    let capacity = args.capacity.map_or_else(|| "unlimited".to_owned(), format_bytes);
+    match best.map(|i| &results[i]) {
+        Some(b) if args.sweep || results.len() > 1 => {
+            let conf =
+                if b.alloc_conf.is_empty() { "(unset: PyTorch's defaults)".to_owned() } else { b.alloc_conf.clone() };
+            let head = format!("Recommended: PYTORCH_CUDA_ALLOC_CONF={conf}");
+            let rb = &b.replay;
+            let why = if b.recorded {
+                "the recorded settings are already the best of those tried".to_owned()
+            } else if r0.ooms.is_empty() {
+                let saved = r0.peak_reserved_bytes.saturating_sub(rb.peak_reserved_bytes);
+                format!(
+                    "peak reserved {} instead of {}: {} ({:.1}%) less than the recorded settings; {} cudaMalloc calls instead of {}",
+                    format_bytes(rb.peak_reserved_bytes),
+                    format_bytes(r0.peak_reserved_bytes),
+                    format_bytes(saved),
+                    percent(saved, r0.peak_reserved_bytes),
+                    rb.segment_allocs,
+                    r0.segment_allocs
+                )
+            } else {
+                let spare = args.capacity.map(|c| c.saturating_sub(rb.peak_reserved_bytes)).unwrap_or(0);
+                format!(
+                    "fits where the recorded settings do not: peak reserved {}, {} to spare; {} cudaMalloc calls",
+                    format_bytes(rb.peak_reserved_bytes),
+                    format_bytes(spare),
+                    rb.segment_allocs
+                )
+            };
+            vec![head, why]
+        }
+        None if results.len() > 1 => vec![format!("No setting tried fits in {capacity}.")],
+        _ => Vec::new(),
+    }
 }
 
 #[derive(Serialize)]
@@ -108,10 +202,7 @@ fn text(
     );
     for (i, w) in results.iter().enumerate() {
         let r = &w.replay;
-        let oom = match r.ooms.first() {
-            None => "no".to_owned(),
-            Some(o) => format!("at entry {}: alloc of {}", o.trace_index, format_bytes(o.requested_bytes)),
-        };
+        let oom = r.ooms.first().map_or_else(|| "no".to_owned(), oom_text);
         let mark = if Some(i) == best { " <- recommended" } else { "" };
         let _ = writeln!(
             s,
@@ -135,41 +226,11 @@ fn text(
             o.trace_index, o.time_us, o.message
         );
     }
-    match best.map(|i| &results[i]) {
-        Some(b) if args.sweep || results.len() > 1 => {
-            let conf =
-                if b.alloc_conf.is_empty() { "(unset: PyTorch's defaults)".to_owned() } else { b.alloc_conf.clone() };
-            let _ = writeln!(s, "\nRecommended: PYTORCH_CUDA_ALLOC_CONF={conf}");
-            let rb = &b.replay;
-            if b.recorded {
-                let _ = writeln!(s, "  the recorded settings are already the best of those tried");
-            } else if r0.ooms.is_empty() {
-                let saved = r0.peak_reserved_bytes.saturating_sub(rb.peak_reserved_bytes);
-                let _ = writeln!(
-                    s,
-                    "  peak reserved {} instead of {}: {} ({:.1}%) less than the recorded settings; {} cudaMalloc calls instead of {}",
-                    format_bytes(rb.peak_reserved_bytes),
-                    format_bytes(r0.peak_reserved_bytes),
-                    format_bytes(saved),
-                    percent(saved, r0.peak_reserved_bytes),
-                    rb.segment_allocs,
-                    r0.segment_allocs
-                );
-            } else {
-                let spare = args.capacity.map(|c| c.saturating_sub(rb.peak_reserved_bytes)).unwrap_or(0);
-                let _ = writeln!(
-                    s,
-                    "  fits where the recorded settings do not: peak reserved {}, {} to spare; {} cudaMalloc calls",
-                    format_bytes(rb.peak_reserved_bytes),
-                    format_bytes(spare),
-                    rb.segment_allocs
-                );
-            }
+    if let Some((head, why)) = recommendation(args, results, best).split_first() {
+        let _ = writeln!(s, "\n{head}");
+        for line in why {
+            let _ = writeln!(s, "  {line}");
         }
-        None if results.len() > 1 => {
-            let _ = writeln!(s, "\nNo setting tried fits in {capacity}.");
-        }
-        _ => {}
     }
     let total: u64 = holders.iter().map(|h| h.bytes).sum();
     let at = peak_index.map_or_else(|| "before the first entry".to_owned(), |i| format!("after entry {i}"));

@@ -487,6 +487,7 @@ mod tests {
             duration_ns: 1,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         }
     }
 

@@ -277,6 +277,7 @@ mod tests {
             duration_ns: 0,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         };
         let pitfall = [timed(NO_SYNC, 5e3), timed(SYNC, 1e6), timed(EVENTS, 9e5)];
         assert_eq!(finding(None, &pitfall).verdict, Verdict::Holds);

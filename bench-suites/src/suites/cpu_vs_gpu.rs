@@ -508,6 +508,7 @@ mod tests {
             duration_ns: 0,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         }
     }
 

@@ -424,6 +424,7 @@ mod tests {
             duration_ns: 0,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         };
         assert_eq!(mismatch_finding(&[case]).verdict, Verdict::DoesNotHold);
         assert_eq!(mismatch_finding(&[]).verdict, Verdict::Inconclusive);

@@ -303,6 +303,7 @@ mod tests {
             memory: None,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
             notes: vec![],
             duration_ns: 0,
         }

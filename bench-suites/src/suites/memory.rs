@@ -1056,6 +1056,7 @@ mod tests {
             duration_ns: 0,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         };
         let f = batch_finding(std::slice::from_ref(&failed));
         assert_eq!(f.verdict, Verdict::Inconclusive);

@@ -483,6 +483,7 @@ mod tests {
             duration_ns: 0,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         }
     }
 
@@ -521,6 +522,7 @@ mod tests {
             duration_ns: 0,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         }
     }
 

@@ -3,7 +3,8 @@
 //! ARCHITECTURE.md), with its configuration, statistics, errors and the raw
 //! device memory it sits on; [`hooks`], the one event mechanism through which
 //! the allocator (and the runtime's kernels, copies and phases) report what they
-//! do; [`replay`], the allocation-trace format and its replay; [`consistency`],
+//! do; [`replay`], the allocation-trace format and its replay, and
+//! [`replay_timeline`], a replay's memory over its ops for reports; [`consistency`],
 //! PyTorch's check that the statistics agree with the snapshot; and [`snapshot`],
 //! PyTorch memory snapshots read, replayed and checked against the recording.
 //!
@@ -21,6 +22,7 @@ mod free_set;
 pub mod hooks;
 mod raw;
 pub mod replay;
+pub mod replay_timeline;
 pub mod snapshot;
 mod stats;
 mod summary;

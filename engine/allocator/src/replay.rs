@@ -135,6 +135,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::hooks::Tag;
+use crate::replay_timeline::{MAX_TIMELINE_POINTS, ReplayTimeline, TimelinePoint, TimelineRecorder, peak_state};
 use crate::{
     AllocError, Allocation, AllocatorConfig, CachingAllocator, MAX_REQUEST, OutOfMemoryError, PoolFilter,
     SimulatedMemory, StreamId,
@@ -366,6 +367,28 @@ pub fn replay<R: BufRead>(input: R, opts: &ReplayOptions) -> Result<ReplayReport
     Ok(replayer.finish())
 }
 
+/// [`replay`], and device 0's memory over the replay: allocated and reserved
+/// bytes after every op, the segments at the reserved peak and the
+/// fragmentation figures of every out-of-memory. The trace is in memory because
+/// the segments at the peak are taken by a second replay that stops there
+/// (replays are deterministic), so the first needs no copy of every state.
+pub fn replay_with_timeline(trace: &[u8], opts: &ReplayOptions) -> Result<(ReplayReport, ReplayTimeline), ReplayError> {
+    let mut replayer = Replayer::new(opts)?;
+    replayer.track = Some(TimelineRecorder::new(MAX_TIMELINE_POINTS, TimelinePoint::default()));
+    replayer.run(trace)?;
+    let track = replayer.track.take().expect("set above");
+    let peak_ops = track.peak_ops;
+    let report = replayer.finish();
+    let mut timeline = track.finish();
+    if let Some(ops) = peak_ops {
+        let mut again = Replayer::new(opts)?;
+        again.stop_after_ops = Some(ops);
+        again.run(trace)?;
+        timeline.peak = Some(peak_state(&again.device0().allocator, ops));
+    }
+    Ok((report, timeline))
+}
+
 // ----- parsing -----
 
 /// One trace line as it is written. Strings are borrowed from the line unless they
@@ -518,6 +541,10 @@ struct Replayer<'o> {
     ooms_not_recorded: u64,
     too_large: Vec<TooLargeRecord>,
     too_large_not_recorded: u64,
+    /// Device 0's memory after every op, when asked ([`replay_with_timeline`]).
+    track: Option<TimelineRecorder>,
+    /// End the replay once this many ops have been applied.
+    stop_after_ops: Option<u64>,
 }
 
 impl<'o> Replayer<'o> {
@@ -542,6 +569,8 @@ impl<'o> Replayer<'o> {
             ooms_not_recorded: 0,
             too_large: Vec::new(),
             too_large_not_recorded: 0,
+            track: None,
+            stop_after_ops: None,
         })
     }
 
@@ -598,6 +627,9 @@ impl<'o> Replayer<'o> {
             if let Flow::Stop = self.apply_line(&buf)? {
                 // The replay ends here; the rest of the input is not read.
                 self.stopped_early = true;
+                return Ok(());
+            }
+            if self.stop_after_ops.is_some_and(|n| self.events >= n) {
                 return Ok(());
             }
         }
@@ -698,6 +730,13 @@ impl<'o> Replayer<'o> {
             other => return Err(ReplayError::UnknownOp { line, op: other.to_owned() }),
         };
         self.events += 1;
+        if self.track.is_some() {
+            let allocator = &self.device0().allocator;
+            let (allocated, reserved) = (allocator.memory_allocated(), allocator.memory_reserved());
+            if let Some(track) = self.track.as_mut() {
+                track.op(self.events, allocated, reserved);
+            }
+        }
         Ok(flow)
     }
 
@@ -757,6 +796,10 @@ impl<'o> Replayer<'o> {
         let device = self.device(line, parsed)?;
         let result = device.allocator.malloc(size, stream, tag);
         let stats_after = matches!(result, Err(AllocError::OutOfMemory(_))).then(|| device.allocator.stats().flatten());
+        if let (Some(track), Err(AllocError::OutOfMemory(error))) = (self.track.as_mut(), &result) {
+            let device = self.devices[device_index as usize].as_ref().expect("created above");
+            track.oom(&device.allocator, (self.events, Some(line), device_index), size, error.to_string());
+        }
         match result {
             Ok(allocation) => {
                 self.live.insert(id, Slot::Live { allocation, line, device: device_index });
@@ -1116,6 +1159,67 @@ mod tests {
         assert_eq!(stat(&r, "requested_bytes.large_pool.allocated"), 8_388_608);
         assert_eq!(stat(&r, "max_split_size"), -1);
         assert_eq!(r.memory_stats.len(), 9 * 3 * 4 + 2 * 4 + 6);
+    }
+
+    #[test]
+    fn timeline_of_the_spec_vectors() {
+        let trace = "\
+{\"op\":\"alloc\",\"id\":1,\"size\":3145728}
+{\"op\":\"alloc\",\"id\":2,\"size\":5242880,\"tag\":\"activation\"}
+
+{\"op\":\"free\",\"id\":1}
+{\"op\":\"free\",\"id\":2}
+{\"op\":\"empty_cache\"}
+";
+        let (report, t) = replay_with_timeline(trace.as_bytes(), &ReplayOptions::default()).unwrap();
+        assert_eq!(report, run(trace).unwrap(), "the report is the plain replay's");
+        let points: Vec<(u64, u64, u64)> =
+            t.points.iter().map(|p| (p.ops, p.allocated_bytes, p.reserved_bytes)).collect();
+        assert_eq!(
+            points,
+            [
+                (0, 0, 0),
+                (1, 3 * MIB, 20 * MIB),
+                (2, 8 * MIB, 20 * MIB),
+                (3, 5 * MIB, 20 * MIB),
+                (4, 0, 20 * MIB),
+                (5, 0, 0)
+            ]
+        );
+        let peak = t.peak.clone().expect("memory was reserved");
+        // The 20 MiB segment is first reserved by the first alloc: 3 MiB used, 17 MiB free.
+        assert_eq!((peak.ops, peak.allocated_bytes, peak.reserved_bytes), (1, 3 * MIB, 20 * MIB));
+        assert_eq!(peak.largest_free_block_bytes, 17 * MIB);
+        assert_eq!(peak.segments.len(), 1);
+        let blocks: Vec<(u64, bool)> =
+            peak.segments[0].blocks.iter().map(|b| (b.size, b.state != crate::BlockState::Inactive)).collect();
+        assert_eq!(blocks, [(3 * MIB, true), (17 * MIB, false)]);
+        assert!(t.ooms.is_empty());
+    }
+
+    #[test]
+    fn timeline_of_the_fragmentation_example() {
+        let trace = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/traces/fragmentation.jsonl"))
+            .expect("the README's example trace");
+        let opts = ReplayOptions { capacity_bytes: Some(1 << 30), ..Default::default() };
+        let (report, t) = replay_with_timeline(&trace, &opts).unwrap();
+        assert_eq!(report, replay(&trace[..], &opts).unwrap());
+        // 101 allocations of 8 MiB reserve the 51st 20 MiB segment.
+        let peak = t.peak.clone().expect("memory was reserved");
+        assert_eq!((peak.ops, peak.allocated_bytes, peak.reserved_bytes), (101, 808 * MIB, 1020 * MIB));
+        assert_eq!(peak.segments.len(), 51);
+        assert_eq!(peak.largest_free_block_bytes, 12 * MIB);
+        // The README's figures: at line 154, 408 MiB allocated, 612 MiB reserved but
+        // unallocated, and no free piece of 16 MiB.
+        assert_eq!(t.ooms.len(), 1);
+        let oom = &t.ooms[0];
+        assert_eq!((oom.index, oom.line, oom.requested_bytes), (153, Some(154), 16 * MIB));
+        assert_eq!((oom.allocated_bytes, oom.reserved_bytes), (408 * MIB, 1020 * MIB));
+        assert_eq!(oom.reserved_unallocated_bytes, 612 * MIB);
+        assert_eq!(oom.largest_free_block_bytes, 8 * MIB);
+        assert!(oom.message.contains("612.00 MiB is reserved by vramlab but unallocated"), "{}", oom.message);
+        assert_eq!(t.peak_reserved_bytes(), report.peak_reserved_bytes);
+        assert_eq!(t.peak_allocated_bytes(), report.peak_allocated_bytes);
     }
 
     #[test]

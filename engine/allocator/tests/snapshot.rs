@@ -357,3 +357,41 @@ fn private_pool_segments_are_replayed_in_their_pool() {
     assert_eq!(pooled.len(), 1);
     assert_eq!((pooled[0].segment_pool_id, pooled[0].total_size), ((1, 7), 20 * MIB));
 }
+
+#[test]
+fn the_timeline_agrees_with_the_replay_and_holds_the_peak_segments() {
+    use vramlab_allocator::snapshot::{replay_snapshot_timeline, what_if, what_if_timelines};
+    for name in ["small_p4.pickle", "medium_p5.pickle"] {
+        let snap = load(name);
+        let opts = SnapshotReplayOptions::default();
+        let plain = replay_snapshot(&snap, &opts).unwrap();
+        let (r, t) = replay_snapshot_timeline(&snap, &opts, true).unwrap();
+        assert_eq!(r, plain, "{name}: the replay is unchanged");
+        assert_eq!(t.peak_reserved_bytes(), r.peak_reserved_bytes, "{name}");
+        assert_eq!(t.peak_allocated_bytes(), r.peak_allocated_bytes, "{name}");
+        let last = t.points.last().unwrap();
+        assert_eq!((last.allocated_bytes, last.reserved_bytes), (r.final_allocated_bytes, r.final_reserved_bytes));
+        let peak = t.peak.as_ref().expect("memory was reserved");
+        assert_eq!(peak.reserved_bytes, r.peak_reserved_bytes, "{name}");
+        assert_eq!(peak.segments.iter().map(|s| s.total_size).sum::<u64>(), peak.reserved_bytes, "{name}");
+        let allocated: u64 = peak
+            .segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| b.size)
+            .sum();
+        assert_eq!(allocated, peak.allocated_bytes, "{name}");
+        if r.fragmentation_at_peak_bytes > 0 || r.largest_free_block_at_peak_bytes > 0 {
+            assert_eq!(peak.reserved_bytes - peak.allocated_bytes, r.fragmentation_at_peak_bytes, "{name}");
+            assert_eq!(peak.largest_free_block_bytes, r.largest_free_block_at_peak_bytes, "{name}");
+        }
+        // The what-if replays draw the same curves.
+        let configs = [None, Some(vramlab_allocator::AllocatorConfig::parse("expandable_segments:True").unwrap())];
+        let with = what_if_timelines(&snap, &opts, &configs).unwrap();
+        let without = what_if(&snap, &opts, &configs).unwrap();
+        assert_eq!(with.iter().map(|(w, _)| w.clone()).collect::<Vec<_>>(), without);
+        assert_eq!(with[0].1.points, t.points, "{name}");
+        assert!(with[1].1.peak.is_none(), "what-if timelines skip the peak segments");
+    }
+}

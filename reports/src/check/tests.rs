@@ -30,6 +30,7 @@ fn case(name: &str, samples: Vec<f64>, segment_bytes: f64) -> CaseResult {
         }),
         timeline: None,
         categories: None,
+        kernels: Vec::new(),
         notes: vec![],
         duration_ns: 1,
     }

@@ -2,7 +2,8 @@
 //! the typed model ([`Snapshot`] and its parts), the import from a pickle of any
 //! protocol PyTorch writes (2 to 5; [`read_snapshot`]), and the replay of a
 //! snapshot's trace through the allocator with the fidelity check against what
-//! the snapshot recorded ([`replay_snapshot`]), and the what-if replay under
+//! the snapshot recorded ([`replay_snapshot`]; [`replay_snapshot_timeline`] adds
+//! its memory over the trace for reports), and the what-if replay under
 //! other settings with its recommendation ([`what_if`], [`recommend`],
 //! [`peak_holders`]).
 //!
@@ -25,9 +26,9 @@ pub use model::{
 };
 pub use replay::{
     FidelityReport, LiveAtStart, ReplayOom, SegmentDisagreement, SnapshotReplay, SnapshotReplayError,
-    SnapshotReplayOptions, replay_snapshot,
+    SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
-pub use whatif::{PeakHolder, SWEEP_GRID, WhatIf, peak_holders, recommend, what_if};
+pub use whatif::{PeakHolder, SWEEP_GRID, WhatIf, peak_holders, recommend, what_if, what_if_timelines};
 
 use thiserror::Error;
 

@@ -26,6 +26,9 @@ use thiserror::Error;
 use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
 use crate::hooks::{AllocatorAction, Event, Hooks, Subscriber};
 use crate::replay::{MAX_BYTES, OnOom};
+use crate::replay_timeline::{
+    MAX_TIMELINE_POINTS, PeakState, ReplayTimeline, TimelinePoint, TimelineRecorder, peak_state,
+};
 use crate::{
     AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolFilter, PoolKind,
     SimulatedMemory, StreamId,
@@ -308,6 +311,48 @@ pub fn replay_snapshot(
     snapshot: &Snapshot,
     opts: &SnapshotReplayOptions,
 ) -> Result<SnapshotReplay, SnapshotReplayError> {
+    replay(snapshot, opts, None)
+}
+
+/// [`replay_snapshot`], and the device's memory over the replay: allocated and
+/// reserved bytes after every trace entry (`ops` counts entries, so entry `i`
+/// is at `i + 1`; the memory placed before the first entry is at the first
+/// entry's index), the segments at the reserved peak (taken by a second replay
+/// that stops there) when `peak_segments`, and the fragmentation figures of
+/// every out-of-memory.
+pub fn replay_snapshot_timeline(
+    snapshot: &Snapshot,
+    opts: &SnapshotReplayOptions,
+    peak_segments: bool,
+) -> Result<(SnapshotReplay, ReplayTimeline), SnapshotReplayError> {
+    let mut track = Track { recorder: None, stop_after_ops: None, peak: None };
+    let r = replay(snapshot, opts, Some(&mut track))?;
+    let recorder = track.recorder.take().expect("the replay starts it");
+    let peak_ops = recorder.peak_ops;
+    let mut timeline = recorder.finish();
+    if let (true, Some(ops)) = (peak_segments, peak_ops) {
+        let mut again = Track { recorder: None, stop_after_ops: Some(ops), peak: None };
+        let quiet = SnapshotReplayOptions { record: false, ..opts.clone() };
+        replay(snapshot, &quiet, Some(&mut again))?;
+        timeline.peak = again.peak;
+    }
+    Ok((r, timeline))
+}
+
+/// What [`replay_snapshot_timeline`] asks of a replay.
+struct Track {
+    recorder: Option<TimelineRecorder>,
+    /// Stop once this many entries are replayed (see [`TimelinePoint::ops`]) and
+    /// keep the state then in `peak`.
+    stop_after_ops: Option<u64>,
+    peak: Option<PeakState>,
+}
+
+fn replay(
+    snapshot: &Snapshot,
+    opts: &SnapshotReplayOptions,
+    mut track: Option<&mut Track>,
+) -> Result<SnapshotReplay, SnapshotReplayError> {
     let (device, device_chosen) = match opts.device {
         Some(d) if d < snapshot.device_traces.len() => (d, false),
         Some(d) => {
@@ -427,6 +472,17 @@ pub fn replay_snapshot(
     let mut failed: HashMap<u64, ()> = HashMap::default();
     let mut prev_action = Action::Snapshot;
     let mut peak_reserved_seen = allocator.memory_reserved();
+    if let Some(t) = track.as_deref_mut() {
+        let start = trace.iter().position(in_window).unwrap_or(0) as u64;
+        if t.stop_after_ops == Some(start) {
+            t.peak = Some(peak_state(&allocator, start));
+        }
+        let (allocated_bytes, reserved_bytes) = (allocator.memory_allocated(), allocator.memory_reserved());
+        t.recorder = Some(TimelineRecorder::new(
+            MAX_TIMELINE_POINTS,
+            TimelinePoint { ops: start, allocated_bytes, reserved_bytes },
+        ));
+    }
     let mut peak_allocated_seen = allocator.memory_allocated();
     let skip = |r: &mut SnapshotReplay, what: String| {
         r.skipped_entries += 1;
@@ -459,6 +515,9 @@ pub fn replay_snapshot(
                         handles.insert(e.addr, a);
                     }
                     Err(AllocError::OutOfMemory(err)) => {
+                        if let Some(rec) = track.as_deref_mut().and_then(|t| t.recorder.as_mut()) {
+                            rec.oom(&allocator, (i, None, device as u32), e.size, err.to_string());
+                        }
                         r.ooms.push(ReplayOom {
                             trace_index: i,
                             time_us: e.time_us,
@@ -519,6 +578,15 @@ pub fn replay_snapshot(
         if allocated > peak_allocated_seen {
             peak_allocated_seen = allocated;
             r.peak_allocated_index = Some(i);
+        }
+        if let Some(t) = track.as_deref_mut() {
+            if let Some(rec) = t.recorder.as_mut() {
+                rec.op(i + 1, allocated, reserved);
+            }
+            if t.stop_after_ops == Some(i + 1) {
+                t.peak = Some(peak_state(&allocator, i + 1));
+                break;
+            }
         }
     }
     r.peak_allocated_bytes = allocator.max_memory_allocated();

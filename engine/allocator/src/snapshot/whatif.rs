@@ -8,10 +8,13 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::model::{Action, Snapshot, StackId};
-use super::replay::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_snapshot};
+use super::replay::{
+    SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
+};
 use crate::AllocatorConfig;
 use crate::BlockState;
 use crate::replay::OnOom;
+use crate::replay_timeline::ReplayTimeline;
 
 /// The settings `--sweep` tries besides the recorded ones, as
 /// `PYTORCH_CUDA_ALLOC_CONF` strings. (`garbage_collection_threshold` acts only
@@ -55,8 +58,29 @@ pub fn what_if(
     base: &SnapshotReplayOptions,
     configs: &[Option<AllocatorConfig>],
 ) -> Result<Vec<WhatIf>, SnapshotReplayError> {
+    run_all(snapshot, base, configs, false).map(|v| v.into_iter().map(|(w, _)| w).collect())
+}
+
+/// [`what_if`], and each setting's memory over the trace (without the segments
+/// at the peak), for reports.
+pub fn what_if_timelines(
+    snapshot: &Snapshot,
+    base: &SnapshotReplayOptions,
+    configs: &[Option<AllocatorConfig>],
+) -> Result<Vec<(WhatIf, ReplayTimeline)>, SnapshotReplayError> {
+    run_all(snapshot, base, configs, true).map(|v| v.into_iter().map(|(w, t)| (w, t.expect("asked for"))).collect())
+}
+
+type Outcome = Result<(WhatIf, Option<ReplayTimeline>), SnapshotReplayError>;
+
+fn run_all(
+    snapshot: &Snapshot,
+    base: &SnapshotReplayOptions,
+    configs: &[Option<AllocatorConfig>],
+    timelines: bool,
+) -> Result<Vec<(WhatIf, Option<ReplayTimeline>)>, SnapshotReplayError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(configs.len().max(1));
-    let mut results: Vec<Option<Result<WhatIf, SnapshotReplayError>>> = (0..configs.len()).map(|_| None).collect();
+    let mut results: Vec<Option<Outcome>> = (0..configs.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         let chunks: Vec<_> = results.chunks_mut(configs.len().div_ceil(threads).max(1)).collect();
         let mut start = 0;
@@ -67,10 +91,13 @@ pub fn what_if(
                 for (k, slot) in chunk.iter_mut().enumerate() {
                     let config = &configs[first + k];
                     let opts = SnapshotReplayOptions { config: config.clone(), on_oom: OnOom::Stop, ..base.clone() };
-                    *slot = Some(replay_snapshot(snapshot, &opts).map(|replay| WhatIf {
-                        alloc_conf: replay.alloc_conf.clone(),
-                        recorded: config.is_none(),
-                        replay,
+                    let outcome = if timelines {
+                        replay_snapshot_timeline(snapshot, &opts, false).map(|(r, t)| (r, Some(t)))
+                    } else {
+                        replay_snapshot(snapshot, &opts).map(|r| (r, None))
+                    };
+                    *slot = Some(outcome.map(|(replay, timeline)| {
+                        (WhatIf { alloc_conf: replay.alloc_conf.clone(), recorded: config.is_none(), replay }, timeline)
                     }));
                 }
             });

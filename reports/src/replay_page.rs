@@ -1,0 +1,718 @@
+//! The pages of `cargo xtask replay --report DIR` and `cargo xtask whatif
+//! --report DIR`: a self-contained offline `index.html` (minijinja with
+//! auto-escaping, `templates/replay.html` and `templates/whatif.html`, the
+//! report's CSS inlined, every chart inline as SVG), a PNG and an SVG per chart
+//! under `charts/`, and `trace.json` (Perfetto). The replay page shows the
+//! memory over the replay with its peak, the segments at the reserved peak (a
+//! map and a table) and each out-of-memory's fragmentation figures; the what-if
+//! page the memory under each setting, the table of figures and the
+//! recommendation. The data comes from the allocator's replays
+//! ([`ReplayTimeline`]); the charts are drawn here with plotters in the style of
+//! [`crate::charts`], because their x axis counts trace ops, not time.
+
+use std::path::{Path, PathBuf};
+
+use minijinja::{AutoEscape, Environment};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde::Serialize;
+use vramlab_engine::alloc::replay_timeline::{OomState, ReplayTimeline, TimelinePoint};
+use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
+
+use crate::charts::{FAMILY, HEIGHT, WIDTH, byte_unit, register_font};
+use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
+use crate::units::fmt_bytes;
+use crate::{ReportError, prepare_out_dir, trace, write_atomic};
+
+const REPLAY_TEMPLATE: &str = include_str!("../templates/replay.html");
+const WHATIF_TEMPLATE: &str = include_str!("../templates/whatif.html");
+const CSS: &str = include_str!("../templates/report.css");
+
+/// Segments drawn in the segment map (in address order); the table lists up to
+/// [`MAX_SEGMENT_ROWS`].
+pub const MAX_SEGMENTS_DRAWN: usize = 64;
+/// Height of a segment's row in the segment map, in pixels.
+const SEGMENT_ROW_PX: u32 = 16;
+/// Rows of the segment table.
+pub const MAX_SEGMENT_ROWS: usize = 500;
+/// Out-of-memory rows on a page.
+pub const MAX_OOM_ROWS: usize = 100;
+
+/// One line of a page's summary table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fact {
+    pub name: String,
+    pub value: String,
+}
+
+impl Fact {
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Fact {
+        Fact { name: name.into(), value: value.into() }
+    }
+}
+
+/// What `cargo xtask replay --report` shows.
+#[derive(Debug, Clone)]
+pub struct ReplayPage<'a> {
+    /// The trace's name as the user gave it.
+    pub source: String,
+    /// What an op is, plural, for the x axis: `trace ops`, `trace entries`.
+    pub unit: String,
+    /// The replay's settings and figures, in order.
+    pub facts: Vec<Fact>,
+    pub timeline: &'a ReplayTimeline,
+}
+
+/// One setting of `cargo xtask whatif --report`.
+#[derive(Debug, Clone)]
+pub struct WhatifSetting<'a> {
+    /// `recorded: …` or the `PYTORCH_CUDA_ALLOC_CONF` string.
+    pub name: String,
+    pub recommended: bool,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Reserved − allocated at the reserved peak, and the largest free block then.
+    pub fragmentation_at_peak_bytes: u64,
+    pub largest_free_block_at_peak_bytes: u64,
+    pub segment_allocs: u64,
+    /// Where it ran out of memory, in words; `None` when it fits.
+    pub oom: Option<String>,
+    pub timeline: &'a ReplayTimeline,
+}
+
+/// What `cargo xtask whatif --report` shows.
+#[derive(Debug, Clone)]
+pub struct WhatifPage<'a> {
+    pub source: String,
+    pub unit: String,
+    pub facts: Vec<Fact>,
+    /// The first is the recorded setting.
+    pub settings: Vec<WhatifSetting<'a>>,
+    /// The recommendation, in sentences (`--sweep` or several settings).
+    pub recommendation: Vec<String>,
+}
+
+/// The files a page was written to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageFiles {
+    pub index_html: PathBuf,
+    pub trace_json: PathBuf,
+    /// Every PNG and SVG under `charts/`.
+    pub charts: Vec<PathBuf>,
+}
+
+// ----- charts -----
+
+const ALLOCATED: RGBColor = RGBColor(31, 100, 180);
+const RESERVED: RGBColor = RGBColor(230, 120, 30);
+const RED: RGBColor = RGBColor(200, 30, 30);
+const FREE: RGBColor = RGBColor(222, 226, 230);
+/// One colour per setting of a sweep (the recorded one and the 11 of the grid).
+const PALETTE: [RGBColor; 12] = [
+    RGBColor(230, 120, 30),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(120, 180, 255),
+];
+
+/// A step line: bytes of each point until the next.
+#[derive(Debug, Clone)]
+struct Line<'a> {
+    label: String,
+    color: RGBColor,
+    points: &'a [TimelinePoint],
+    reserved: bool,
+}
+
+/// A marked point with its label.
+#[derive(Debug, Clone)]
+struct Mark {
+    ops: u64,
+    bytes: u64,
+    label: String,
+}
+
+#[derive(Debug, Clone)]
+enum PageChart<'a> {
+    Lines { title: String, x_desc: String, lines: Vec<Line<'a>>, marks: Vec<Mark> },
+    Segments { title: String, segments: &'a [SegmentInfo] },
+}
+
+type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+impl PageChart<'_> {
+    fn title(&self) -> &str {
+        match self {
+            PageChart::Lines { title, .. } | PageChart::Segments { title, .. } => title,
+        }
+    }
+
+    /// Width and height in pixels: the segment map grows with its rows.
+    fn size(&self) -> (u32, u32) {
+        match self {
+            PageChart::Lines { .. } => (WIDTH, HEIGHT),
+            PageChart::Segments { segments, .. } => {
+                let rows = segments.len().clamp(1, MAX_SEGMENTS_DRAWN) as u32;
+                (WIDTH, 36 + 8 + rows * SEGMENT_ROW_PX + 36)
+            }
+        }
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        match self {
+            PageChart::Lines { title, x_desc, lines, marks } => draw_lines(root, title, x_desc, lines, marks),
+            PageChart::Segments { title, segments } => draw_segments(root, title, segments),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Draws the chart into `dir/charts/NAME.{png,svg}`; returns its view.
+    fn write(&self, dir: &Path, name: &str, files: &mut Vec<PathBuf>) -> Result<ChartView, ReportError> {
+        register_font();
+        let err = |reason: String| ReportError::Chart { chart: self.title().to_owned(), reason };
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, self.size()).into_drawing_area();
+            self.draw(&root).map_err(err)?;
+            root.present().map_err(|e| err(e.to_string()))?;
+        }
+        let png = dir.join(CHARTS_DIR).join(format!("{name}.png"));
+        {
+            let root = BitMapBackend::new(&png, self.size()).into_drawing_area();
+            self.draw(&root).map_err(err)?;
+            root.present().map_err(|e| err(format!("{}: {e}", png.display())))?;
+        }
+        let svg_path = dir.join(CHARTS_DIR).join(format!("{name}.svg"));
+        write_atomic(&svg_path, svg.as_bytes())?;
+        files.push(png);
+        files.push(svg_path);
+        Ok(ChartView {
+            title: self.title().to_owned(),
+            svg,
+            png: format!("{CHARTS_DIR}/{name}.png"),
+            svg_file: format!("{CHARTS_DIR}/{name}.svg"),
+        })
+    }
+}
+
+fn steps(points: &[TimelinePoint], reserved: bool, bdiv: f64) -> Vec<(f64, f64)> {
+    let value = |p: &TimelinePoint| if reserved { p.reserved_bytes } else { p.allocated_bytes } as f64 / bdiv;
+    let mut out = Vec::with_capacity(points.len() * 2);
+    for (i, p) in points.iter().enumerate() {
+        if i > 0 {
+            out.push((p.ops as f64, value(&points[i - 1])));
+        }
+        out.push((p.ops as f64, value(p)));
+    }
+    out
+}
+
+fn draw_lines<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_desc: &str,
+    lines: &[Line<'_>],
+    marks: &[Mark],
+) -> DrawResult<DB> {
+    let all = || lines.iter().flat_map(|l| l.points.iter());
+    let x_max = all().map(|p| p.ops).chain(marks.iter().map(|m| m.ops)).max().unwrap_or(0).max(1) as f64;
+    let max_bytes = all()
+        .map(|p| p.reserved_bytes.max(p.allocated_bytes))
+        .chain(marks.iter().map(|m| m.bytes))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let (bdiv, bunit) = byte_unit(max_bytes);
+    let y_max = max_bytes as f64 / bdiv * 1.15;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(format!("memory ({bunit})"))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| if y_max >= 10.0 { format!("{y:.0}") } else { format!("{y:.1}") })
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 14))
+        .light_line_style(RGBColor(240, 240, 240))
+        .draw()?;
+    for line in lines {
+        let color = line.color;
+        chart
+            .draw_series(LineSeries::new(steps(line.points, line.reserved, bdiv), color.stroke_width(2)))?
+            .label(line.label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+    }
+    for m in marks {
+        let at = (m.ops as f64, m.bytes as f64 / bdiv);
+        chart.draw_series(std::iter::once(Circle::new(at, 5, RED.filled())))?;
+        // Labels right of their mark, or left of it in the right part of the chart.
+        let h = if at.0 > x_max * 0.6 { HPos::Right } else { HPos::Left };
+        let style = TextStyle::from((FAMILY, 13).into_font()).color(&RED).pos(Pos::new(h, VPos::Bottom));
+        chart.draw_series(std::iter::once(Text::new(m.label.clone(), (at.0, at.1 + y_max * 0.02), style)))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .draw()
+}
+
+fn draw_segments<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    segments: &[SegmentInfo],
+) -> DrawResult<DB> {
+    let (title_area, area) = root.split_vertically(36);
+    title_area.draw(&Text::new(title.to_owned(), (12, 8), (FAMILY, 20).into_font()))?;
+    let shown = &segments[..segments.len().min(MAX_SEGMENTS_DRAWN)];
+    if shown.is_empty() {
+        area.draw(&Text::new("No segments.".to_owned(), (40, 60), (FAMILY, 16).into_font()))?;
+        return Ok(());
+    }
+    let label_w = 110i32;
+    let rows = shown.len() as i32;
+    let row_h = SEGMENT_ROW_PX as i32;
+    let width = (WIDTH as i32 - label_w - 20) as f64;
+    let largest = shown.iter().map(|s| s.total_size).max().unwrap_or(1).max(1) as f64;
+    let small = (FAMILY, (row_h - 4).clamp(8, 13)).into_font();
+    let x_of = |offset: u64| label_w + ((offset as f64 / largest) * width).round() as i32;
+    for (i, s) in shown.iter().enumerate() {
+        let y = 4 + i as i32 * row_h;
+        area.draw(&Text::new(fmt_bytes(s.total_size), (6, y + (row_h - 13).max(0) / 2), small.clone()))?;
+        for b in &s.blocks {
+            let (x0, x1) = (x_of(b.address - s.address), x_of(b.address - s.address + b.size));
+            let color = match b.state {
+                BlockState::ActiveAllocated => ALLOCATED,
+                BlockState::ActivePendingFree => RESERVED,
+                BlockState::Inactive => FREE,
+            };
+            let (top, bottom) = (y + 1, y + row_h - 1);
+            area.draw(&Rectangle::new([(x0, top), (x1.max(x0 + 1), bottom)], color.filled()))?;
+            if x1 - x0 >= 3 && row_h >= 5 {
+                area.draw(&Rectangle::new([(x0, top), (x1, bottom)], WHITE.stroke_width(1)))?;
+            }
+        }
+    }
+    let y = 4 + rows * row_h + 6;
+    let mut x = label_w;
+    for (name, color) in [("allocated", ALLOCATED), ("freed, waiting on a stream", RESERVED), ("free (cached)", FREE)] {
+        area.draw(&Rectangle::new([(x, y), (x + 14, y + 12)], color.filled()))?;
+        area.draw(&Text::new(name.to_owned(), (x + 18, y), (FAMILY, 13).into_font()))?;
+        x += 40 + 7 * name.len() as i32;
+    }
+    Ok(())
+}
+
+// ----- the pages -----
+
+/// A chart already drawn, as a page shows it.
+#[derive(Debug, Clone, Serialize)]
+struct ChartView {
+    title: String,
+    svg: String,
+    png: String,
+    svg_file: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct SegmentRow {
+    address: String,
+    pool: &'static str,
+    stream: u32,
+    size: String,
+    allocated: String,
+    free: String,
+    blocks_allocated: usize,
+    blocks_free: usize,
+    largest_free: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct OomRow {
+    at: String,
+    device: u32,
+    requested: String,
+    reserved: String,
+    allocated: String,
+    unallocated: String,
+    largest_free: String,
+    fits_somewhere: bool,
+    message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct SettingRow {
+    name: String,
+    recommended: bool,
+    peak_reserved: String,
+    peak_allocated: String,
+    fragmentation: String,
+    largest_free: String,
+    segment_allocs: u64,
+    oom: Option<String>,
+}
+
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|name| if name.ends_with(".html") { AutoEscape::Html } else { AutoEscape::None });
+    env.add_template("replay.html", REPLAY_TEMPLATE).expect("the bundled template parses");
+    env.add_template("whatif.html", WHATIF_TEMPLATE).expect("the bundled template parses");
+    env
+}
+
+fn render(template: &str, ctx: minijinja::Value) -> Result<String, ReportError> {
+    environment()
+        .get_template(template)
+        .and_then(|t| t.render(ctx))
+        .map_err(|e| ReportError::Template { reason: format!("{e:#}") })
+}
+
+fn segment_row(s: &SegmentInfo) -> SegmentRow {
+    let free: Vec<u64> = s.blocks.iter().filter(|b| b.state == BlockState::Inactive).map(|b| b.size).collect();
+    SegmentRow {
+        address: format!("{:#x}", s.address),
+        pool: match s.pool {
+            PoolKind::Small => "small",
+            PoolKind::Large => "large",
+        },
+        stream: s.stream,
+        size: fmt_bytes(s.total_size),
+        allocated: fmt_bytes(s.allocated_size),
+        free: fmt_bytes(free.iter().sum()),
+        blocks_allocated: s.blocks.len() - free.len(),
+        blocks_free: free.len(),
+        largest_free: fmt_bytes(free.iter().copied().max().unwrap_or(0)),
+    }
+}
+
+/// Where an out-of-memory happened, in words.
+pub fn oom_place(o: &OomState) -> String {
+    match o.line {
+        Some(line) => format!("op {} (line {line})", o.index),
+        None => format!("entry {}", o.index),
+    }
+}
+
+fn oom_row(o: &OomState) -> OomRow {
+    OomRow {
+        at: oom_place(o),
+        device: o.device,
+        requested: fmt_bytes(o.requested_bytes),
+        reserved: fmt_bytes(o.reserved_bytes),
+        allocated: fmt_bytes(o.allocated_bytes),
+        unallocated: fmt_bytes(o.reserved_unallocated_bytes),
+        largest_free: fmt_bytes(o.largest_free_block_bytes),
+        fits_somewhere: o.reserved_unallocated_bytes >= o.requested_bytes,
+        message: o.message.clone(),
+    }
+}
+
+/// The peak and OOM marks of a timeline's chart.
+fn marks(t: &ReplayTimeline) -> Vec<Mark> {
+    let mut marks: Vec<Mark> = t
+        .peak
+        .iter()
+        .map(|p| Mark {
+            ops: p.ops,
+            bytes: p.reserved_bytes,
+            label: format!("peak reserved {}", fmt_bytes(p.reserved_bytes)),
+        })
+        .collect();
+    marks.extend(t.ooms.iter().take(3).map(|o| Mark {
+        ops: o.index + 1,
+        bytes: o.reserved_bytes,
+        label: format!("OOM: {}", fmt_bytes(o.requested_bytes)),
+    }));
+    marks
+}
+
+fn timeline_chart<'a>(title: String, unit: &str, t: &'a ReplayTimeline) -> PageChart<'a> {
+    PageChart::Lines {
+        title,
+        x_desc: unit.to_owned(),
+        lines: vec![
+            Line { label: "reserved".into(), color: RESERVED, points: &t.points, reserved: true },
+            Line { label: "allocated".into(), color: ALLOCATED, points: &t.points, reserved: false },
+        ],
+        marks: marks(t),
+    }
+}
+
+/// Creates `dir` and checks it is writable: the error names it.
+fn prepare(dir: &Path) -> Result<(), ReportError> {
+    prepare_out_dir(dir)?;
+    std::fs::create_dir_all(dir.join(CHARTS_DIR))
+        .map_err(|source| ReportError::Io { path: dir.join(CHARTS_DIR), source })
+}
+
+/// Writes the replay page into `dir` (created if needed).
+pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFiles, ReportError> {
+    prepare(dir)?;
+    let t = page.timeline;
+    let mut files = Vec::new();
+    let timeline = timeline_chart("Memory over the replay".into(), &page.unit, t).write(dir, "timeline", &mut files)?;
+    let segments = match &t.peak {
+        Some(p) => {
+            let more = if p.segments.len() > MAX_SEGMENTS_DRAWN {
+                format!(" (the first {MAX_SEGMENTS_DRAWN} of {}, by address)", p.segments.len())
+            } else {
+                String::new()
+            };
+            let chart =
+                PageChart::Segments { title: format!("Segments at the reserved peak{more}"), segments: &p.segments };
+            Some(chart.write(dir, "segments", &mut files)?)
+        }
+        None => None,
+    };
+    let peak = t.peak.as_ref().map(|p| {
+        minijinja::context! {
+            ops => p.ops,
+            reserved => fmt_bytes(p.reserved_bytes),
+            allocated => fmt_bytes(p.allocated_bytes),
+            unallocated => fmt_bytes(p.reserved_bytes.saturating_sub(p.allocated_bytes)),
+            largest_free => fmt_bytes(p.largest_free_block_bytes),
+            segments => p.segments.len(),
+            rows => p.segments.iter().take(MAX_SEGMENT_ROWS).map(segment_row).collect::<Vec<_>>(),
+            rows_left_out => p.segments.len().saturating_sub(MAX_SEGMENT_ROWS),
+        }
+    });
+    let ooms: Vec<OomRow> = t.ooms.iter().take(MAX_OOM_ROWS).map(oom_row).collect();
+    let ooms_left_out = (t.ooms.len() - ooms.len()) as u64 + t.ooms_not_recorded;
+    let ctx = minijinja::context! {
+        title => format!("vramlab replay of {}", page.source),
+        version => env!("CARGO_PKG_VERSION"),
+        source => &page.source,
+        unit => &page.unit,
+        ops_per_point => t.ops_per_point,
+        facts => &page.facts,
+        timeline => timeline,
+        segments => segments,
+        peak => peak,
+        ooms => ooms,
+        ooms_left_out => ooms_left_out,
+        trace => TRACE_JSON,
+        css => CSS,
+    };
+    let html = render("replay.html", ctx)?;
+    let index_html = dir.join(INDEX_HTML);
+    let trace_json = dir.join(TRACE_JSON);
+    write_atomic(&trace_json, trace::replay_trace(&page.unit, &[(page.source.as_str(), t)]).as_bytes())?;
+    write_atomic(&index_html, html.as_bytes())?;
+    Ok(PageFiles { index_html, trace_json, charts: files })
+}
+
+/// Writes the what-if page into `dir` (created if needed).
+pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFiles, ReportError> {
+    prepare(dir)?;
+    let mut files = Vec::new();
+    let overlay = PageChart::Lines {
+        title: "Reserved memory under each setting".into(),
+        x_desc: page.unit.clone(),
+        lines: page
+            .settings
+            .iter()
+            .enumerate()
+            .map(|(k, s)| Line {
+                label: s.name.clone(),
+                color: PALETTE[k % PALETTE.len()],
+                points: &s.timeline.points,
+                reserved: true,
+            })
+            .collect(),
+        marks: Vec::new(),
+    }
+    .write(dir, "reserved", &mut files)?;
+    let mut per_setting = Vec::with_capacity(page.settings.len());
+    for (k, s) in page.settings.iter().enumerate() {
+        let chart =
+            timeline_chart(s.name.clone(), &page.unit, s.timeline).write(dir, &format!("setting-{k}"), &mut files)?;
+        per_setting.push(chart);
+    }
+    let rows: Vec<SettingRow> = page
+        .settings
+        .iter()
+        .map(|s| SettingRow {
+            name: s.name.clone(),
+            recommended: s.recommended,
+            peak_reserved: fmt_bytes(s.peak_reserved_bytes),
+            peak_allocated: fmt_bytes(s.peak_allocated_bytes),
+            fragmentation: fmt_bytes(s.fragmentation_at_peak_bytes),
+            largest_free: fmt_bytes(s.largest_free_block_at_peak_bytes),
+            segment_allocs: s.segment_allocs,
+            oom: s.oom.clone(),
+        })
+        .collect();
+    let ctx = minijinja::context! {
+        title => format!("vramlab what-if of {}", page.source),
+        version => env!("CARGO_PKG_VERSION"),
+        source => &page.source,
+        facts => &page.facts,
+        rows => rows,
+        recommendation => &page.recommendation,
+        overlay => overlay,
+        charts => per_setting,
+        trace => TRACE_JSON,
+        css => CSS,
+    };
+    let html = render("whatif.html", ctx)?;
+    let runs: Vec<(&str, &ReplayTimeline)> = page.settings.iter().map(|s| (s.name.as_str(), s.timeline)).collect();
+    let index_html = dir.join(INDEX_HTML);
+    let trace_json = dir.join(TRACE_JSON);
+    write_atomic(&trace_json, trace::replay_trace(&page.unit, &runs).as_bytes())?;
+    write_atomic(&index_html, html.as_bytes())?;
+    Ok(PageFiles { index_html, trace_json, charts: files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramlab_engine::replay::{ReplayOptions, replay_with_timeline};
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vramlab-replay-page-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    /// The README's example: 102 × 8 MiB, every other one freed, then 16 MiB on 1 GiB.
+    fn fragmentation() -> ReplayTimeline {
+        let trace = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/traces/fragmentation.jsonl"))
+            .expect("the README's example trace");
+        let opts = ReplayOptions { capacity_bytes: Some(1 << 30), ..Default::default() };
+        replay_with_timeline(&trace, &opts).unwrap().1
+    }
+
+    #[test]
+    fn the_replay_page_shows_the_timeline_segments_and_oom_figures() {
+        let t = fragmentation();
+        let dir = temp_dir("frag");
+        let page = ReplayPage {
+            source: "runs/<b>frag</b> & co.jsonl".into(),
+            unit: "trace ops".into(),
+            facts: vec![Fact::new("simulated device", "1.00 GiB"), Fact::new("allocator <config>", "default")],
+            timeline: &t,
+        };
+        let files = write_replay_report(&dir, &page).unwrap();
+        let html = std::fs::read_to_string(&files.index_html).unwrap();
+        // Escaped wherever the name appears; never as markup.
+        assert!(html.contains("runs&#x2f;&lt;b&gt;frag&lt;&#x2f;b&gt; &amp; co.jsonl"), "the name is escaped");
+        assert!(!html.contains("<b>frag"));
+        assert!(html.contains("allocator &lt;config&gt;"));
+        // The timeline, with the reserved peak in words and on the chart.
+        assert!(html.contains("Memory over the replay"));
+        assert!(html.contains("Reserved memory peaks at 1020.00 MiB after 101 trace ops, with 808.00 MiB allocated."));
+        assert!(html.contains("peak reserved 1020.00 MiB"), "the chart marks the peak");
+        // The segment table: 51 segments of 20 MiB; 50 hold two 8 MiB blocks, the last one.
+        assert_eq!(html.matches("<td class=\"num\">20.00 MiB</td><td class=\"num\">16.00 MiB</td>").count(), 50);
+        assert_eq!(html.matches("<td class=\"num\">20.00 MiB</td><td class=\"num\">8.00 MiB</td>").count(), 1);
+        assert!(html.contains("<tr><th>Largest free block</th><td>12.00 MiB</td></tr>"));
+        // The OOM's fragmentation figures: request, reserved, allocated, reserved
+        // but unallocated, largest free block.
+        assert!(html.contains(
+            "<td>op 153 (line 154)</td><td class=\"num\">0</td><td class=\"num\">16.00 MiB</td>\
+             <td class=\"num\">1020.00 MiB</td><td class=\"num\">408.00 MiB</td><td class=\"num\">612.00 MiB</td>\
+             <td class=\"num\">8.00 MiB</td>"
+        ));
+        assert!(html.contains("<strong>Fragmentation:</strong>"));
+        // Offline: nothing is fetched.
+        assert!(!html.contains(" src="), "no external script, image or font");
+        assert!(!html.contains("@import") && !html.contains("url("));
+        assert!(html.contains("<svg"));
+        for name in ["timeline.png", "timeline.svg", "segments.png", "segments.svg"] {
+            let path = dir.join(CHARTS_DIR).join(name);
+            assert!(files.charts.contains(&path), "{name}");
+            assert!(std::fs::metadata(&path).unwrap().len() > 100, "{name}");
+        }
+        // The Perfetto trace: counters for every point, the peak and the OOM.
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&files.trace_json).unwrap()).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap();
+        let reserved = ev.iter().filter(|e| e["ph"] == "C" && e["name"] == "reserved_bytes").count();
+        assert_eq!(reserved, t.points.len());
+        let oom = ev.iter().find(|e| e["name"] == "out of memory").expect("the OOM");
+        assert_eq!(oom["ph"], "i");
+        assert_eq!(oom["args"]["line"], 154);
+        assert_eq!(oom["args"]["reserved_unallocated_bytes"], 612u64 << 20);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_whatif_page_has_the_table_the_charts_and_the_recommendation() {
+        let t = fragmentation();
+        let dir = temp_dir("whatif");
+        let setting = |name: &str, recommended, oom: Option<&str>| WhatifSetting {
+            name: name.into(),
+            recommended,
+            peak_reserved_bytes: 1020 << 20,
+            peak_allocated_bytes: 816 << 20,
+            fragmentation_at_peak_bytes: 212 << 20,
+            largest_free_block_at_peak_bytes: 12 << 20,
+            segment_allocs: 51,
+            oom: oom.map(str::to_owned),
+            timeline: &t,
+        };
+        let page = WhatifPage {
+            source: "snap.pickle".into(),
+            unit: "trace entries".into(),
+            facts: vec![Fact::new("capacity", "1.00 GiB")],
+            settings: vec![
+                setting("recorded: PyTorch defaults", false, Some("at entry 153: alloc of 16.00 MiB")),
+                setting("expandable_segments:True", true, None),
+            ],
+            recommendation: vec!["Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()],
+        };
+        let files = write_whatif_report(&dir, &page).unwrap();
+        let html = std::fs::read_to_string(&files.index_html).unwrap();
+        assert!(html.contains("<strong>Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True</strong>"));
+        assert!(html.contains("expandable_segments:True <span class=\"verdict holds\">recommended</span>"));
+        assert!(html.contains("<td>at entry 153: alloc of 16.00 MiB</td>"));
+        assert!(html.contains(
+            "<td class=\"num\">212.00 MiB</td><td class=\"num\">12.00 MiB</td><td class=\"num\">51</td><td>no</td>"
+        ));
+        assert!(html.contains("Reserved memory under each setting"));
+        // One chart per setting besides the overlay, each as PNG and SVG.
+        assert_eq!(html.matches("<figure class=\"chart static\">").count(), 3);
+        assert_eq!(files.charts.len(), 6);
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&files.trace_json).unwrap()).unwrap();
+        let names: Vec<&str> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "M")
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["recorded: PyTorch defaults (x: trace entries)", "expandable_segments:True (x: trace entries)"]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unwritable_folder_is_an_error_naming_it() {
+        let dir = temp_dir("unwritable");
+        std::fs::write(&dir, b"a file, not a folder").unwrap();
+        let t = ReplayTimeline::default();
+        let page = ReplayPage { source: "x".into(), unit: "trace ops".into(), facts: vec![], timeline: &t };
+        let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
+        assert!(matches!(err, ReportError::Io { .. }), "{err}");
+        assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
+        let _ = std::fs::remove_file(&dir);
+    }
+}
