@@ -17,7 +17,7 @@ pub const MAX_OOM_REPORTS: usize = 64;
 /// How many of the largest live allocations an OOM report lists.
 pub const OOM_LIVE_ALLOCATIONS: usize = 16;
 
-const NO_PHASE: u32 = u32::MAX;
+pub(crate) const NO_PHASE: u32 = u32::MAX;
 
 // ---------------------------------------------------------------------------
 // Public answers.
@@ -402,9 +402,9 @@ impl RangeSet {
 // Phases.
 
 #[derive(Debug, Clone)]
-struct PhaseInstance {
-    name: u32,
-    parent: u32,
+pub(crate) struct PhaseInstance {
+    pub(crate) name: u32,
+    pub(crate) parent: u32,
     thread: u32,
     depth: u32,
     start_ns: u64,
@@ -412,8 +412,8 @@ struct PhaseInstance {
 }
 
 #[derive(Debug, Default)]
-struct Phases {
-    instances: Vec<PhaseInstance>,
+pub(crate) struct Phases {
+    pub(crate) instances: Vec<PhaseInstance>,
     /// Open instances per recording thread, innermost last.
     stacks: Vec<Vec<u32>>,
     /// Every open instance, in the order they began.
@@ -430,7 +430,7 @@ impl Phases {
         &mut self.stacks[t]
     }
 
-    fn begin(&mut self, name: u32, thread: u32, time_ns: u64) -> u32 {
+    pub(crate) fn begin(&mut self, name: u32, thread: u32, time_ns: u64) -> u32 {
         let id = self.instances.len() as u32;
         let stack = self.stack(thread);
         let parent = stack.last().copied().unwrap_or(NO_PHASE);
@@ -443,7 +443,7 @@ impl Phases {
 
     /// Closes the innermost open instance of `name` on `thread` (and any
     /// instances opened inside it and left open); returns the closed ones.
-    fn end(&mut self, name: u32, thread: u32, time_ns: u64, closed: &mut Vec<u32>) {
+    pub(crate) fn end(&mut self, name: u32, thread: u32, time_ns: u64, closed: &mut Vec<u32>) {
         closed.clear();
         let instances = &self.instances;
         let stack = {
@@ -469,7 +469,7 @@ impl Phases {
     /// The phase an event of `thread` belongs to: the thread's innermost open
     /// phase, else the most recently begun open phase of any thread.
     #[inline]
-    fn current(&self, thread: u32) -> u32 {
+    pub(crate) fn current(&self, thread: u32) -> u32 {
         self.stacks
             .get(thread as usize)
             .and_then(|s| s.last().copied())
