@@ -1,7 +1,8 @@
 //! vramlab's reports: everything that turns results into files — the run's
 //! versioned JSON, one tidy CSV per suite ([`tidy`]), charts ([`charts`]), the
 //! offline HTML page ([`html`]), `summary.md` ([`markdown`]) and a Perfetto
-//! trace ([`trace`]), put together by [`report`]; the regression check against
+//! trace ([`trace`]), put together by [`report`]; bench cases' recordings as
+//! PyTorch memory snapshots ([`memory_snapshot`]); the regression check against
 //! a baseline ([`check`]), the run history ([`history`]), and the file stores
 //! of engine parts that persist state ([`FileTuningStore`]). Every file is
 //! written atomically (to a temporary file, then renamed), so an interrupted
@@ -12,6 +13,7 @@ pub mod check;
 pub mod history;
 pub mod html;
 pub mod markdown;
+pub mod memory_snapshot;
 pub mod report;
 mod stores;
 pub mod tidy;

@@ -46,6 +46,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     };
     vramlab_reports::prepare_out_dir(&args.out)
         .with_context(|| format!("cannot write into the output folder {}", args.out.display()))?;
+    let export = match &args.export_snapshot {
+        Some(dir) => {
+            vramlab_reports::prepare_out_dir(dir)
+                .with_context(|| format!("cannot write into the snapshot folder {}", dir.display()))?;
+            Some(crate::snapshot_export::SnapshotExport::new(dir, &args.export_cases))
+        }
+        None => None,
+    };
 
     let options = RunOptions {
         suites: args.suites.clone(),
@@ -82,7 +90,8 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     );
     let bars = Bars::new();
     for suite in &suites {
-        let result = vramlab_suites::run_suite(suite.as_ref(), &ctx, &bars);
+        let sink = export.as_ref().map(|e| e as &dyn vramlab_suites::SnapshotSink);
+        let result = vramlab_suites::run_suite_with(suite.as_ref(), &ctx, &bars, sink);
         let csv = vramlab_reports::write_suite_csv(&args.out, &result)?;
         results.suites.push(result);
         vramlab_reports::write_results_json(&args.out, &results)?;
@@ -99,6 +108,18 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
         Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
         Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
+    }
+    if let (Some(e), Some(dir)) = (&export, &args.export_snapshot) {
+        let written = e.written();
+        writeln!(
+            summary,
+            "memory snapshots: {} written to {} (open them in pytorch.org/memory_viz, or `cargo xtask replay FILE`)",
+            written.len(),
+            dir.display()
+        )?;
+        for p in e.problems() {
+            eprintln!("warning: {p}");
+        }
     }
     if let Some(name) = &args.save_baseline {
         let path = crate::check_cmd::save_baseline(&results, name, &args.baseline_dir)?;

@@ -42,6 +42,8 @@ Examples:
   cargo xtask bench --quick                      every suite in under 2 minutes
   cargo xtask bench --suite memory --suite amp   two suites
   cargo xtask bench --device cpu --capacity 8GiB --out results/
+  cargo xtask bench --suite memory --export-snapshot snapshots/ --export-case train_step_peak
+                                                 the case's memory as a PyTorch snapshot pickle
 
   cargo xtask bench --quick --save-baseline main       store this run as the baseline `main`
   cargo xtask bench --quick --baseline main            run, then compare with it (see `cargo xtask check`)
@@ -241,6 +243,15 @@ pub struct BenchArgs {
     /// Where named baselines are stored
     #[arg(long, value_name = "DIR", default_value = crate::check_cmd::DEFAULT_BASELINE_DIR)]
     pub baseline_dir: PathBuf,
+
+    /// Write each profiled case's memory recording as a PyTorch memory snapshot,
+    /// DIR/<suite>-<case>.pickle (for pytorch.org/memory_viz or `cargo xtask replay`)
+    #[arg(long, value_name = "DIR")]
+    pub export_snapshot: Option<PathBuf>,
+
+    /// With --export-snapshot: only this case (repeatable; its name, or SUITE/CASE)
+    #[arg(long = "export-case", value_name = "NAME", requires = "export_snapshot")]
+    pub export_cases: Vec<String>,
 
     #[command(flatten)]
     pub check: crate::check_cmd::CheckOptions,

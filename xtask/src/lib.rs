@@ -20,6 +20,7 @@ mod replay_cmd;
 mod report_cmd;
 mod size;
 mod snapshot_cmd;
+mod snapshot_export;
 mod whatif_cmd;
 
 use std::io::Write;
