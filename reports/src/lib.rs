@@ -18,6 +18,8 @@ pub mod report;
 mod stores;
 pub mod tidy;
 pub mod trace;
+pub mod trend_chart;
+pub mod trends;
 pub mod units;
 
 use std::fs;
@@ -28,7 +30,7 @@ use thiserror::Error;
 use vramlab_suites::RunResults;
 
 pub use markdown::render_summary;
-pub use report::{ReportFiles, load_results, write_report};
+pub use report::{ReportFiles, ReportOptions, load_results, write_report, write_report_with};
 pub use tidy::write_suite_csv;
 
 pub use stores::FileTuningStore;
