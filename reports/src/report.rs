@@ -341,8 +341,7 @@ pub fn write_report_with(
         }
     };
     let source = source.map(|p| p.display().to_string());
-    let html =
-        render_index_with(results, &extras, trace.as_ref().map(|t| &t.1), problems, source.as_deref(), &trends)?;
+    let html = render_index_with(results, &extras, trace.as_ref().map(|t| &t.1), problems, source.as_deref(), &trends)?;
     let index_html = dir.join(INDEX_HTML);
     write_atomic(&index_html, html.as_bytes())?;
     let summary_md = dir.join(SUMMARY_MD);

@@ -89,7 +89,11 @@ pub fn draw_trend<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str
     chart
         .configure_mesh()
         .x_desc("run")
-        .y_desc(unit_name)
+        .y_desc(match unit {
+            TrendUnit::Bytes => format!("memory ({unit_name})"),
+            TrendUnit::Nanoseconds => format!("time ({unit_name})"),
+            TrendUnit::Plain => unit_name.to_owned(),
+        })
         .x_labels(series.points.len().clamp(2, 12))
         .x_label_formatter(&run_label)
         .label_style((FAMILY, 13))
@@ -152,7 +156,7 @@ mod tests {
         for run in ["\n1\n", "\n12\n"] {
             assert!(svg.contains(run), "runs are labelled on the x axis: {run:?}");
         }
-        assert!(svg.contains("\nMiB\n"), "the y axis is in MiB");
+        assert!(svg.contains("\nmemory (MiB)\n"), "the y axis is in MiB");
         // One point per run, in order, the last four higher (smaller y) than the first eight.
         let circles: Vec<(f64, f64)> =
             svg.lines().filter(|l| l.contains("<circle")).map(|l| (attr(l, "cx"), attr(l, "cy"))).collect();
@@ -175,7 +179,7 @@ mod tests {
         assert!(s.change_points.is_empty());
         let svg = Chart::Trend { title: "t".into(), series: &s }.svg().unwrap();
         assert!(!svg.contains("#C81E1E") && !svg.contains("step at run"));
-        assert!(svg.contains("\nµs\n"), "1.5 µs reads in µs");
+        assert!(svg.contains("\ntime (µs)\n"), "1.5 µs reads in µs");
         assert_eq!(svg.lines().filter(|l| l.contains("<circle")).count(), 3);
     }
 

@@ -37,14 +37,17 @@ pub fn headline_figures(results: &RunResults) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for suite in &results.suites {
         let cases = || index.iter().filter(|(k, c)| k.suite == suite.name && c.outcome.is_ok());
-        if let Some((k, c)) =
-            cases().filter(|(_, c)| c.memory.is_some()).max_by_key(|(_, c)| c.memory.as_ref().map(|m| m.peak_allocated_bytes))
-        {
-            out.push((format!("{k} memory.peak_allocated_bytes"), format!("{}: peak allocated — {}", suite.name, c.name)));
-        }
         if let Some((k, c)) = cases()
-            .filter(|(_, c)| c.timing.is_some())
-            .max_by(|a, b| median(a.1).total_cmp(&median(b.1)))
+            .filter(|(_, c)| c.memory.is_some())
+            .max_by_key(|(_, c)| c.memory.as_ref().map(|m| m.peak_allocated_bytes))
+        {
+            out.push((
+                format!("{k} memory.peak_allocated_bytes"),
+                format!("{}: peak allocated — {}", suite.name, c.name),
+            ));
+        }
+        if let Some((k, c)) =
+            cases().filter(|(_, c)| c.timing.is_some()).max_by(|a, b| median(a.1).total_cmp(&median(b.1)))
         {
             out.push((format!("{k} time"), format!("{}: median time — {}", suite.name, c.name)));
         }
@@ -60,9 +63,7 @@ fn median(c: &vramlab_suites::CaseResult) -> f64 {
 /// history at `history` (which should already hold this run).
 pub fn load_trends(results: &RunResults, history: Option<&Path>, last: usize) -> Trends {
     let Some(path) = history else {
-        return Trends::NotShown(
-            "No trends: no run history was given (`cargo xtask report --history FILE`).".into(),
-        );
+        return Trends::NotShown("No trends: no run history was given (`cargo xtask report --history FILE`).".into());
     };
     let h = match History::open_existing(path) {
         Ok(h) => h,
@@ -172,6 +173,34 @@ mod tests {
         assert_eq!(time.series.change_points, vec![13]);
         assert_eq!(time.series.points[13].run_id, 19);
         assert!(charts.len() <= MAX_TREND_CHARTS);
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn the_page_shows_trend_charts_or_says_why_not() {
+        let dir = std::env::temp_dir().join(format!("vramlab-trends-page-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = run(1000.0);
+        let files = crate::write_report(&r, &dir, &[], None).unwrap();
+        let html = std::fs::read_to_string(&files.index_html).unwrap();
+        assert!(html.contains("<h2>Trends</h2>"), "the section is always there");
+        assert!(html.contains("No trends: no run history was given"), "and says why it is empty");
+
+        let p = temp("page");
+        let mut h = History::open_or_create(&p).unwrap();
+        for i in 0..6 {
+            h.append(&run(if i < 3 { 1000.0 } else { 3000.0 })).unwrap();
+        }
+        drop(h);
+        let options = crate::ReportOptions { history: Some(&p), trend_runs: 20 };
+        let files = crate::write_report_with(&run(3000.0), &dir, &[], None, &options).unwrap();
+        let html = std::fs::read_to_string(&files.index_html).unwrap();
+        assert!(!html.contains("No trends"), "a history of 6 runs has trends");
+        assert!(html.contains("over the last 20 runs"));
+        assert!(html.contains("demo: median time — matmul_64"), "the chart's title");
+        assert!(html.contains("step at run 4"), "the step from run 4 on is marked in the inline SVG");
+        assert!(files.charts.iter().any(|f| f.ends_with("trend-0.svg")) && dir.join("charts/trend-0.png").is_file());
+        let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_file(&p);
     }
 }

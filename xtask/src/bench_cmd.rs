@@ -1,7 +1,9 @@
 //! `cargo xtask bench`: runs the suites with progress bars and writes the
 //! results (JSON + CSV per suite) after each suite, atomically; then the
-//! report and a short summary, appends the run to the history, saves it as a
-//! baseline (`--save-baseline`) and compares it with one (`--baseline`).
+//! run to the history, then the report (its trends include this run) and a
+//! short summary; saves it as a baseline (`--save-baseline`) and compares it
+//! with one (`--baseline`). `--export-snapshot` writes the cases' memory
+//! recordings as PyTorch snapshots (`snapshot_export.rs`).
 
 use std::collections::HashMap;
 use std::process::Command as Process;
@@ -98,14 +100,20 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         bars.println(&format!("  wrote {}", csv.display()));
     }
     bars.clear();
-    let index = crate::report_cmd::write_for_bench(&results, &args.out.join("report"))?;
+    // The run goes into the history first, so the report's trends include it.
+    let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
+    let appended = vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results));
+    let history_ok = appended.is_ok() || history.is_file();
+    let index = crate::report_cmd::write_for_bench(
+        &results,
+        &args.out.join("report"),
+        history_ok.then_some(history.as_path()),
+    )?;
     // With --json, stdout carries only the comparison: the summary goes to stderr.
     let mut summary: Box<dyn std::io::Write> =
         if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
     crate::report_cmd::print_short_summary(&mut *summary, &results)?;
-
-    let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
-    match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
+    match appended {
         Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
         Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
     }
