@@ -82,7 +82,8 @@ impl Profile {
     /// another stream) and the free gaps between them. `config` is the
     /// allocator's configuration, written as `allocator_settings` (so a replay
     /// runs under the same settings); `None` writes none, which readers take as
-    /// PyTorch's defaults.
+    /// PyTorch's defaults — unless the trace maps pages, which only expandable
+    /// segments do: then `expandable_segments:True` is written.
     ///
     /// What happened before the recording began is not in the events: blocks
     /// freed without an alloc in the trace are placed before it by the
@@ -188,6 +189,14 @@ impl Profile {
             )
             .collect();
         end.sort_by_key(|s| s.address);
+        let inferred;
+        let config = match config {
+            None if trace.iter().any(|e| e.action == Action::SegmentMap) => {
+                inferred = AllocatorConfig { expandable_segments: true, ..AllocatorConfig::default() };
+                Some(&inferred)
+            }
+            c => c,
+        };
         Ok(Snapshot {
             protocol: 2,
             segments: end,

@@ -137,3 +137,41 @@ fn pending_frees_and_unknown_devices() {
     assert!(e.contains("device 9") && e.contains("[0]"), "{e}");
     alloc.free(a).unwrap();
 }
+
+#[test]
+fn expandable_segments_are_inferred_from_mappings_and_replay_faithfully() {
+    let hub = Hooks::new();
+    let config = AllocatorConfig::parse("expandable_segments:True").unwrap();
+    let alloc = CachingAllocator::with_hooks(Arc::new(SimulatedMemory::unlimited()), config, hub.clone(), 0).unwrap();
+    let profiler = common::profiler(&hub, &[0]);
+    let mut rng = Rng::new(11);
+    let mut live = Vec::new();
+    for step in 0..300 {
+        if rng.below(10) < 6 || live.is_empty() {
+            live.push(alloc.malloc(rng.size(), 0, rng.tag()).unwrap());
+        } else {
+            let i = rng.below(live.len() as u64) as usize;
+            alloc.free(live.swap_remove(i)).unwrap();
+        }
+        if step == 150 {
+            alloc.empty_cache();
+        }
+    }
+    let profile = profiler.stop();
+    // Written without the allocator's settings, as for a suite's private device.
+    let snap = profile.memory_snapshot(0, None).unwrap();
+    assert!(snap.device_traces[0].iter().any(|e| e.action == Action::SegmentMap));
+    assert_eq!(snap.allocator_settings.as_ref().map(|s| s.expandable_segments), Some(true));
+    assert!(snap.segments.iter().all(|s| s.is_expandable));
+    let reserved: u64 = snap.segments.iter().map(|s| s.total_size).sum();
+    assert_eq!(reserved, alloc.memory_reserved(), "the mapped pages at the end");
+    let mut bytes = Vec::new();
+    snapshot::write_snapshot(&snap, &mut bytes).unwrap();
+    let back = snapshot::read_snapshot(&bytes[..]).unwrap();
+    let r = snapshot::replay_snapshot(&back, &SnapshotReplayOptions::default()).unwrap();
+    let f = r.fidelity.as_ref().expect("checked");
+    assert!(f.agrees(), "{f:?}");
+    for a in live {
+        alloc.free(a).unwrap();
+    }
+}

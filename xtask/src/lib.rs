@@ -2,7 +2,8 @@
 //! `whatif`, `report`, `gpu-check`, `check`, `history`) and [`main`], which
 //! parses the arguments and runs one. Two thin binaries call it: `xtask`
 //! (`src/main.rs`, what `cargo xtask …` runs) and `vramlab`
-//! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask`). The
+//! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask --bin
+//! vramlab`). The
 //! only part of vramlab that talks to the terminal.
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
