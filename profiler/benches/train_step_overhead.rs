@@ -238,17 +238,10 @@ fn median(v: &[f64]) -> f64 {
 
 /// A bootstrap 95% interval of the median of `v` (2000 resamples, fixed seed).
 fn bootstrap_median_ci(v: &[f64]) -> (f64, f64) {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        // xorshift64*
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    };
+    let mut rng = vramlab_rng::Rng::new(0xb007_5eed);
     let mut medians: Vec<f64> = (0..2000)
         .map(|_| {
-            let sample: Vec<f64> = (0..v.len()).map(|_| v[(next() % v.len() as u64) as usize]).collect();
+            let sample: Vec<f64> = (0..v.len()).map(|_| v[rng.below(v.len())]).collect();
             median(&sample)
         })
         .collect();

@@ -459,6 +459,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tag_categories_line_up() {
+        for t in vramlab_engine::hooks::Tag::ALL {
+            assert_eq!(Category::from(Some(t)).tag(), Some(t));
+        }
+    }
+
+    #[test]
     fn categories_map_tags() {
         for (i, t) in Tag::ALL.iter().enumerate() {
             assert_eq!(Category::from(Some(*t)).index(), i);

@@ -10,21 +10,20 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use vramlab_reports::check::{CheckConfig, Labels, compare};
 use vramlab_reports::history::History;
+use vramlab_rng::Rng;
 use vramlab_suites::harness::summarize;
 use vramlab_suites::{CaseResult, Environment, MemoryPeaks, Outcome, RunOptions, RunResults, SuiteResult};
 
 /// A run shaped like a full run on this machine, its times drawn around `scale`.
 fn full_run(seed: u64, scale: f64) -> RunResults {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rng = Rng::new(seed);
     let cases: Vec<CaseResult> = (0..108)
         .map(|i| {
             let timed = i < 92;
             let center = 1000.0 * (1 + i % 17) as f64 * scale;
-            let samples: Vec<f64> = (0..176).map(|_| center * (1.0 + 0.2 * (rng.random::<f64>() - 0.5))).collect();
+            let samples: Vec<f64> = (0..176).map(|_| center * (1.0 + 0.2 * (rng.uniform() - 0.5))).collect();
             let metrics: BTreeMap<String, f64> = (0..5)
                 .map(|m| (format!("figure{m}_bytes"), (m * 2097152) as f64))
                 .chain((0..2).map(|m| (format!("other{m}_gbps"), 1.5)))

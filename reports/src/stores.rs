@@ -51,7 +51,7 @@ mod tests {
     use std::sync::Arc;
 
     use vramlab_engine::autotune::{Autotuner, CacheLoad, TuneMode};
-    use vramlab_engine::cpu_kernels::{Conv2dShape, ConvAlgo, ConvPass, ConvProblem, DType};
+    use vramlab_engine::cpu_kernels::{Conv2dShape, ConvAlgo, ConvPass, ConvProblem, FloatDType};
     use vramlab_engine::device::Device;
 
     use super::*;
@@ -67,14 +67,14 @@ mod tests {
         let t = Autotuner::default();
         t.set_mode(TuneMode::Benchmark);
         assert_eq!(t.persist(Arc::new(FileTuningStore::new(&path))).unwrap(), CacheLoad::Empty);
-        let _: ConvAlgo = t.choose(&Device::cpu(), &problem, DType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
+        let _: ConvAlgo = t.choose(&Device::cpu(), &problem, FloatDType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
         assert!(path.is_file(), "saved after the tuning, its folder created");
 
         let t2 = Autotuner::default();
         t2.set_mode(TuneMode::Benchmark);
         assert_eq!(t2.persist(Arc::new(FileTuningStore::new(&path))).unwrap(), CacheLoad::Loaded(1));
         let a: ConvAlgo = t2
-            .choose(&Device::cpu(), &problem, DType::F32, |_| -> Result<u64, ()> { panic!("from the file") })
+            .choose(&Device::cpu(), &problem, FloatDType::F32, |_| -> Result<u64, ()> { panic!("from the file") })
             .unwrap();
         assert_eq!(a, ConvAlgo::Im2colGemm);
 

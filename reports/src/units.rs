@@ -1,15 +1,16 @@
 //! Human-readable numbers for reports: binary units for memory (KiB/MiB/GiB),
 //! ns/µs/ms/s for time, and the unit a metric's name carries.
 
+use vramlab_engine::alloc::consts::{GIB, KIB, MIB};
+
 /// Bytes in binary units: `512 B`, `1.50 KiB`, `3.00 MiB`, `2.00 GiB`.
 pub fn fmt_bytes(bytes: u64) -> String {
-    const K: f64 = 1024.0;
     let b = bytes as f64;
     match bytes {
-        b0 if b0 < 1024 => format!("{b0} B"),
-        b0 if b0 < 1 << 20 => format!("{:.2} KiB", b / K),
-        b0 if b0 < 1 << 30 => format!("{:.2} MiB", b / (K * K)),
-        _ => format!("{:.2} GiB", b / (K * K * K)),
+        b0 if b0 < KIB => format!("{b0} B"),
+        b0 if b0 < MIB => format!("{:.2} KiB", b / KIB as f64),
+        b0 if b0 < GIB => format!("{:.2} MiB", b / MIB as f64),
+        _ => format!("{:.2} GiB", b / GIB as f64),
     }
 }
 

@@ -20,6 +20,10 @@
 //!    `tests/`, `benches/` and `examples/` folders, and `#[cfg(test)]` items.
 //! 4. **Headers.** Every Rust source file opens with a `//!` comment saying
 //!    what it holds.
+//! 5. **One seeded generator.** Random numbers come from `vramlab-rng`: no
+//!    workspace crate depends on a random-number crate (`proptest`, a test
+//!    tool with its own, is not one), and no source outside `engine/rng`
+//!    carries a generator's constants (SplitMix64's, xorshift64*'s).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -64,6 +68,14 @@ const WRITE_CALLS: &[&str] = &[
     "fs::set_permissions(",
     "fs::hard_link(",
 ];
+
+/// Random-number crates; the workspace draws from `vramlab-rng` instead.
+const RANDOM_CRATES: &[&str] =
+    &["rand", "rand_core", "rand_chacha", "rand_pcg", "rand_xoshiro", "fastrand", "oorandom", "nanorand", "getrandom"];
+/// The multipliers of SplitMix64 and xorshift64*, lower case, without `_`.
+const GENERATOR_CONSTANTS: &[&str] = &["9e3779b97f4a7c15", "bf58476d1ce4e5b9", "94d049bb133111eb", "2545f4914f6cdd1d"];
+/// The generator's own folder.
+const GENERATOR_DIR: &str = "engine/rng";
 
 /// One workspace crate as the rules see it.
 #[derive(Debug, Clone)]
@@ -120,6 +132,44 @@ fn check_native(krates: &[Krate]) -> Vec<String> {
                     k.dir.display()
                 ));
             }
+        }
+    }
+    errors
+}
+
+/// Rule 5a: no crate depends on a random-number crate.
+fn check_random_deps(krates: &[Krate]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for k in krates {
+        for (dep, kind) in &k.deps {
+            if RANDOM_CRATES.contains(&dep.as_str()) {
+                errors.push(format!(
+                    "{} ({}/Cargo.toml): {kind} dependency on {dep}; draw from vramlab_rng::Rng (engine/rng), the \
+                     workspace's one seeded generator",
+                    k.name,
+                    k.dir.display()
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// Rule 5b: a generator written out again, found by its constants.
+fn check_generator_copy(path: &Path, source: &str) -> Vec<String> {
+    // The generator itself, and this file, which names the constants.
+    if path.starts_with(GENERATOR_DIR) || path == Path::new(file!()) {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    for (n, line) in source.lines().enumerate() {
+        let flat: String = line.chars().filter(|c| *c != '_').collect::<String>().to_ascii_lowercase();
+        if let Some(c) = GENERATOR_CONSTANTS.iter().find(|c| flat.contains(*c)) {
+            errors.push(format!(
+                "{}:{}: a random generator's constant (0x{c}); use vramlab_rng::Rng instead of a copy",
+                path.display(),
+                n + 1
+            ));
         }
     }
     errors
@@ -255,6 +305,7 @@ fn the_tree_is_tidy() {
     assert!(krates.len() >= 10, "cargo metadata found {} crates", krates.len());
     let mut errors = check_direction(&krates);
     errors.extend(check_native(&krates));
+    errors.extend(check_random_deps(&krates));
     // Longest folder first, so a file belongs to the innermost crate.
     let mut by_dir: Vec<&Krate> = krates.iter().collect();
     by_dir.sort_by_key(|k| std::cmp::Reverse(k.dir.as_os_str().len()));
@@ -272,6 +323,7 @@ fn the_tree_is_tidy() {
             files += 1;
             errors.extend(check_writes(&k.name, &rel, &source));
             errors.extend(check_header(&rel, &source));
+            errors.extend(check_generator_copy(&rel, &source));
         }
     }
     assert!(files > 100, "only {files} Rust files found");
@@ -346,6 +398,20 @@ fn a_file_without_a_header_is_reported() {
     assert!(e.contains("engine/runtime/src/x.rs") && e.contains("no `//!` header"), "{e}");
     assert!(check_header(Path::new("a.rs"), "/// An item doc, not a header.\nfn f() {}\n").is_some());
     assert!(check_header(Path::new("a.rs"), "").is_some());
+}
+
+#[test]
+fn a_second_generator_is_reported() {
+    let e = check_random_deps(&[krate("vramlab-reports", &[("rand_chacha", "normal"), ("proptest", "dev")])]);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("vramlab-reports") && e[0].contains("rand_chacha") && e[0].contains("vramlab_rng"));
+    let copy = "//! x\nfn next(s: &mut u64) -> u64 {\n    *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);\n    *s\n}\n";
+    let e = check_generator_copy(Path::new("engine/runtime/src/tensor/mod.rs"), copy);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("engine/runtime/src/tensor/mod.rs:3:"), "{}", e[0]);
+    let xorshift = "//! x\nconst M: u64 = 0x2545F4914F6CDD1D;\n";
+    assert_eq!(check_generator_copy(Path::new("profiler/tests/common/mod.rs"), xorshift).len(), 1);
+    assert!(check_generator_copy(Path::new("engine/rng/src/lib.rs"), copy).is_empty());
 }
 
 /// The rule lists name real things: every layer crate and writer file exists.

@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-const UNITS: [(&str, u64); 5] = [("B", 1), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40)];
+use vramlab_engine::alloc::consts::{GIB, KIB, MIB, TIB};
+
+const UNITS: [(&str, u64); 5] = [("B", 1), ("KiB", KIB), ("MiB", MIB), ("GiB", GIB), ("TiB", TIB)];
 
 /// The forms [`parse_size`] accepts, for messages and help.
 pub const ACCEPTED_FORMS: &str =

@@ -154,7 +154,7 @@ fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay, args: &ReplayArg
     if !r.private_pools.is_empty() {
         let _ = writeln!(
             s,
-            "  private pools      {:?}: segments of CUDA graphs / MemPools, not modelled yet; their blocks are left out",
+            "  private pools      {:?}: CUDA graphs / MemPools, replayed in their own pools (by their final segments)",
             r.private_pools
         );
     }

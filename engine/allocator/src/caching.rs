@@ -4,9 +4,21 @@
 //! Blocks live in an arena and refer to their neighbours by index; the free
 //! blocks of each pool sit in a `BTreeMap` ordered by (stream, size, address),
 //! which is PyTorch's `BlockComparatorSize`, so the best-fit lookup is the same
-//! `lower_bound`. CUDA-graph private pools and IPC sharing are not modelled.
+//! `lower_bound`.
+//!
+//! Private pools (CUDA graphs' pools and `torch.cuda.MemPool`) are modelled as in
+//! PyTorch (read in `CUDACachingAllocator.cpp`'s 2.9–2.11 form, the one with
+//! `use_on_oom_pools`, `no_split_pools`, `try_mempool_fallback` and
+//! `emptyCache(mempool_id)`; the copy read carried no commit id): each
+//! [`MempoolId`] owns a small and a large free-block pool of its own
+//! (`PrivatePool`), allocations go to the last pool begun whose stream filter
+//! matches (`get_pool`), a pool's blocks are never handed out outside it (but by
+//! the `use_on_oom` fallback), and its segments go back to the device only once
+//! its use count reached 0 (`releasePool`) and `empty_cache` finds them free.
+//! Statistics count a pool's blocks in `small_pool`/`large_pool` by size, as
+//! `get_stat_types_for_pool` does. IPC sharing and checkpointing are not modelled.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -75,6 +87,34 @@ impl Allocation {
     }
 }
 
+/// A private pool's id: PyTorch's `MempoolId_t`, a pair. CUDA graphs use
+/// `(capture id, 0)`, `graph_pool_handle()` and `MemPool` use `(0, n)`; `(0, 0)`
+/// is the default pool and never names a private one.
+pub type MempoolId = (u64, u64);
+
+/// Which allocations a pool being allocated to takes
+/// ([`CachingAllocator::begin_allocate_to_pool`]): PyTorch's filter function.
+/// A graph capture takes the streams being captured; `torch.cuda.use_mem_pool`
+/// takes every allocation of the current thread, which a model with one thread
+/// per device sees as every stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PoolFilter {
+    /// Every allocation, on any stream.
+    AllStreams,
+    /// Allocations on these streams only.
+    Streams(Vec<StreamId>),
+}
+
+impl PoolFilter {
+    #[inline]
+    fn matches(&self, stream: StreamId) -> bool {
+        match self {
+            PoolFilter::AllStreams => true,
+            PoolFilter::Streams(s) => s.contains(&stream),
+        }
+    }
+}
+
 /// State of a block in a [`SegmentInfo`], as PyTorch's snapshot names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,6 +145,10 @@ pub struct SegmentInfo {
     pub requested_size: u64,
     pub stream: StreamId,
     pub pool: PoolKind,
+    /// The private pool owning the segment (`segment_pool_id`); `None` for the
+    /// default pool (PyTorch's `(0, 0)`).
+    #[serde(default)]
+    pub pool_id: Option<MempoolId>,
     pub is_expandable: bool,
     pub blocks: Vec<BlockInfo>,
 }
@@ -126,17 +170,20 @@ struct Block {
     tag: Option<Tag>,
     /// Index into `State::expandable`, or NIL.
     expandable: u32,
+    /// Index into `State::private_pools`, or NIL for the default pools.
+    private: u32,
     in_use: bool,
 }
 
 impl Block {
-    fn new(addr: u64, size: u64, stream: StreamId, pool: PoolKind) -> Block {
+    fn new(addr: u64, size: u64, stream: StreamId, pool: PoolKind, private: u32) -> Block {
         Block {
             addr,
             size,
             requested: 0,
             stream,
             pool,
+            private,
             allocated: false,
             mapped: true,
             prev: NIL,
@@ -177,6 +224,42 @@ struct BlockPool {
     /// Unmapped ranges of expandable segments by (stream, address).
     unmapped: BTreeMap<AddrKey, u32>,
     get_free_blocks_call_count: i64,
+}
+
+/// A private pool (`PrivatePool`): its own free blocks, its users and its segments.
+#[derive(Debug)]
+struct PrivatePool {
+    id: MempoolId,
+    small: BlockPool,
+    large: BlockPool,
+    /// Graphs / `MemPool`s / ongoing `use_mem_pool`s using the pool.
+    use_count: i64,
+    /// Device allocations made for the pool and not yet freed
+    /// (`deviceMalloc_count`): the pool is deleted once both counts are 0.
+    device_malloc_count: i64,
+}
+
+/// Picks one of the free-block pools (split borrow of the state).
+#[inline]
+fn block_pool<'a>(
+    small: &'a mut BlockPool,
+    large: &'a mut BlockPool,
+    private_pools: &'a mut [Option<PrivatePool>],
+    kind: PoolKind,
+    private: u32,
+) -> &'a mut BlockPool {
+    if private == NIL {
+        match kind {
+            PoolKind::Small => small,
+            PoolKind::Large => large,
+        }
+    } else {
+        let p = private_pools[private as usize].as_mut().expect("a block's private pool is live");
+        match kind {
+            PoolKind::Small => &mut p.small,
+            PoolKind::Large => &mut p.large,
+        }
+    }
 }
 
 /// Block storage with stable indices.
@@ -230,6 +313,8 @@ impl std::ops::IndexMut<u32> for Arena {
 struct Request {
     stream: StreamId,
     pool: PoolKind,
+    /// The private pool (index into `State::private_pools`), or NIL.
+    private: u32,
     /// Rounded size.
     size: u64,
     /// Segment size to ask of the device.
@@ -258,6 +343,22 @@ struct State {
     /// Events of the operation in progress, delivered when it ends.
     emitter: Emitter,
     device_index: u32,
+    /// Private pools by slot (`graph_pools`); `None` is a free slot.
+    private_pools: Vec<Option<PrivatePool>>,
+    /// Slot of each live private pool.
+    pool_slots: BTreeMap<MempoolId, u32>,
+    /// Pools whose use count reached 0 (`graph_pools_freeable`).
+    freeable_pools: BTreeSet<MempoolId>,
+    /// Pools being allocated to, in the order begun (`captures_underway`).
+    captures_underway: Vec<(MempoolId, u32, PoolFilter)>,
+    /// Pools that serve a default-pool request about to fail (`use_on_oom_pools`).
+    use_on_oom_pools: BTreeSet<MempoolId>,
+    /// Pools whose blocks are never split (`no_split_pools`).
+    no_split_pools: BTreeSet<u32>,
+    /// Blocks freed during a capture while other streams used them: their
+    /// events are recorded once no capture is underway
+    /// (`needs_events_deferred_until_no_capture`).
+    deferred_blocks: Vec<u32>,
 }
 
 /// The device behind the allocator, outside the locked state.
@@ -352,6 +453,13 @@ impl CachingAllocator {
             num_pending_events: 0,
             emitter: Emitter::new(hooks.clone()),
             device_index,
+            private_pools: Vec::new(),
+            pool_slots: BTreeMap::new(),
+            freeable_pools: BTreeSet::new(),
+            captures_underway: Vec::new(),
+            use_on_oom_pools: BTreeSet::new(),
+            no_split_pools: BTreeSet::new(),
+            deferred_blocks: Vec::new(),
         };
         Ok(CachingAllocator {
             device: Device { raw, hooks, name },
@@ -460,8 +568,127 @@ impl CachingAllocator {
         if st.emitter.is_active() {
             st.emit_raw(AllocatorAction::EmptyCache, 0, 0, 0, 0, None);
         }
-        st.release_cached_blocks(&self.device);
+        st.release_cached_blocks(&self.device, None);
         st.emitter.flush();
+    }
+
+    /// `torch.cuda.empty_cache()` inside `use_mem_pool(pool)` / `MemPool`'s
+    /// destructor (`emptyCache(mempool_id)`): releases the fully free segments of
+    /// `pool` if its use count has reached 0 (waiting for that pool's events
+    /// first), and deletes the pool once it holds no segment. The default pools are
+    /// not touched.
+    pub fn empty_cache_pool(&self, pool: MempoolId) {
+        let mut st = self.lock();
+        if st.emitter.is_active() {
+            st.emit_raw(AllocatorAction::EmptyCache, 0, 0, 0, 0, None);
+        }
+        st.release_cached_blocks(&self.device, Some(pool));
+        st.emitter.flush();
+    }
+
+    /// Creates private pool `pool` with use count 1, or adds one user to it
+    /// (`createOrIncrefPool`; `torch.cuda.MemPool()` and `graph_pool_handle()`
+    /// followed by a capture). `(0, 0)` is refused: it is the default pool.
+    pub fn create_or_incref_pool(&self, pool: MempoolId) -> Result<(), AllocError> {
+        if pool == (0, 0) {
+            return Err(AllocError::DefaultPool { device: self.device.name.clone() });
+        }
+        self.lock().create_or_incref_pool(pool);
+        Ok(())
+    }
+
+    /// `torch.cuda.MemPool(use_on_oom=…, no_split=…)`: creates the pool (use
+    /// count 1) and sets its two flags, as [`set_use_on_oom`](Self::set_use_on_oom)
+    /// and [`set_no_split`](Self::set_no_split) do.
+    pub fn create_mem_pool(&self, pool: MempoolId, use_on_oom: bool, no_split: bool) -> Result<(), AllocError> {
+        self.create_or_incref_pool(pool)?;
+        self.set_use_on_oom(pool, use_on_oom)?;
+        self.set_no_split(pool, no_split)
+    }
+
+    /// `setUseOnOOM`: whether a default-pool request that would run out of memory
+    /// may take a free block of `pool` (tried before the cached blocks are released).
+    pub fn set_use_on_oom(&self, pool: MempoolId, on: bool) -> Result<(), AllocError> {
+        let mut st = self.lock();
+        st.slot_of(&self.device, pool)?;
+        if on {
+            st.use_on_oom_pools.insert(pool);
+        } else {
+            st.use_on_oom_pools.remove(&pool);
+        }
+        Ok(())
+    }
+
+    /// `setNoSplit`: blocks of `pool` are handed out whole, never split.
+    pub fn set_no_split(&self, pool: MempoolId, on: bool) -> Result<(), AllocError> {
+        let mut st = self.lock();
+        let slot = st.slot_of(&self.device, pool)?;
+        if on {
+            st.no_split_pools.insert(slot);
+        } else {
+            st.no_split_pools.remove(&slot);
+        }
+        Ok(())
+    }
+
+    /// `beginAllocateToPool` (a capture begins, or `use_mem_pool` is entered):
+    /// creates or increfs `pool`, and from now allocations that `filter` takes go
+    /// to it — the latest begun pool whose filter matches wins. While any pool is
+    /// being allocated to, outstanding stream events are not processed, frees of
+    /// blocks used on other streams wait for the end of allocation to pools, and an
+    /// out-of-memory does not release cached blocks (all as in PyTorch).
+    pub fn begin_allocate_to_pool(&self, pool: MempoolId, filter: PoolFilter) -> Result<(), AllocError> {
+        if pool == (0, 0) {
+            return Err(AllocError::DefaultPool { device: self.device.name.clone() });
+        }
+        let mut st = self.lock();
+        if st.captures_underway.iter().any(|(id, _, _)| *id == pool) {
+            return Err(AllocError::PoolAlreadyRecording { device: self.device.name.clone(), pool });
+        }
+        let slot = st.create_or_incref_pool(pool);
+        st.captures_underway.push((pool, slot, filter));
+        Ok(())
+    }
+
+    /// `endAllocateToPool` (a capture ends, or `use_mem_pool` is left): allocations
+    /// stop going to `pool`. The pool keeps its use count (see
+    /// [`release_pool`](Self::release_pool)).
+    pub fn end_allocate_to_pool(&self, pool: MempoolId) -> Result<(), AllocError> {
+        let mut st = self.lock();
+        let Some(i) = st.captures_underway.iter().position(|(id, _, _)| *id == pool) else {
+            return Err(AllocError::PoolNotRecording { device: self.device.name.clone(), pool });
+        };
+        st.captures_underway.remove(i);
+        Ok(())
+    }
+
+    /// `releasePool` (`CUDAGraph::reset`, leaving `use_mem_pool`, `~MemPool`): one
+    /// user fewer. At 0 the pool becomes freeable: `empty_cache` then gives its
+    /// free segments back and deletes it once it holds none.
+    pub fn release_pool(&self, pool: MempoolId) -> Result<(), AllocError> {
+        let mut st = self.lock();
+        let slot = st.slot_of(&self.device, pool)?;
+        let p = st.private_pools[slot as usize].as_mut().expect("listed pools are live");
+        if p.use_count == 0 {
+            return Err(AllocError::PoolReleased { device: self.device.name.clone(), pool });
+        }
+        p.use_count -= 1;
+        if p.use_count == 0 {
+            st.freeable_pools.insert(pool);
+        }
+        Ok(())
+    }
+
+    /// A live private pool's use count (`getPoolUseCount`, `MemPool.use_count()`);
+    /// `None` when no such pool exists (never created, or deleted).
+    pub fn pool_use_count(&self, pool: MempoolId) -> Option<i64> {
+        let st = self.lock();
+        st.pool_slots.get(&pool).and_then(|&s| st.private_pools[s as usize].as_ref()).map(|p| p.use_count)
+    }
+
+    /// The live private pools' ids, in order.
+    pub fn pools(&self) -> Vec<MempoolId> {
+        self.lock().pool_slots.keys().copied().collect()
     }
 
     /// `torch.cuda.set_per_process_memory_fraction(f)`: new segments may not push
@@ -546,7 +773,8 @@ impl CachingAllocator {
     pub fn largest_free_block(&self) -> u64 {
         let st = self.lock();
         let largest = |p: &BlockPool| p.blocks.sizes().max().unwrap_or(0);
-        largest(&st.small).max(largest(&st.large))
+        let private = st.private_pools.iter().flatten().map(|p| largest(&p.small).max(largest(&p.large))).max();
+        largest(&st.small).max(largest(&st.large)).max(private.unwrap_or(0))
     }
 
     /// Every segment with its blocks, sorted by address (`torch.cuda.memory_snapshot()`).
@@ -597,20 +825,27 @@ impl State {
         stream: StreamId,
         tag: Option<Tag>,
     ) -> Result<(u32, u64, u64, PoolKind), AllocError> {
-        if self.num_pending_events != 0 {
-            self.process_events(dev);
+        let capturing = !self.captures_underway.is_empty();
+        if !capturing {
+            if !self.deferred_blocks.is_empty() {
+                self.insert_events_deferred_until_no_capture(dev);
+            }
+            if self.num_pending_events != 0 {
+                self.process_events(dev);
+            }
         }
         let rounded = self.config.round_size(size);
         let pool = if rounded <= SMALL_SIZE { PoolKind::Small } else { PoolKind::Large };
-        let req = Request {
+        let mut req = Request {
             stream,
             pool,
+            private: if capturing { self.get_pool(stream) } else { NIL },
             size: rounded,
             alloc_size: allocation_size(rounded, self.config.large_segment_size),
         };
         let block = match self.get_free_block(&req) {
             Some(b) => b,
-            None => match self.allocate_new(dev, &req)? {
+            None => match self.allocate_new(dev, &mut req)? {
                 Some(b) => b,
                 None => return Err(self.out_of_memory(dev, &req, size)),
             },
@@ -619,6 +854,61 @@ impl State {
         let id = self.alloc_found_block(block, &req, size, tag, split);
         let b = &self.arena[id];
         Ok((id, b.addr, b.size, pool))
+    }
+
+    /// The private pool an allocation on `stream` goes to while pools are being
+    /// allocated to (`get_pool`): the latest begun whose filter takes it, else NIL.
+    fn get_pool(&self, stream: StreamId) -> u32 {
+        self.captures_underway.iter().rev().find(|(_, _, f)| f.matches(stream)).map_or(NIL, |&(_, slot, _)| slot)
+    }
+
+    /// `create_or_incref_pool`: the pool's slot.
+    fn create_or_incref_pool(&mut self, id: MempoolId) -> u32 {
+        if let Some(&slot) = self.pool_slots.get(&id) {
+            let p = self.private_pools[slot as usize].as_mut().expect("listed pools are live");
+            p.use_count += 1;
+            if p.use_count == 1 {
+                // Revived after its users were gone (PyTorch asserts use_count > 0
+                // here; a trace may release a pool and capture into it again).
+                self.freeable_pools.remove(&id);
+            }
+            return slot;
+        }
+        let pool = PrivatePool {
+            id,
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            use_count: 1,
+            device_malloc_count: 0,
+        };
+        let slot = match self.private_pools.iter().position(Option::is_none) {
+            Some(i) => {
+                self.private_pools[i] = Some(pool);
+                i
+            }
+            None => {
+                self.private_pools.push(Some(pool));
+                self.private_pools.len() - 1
+            }
+        } as u32;
+        self.pool_slots.insert(id, slot);
+        slot
+    }
+
+    fn slot_of(&self, dev: &Device, id: MempoolId) -> Result<u32, AllocError> {
+        self.pool_slots.get(&id).copied().ok_or_else(|| AllocError::UnknownPool { device: dev.name.clone(), pool: id })
+    }
+
+    fn pool_id_of(&self, private: u32) -> Option<MempoolId> {
+        (private != NIL).then(|| self.private_pools[private as usize].as_ref().expect("a block's pool is live").id)
+    }
+
+    /// Records the events of blocks freed during a capture
+    /// (`insert_events_deferred_until_no_capture`).
+    fn insert_events_deferred_until_no_capture(&mut self, dev: &Device) {
+        for id in std::mem::take(&mut self.deferred_blocks) {
+            self.insert_events(dev, id);
+        }
     }
 
     /// Buffers an allocator event about block `id` (when anybody listens).
@@ -655,11 +945,8 @@ impl State {
     }
 
     #[inline]
-    fn pool_mut(&mut self, pool: PoolKind) -> &mut BlockPool {
-        match pool {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
-        }
+    fn pool_mut(&mut self, pool: PoolKind, private: u32) -> &mut BlockPool {
+        block_pool(&mut self.small, &mut self.large, &mut self.private_pools, pool, private)
     }
 
     #[inline]
@@ -670,11 +957,11 @@ impl State {
     /// Puts a free mapped block into its pool (`insert_into_blocks`).
     #[inline]
     fn insert_free(&mut self, id: u32) {
-        let (pool, key) = {
+        let (pool, private, key) = {
             let b = &self.arena[id];
-            (b.pool, b.size_key())
+            (b.pool, b.private, b.size_key())
         };
-        let p = self.pool_mut(pool);
+        let p = self.pool_mut(pool, private);
         let base = p.get_free_blocks_call_count;
         p.blocks.insert(key, id);
         self.arena[id].gc_count_base = base;
@@ -682,33 +969,36 @@ impl State {
 
     #[inline]
     fn remove_free(&mut self, id: u32) {
-        let (pool, key) = {
+        let (pool, private, key) = {
             let b = &self.arena[id];
-            (b.pool, b.size_key())
+            (b.pool, b.private, b.size_key())
         };
-        let removed = self.pool_mut(pool).blocks.remove(key);
+        let removed = self.pool_mut(pool, private).blocks.remove(key);
         debug_assert_eq!(removed, Some(id));
     }
 
     fn insert_unmapped(&mut self, id: u32) {
-        let (pool, key) = {
+        let (pool, private, key) = {
             let b = &self.arena[id];
-            (b.pool, b.addr_key())
+            (b.pool, b.private, b.addr_key())
         };
-        self.pool_mut(pool).unmapped.insert(key, id);
+        self.pool_mut(pool, private).unmapped.insert(key, id);
     }
 
     fn remove_unmapped(&mut self, id: u32) {
-        let (pool, key) = {
+        let (pool, private, key) = {
             let b = &self.arena[id];
-            (b.pool, b.addr_key())
+            (b.pool, b.private, b.addr_key())
         };
-        let removed = self.pool_mut(pool).unmapped.remove(&key);
+        let removed = self.pool_mut(pool, private).unmapped.remove(&key);
         debug_assert_eq!(removed, Some(id));
     }
 
     fn should_split(&self, block: u32, size: u64) -> bool {
         let b = &self.arena[block];
+        if b.private != NIL && self.no_split_pools.contains(&b.private) {
+            return false;
+        }
         let remaining = b.size - size;
         if b.pool == PoolKind::Small || self.config.expandable_segments {
             remaining >= super::consts::MIN_BLOCK_SIZE
@@ -724,10 +1014,7 @@ impl State {
         let max_split = self.max_split_size;
         let max_non_split_rounding = self.config.max_non_split_rounding;
         let arena = &self.arena;
-        let pool = match req.pool {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
-        };
+        let pool = block_pool(&mut self.small, &mut self.large, &mut self.private_pools, req.pool, req.private);
         if gc {
             pool.get_free_blocks_call_count += 1;
         }
@@ -778,11 +1065,18 @@ impl State {
 
     /// Steps 3–4 of the malloc path: garbage collection, a new segment, and the two
     /// release-and-retry attempts. `Ok(None)` is out of memory.
-    fn allocate_new(&mut self, dev: &Device, req: &Request) -> Result<Option<u32>, AllocError> {
+    /// Steps 3–4 of the malloc path: garbage collection, a new segment, the
+    /// `use_on_oom` pools' free blocks (which may switch `req` to such a pool), and
+    /// the two release-and-retry attempts (the second only when no pool is being
+    /// allocated to). `Ok(None)` is out of memory.
+    fn allocate_new(&mut self, dev: &Device, req: &mut Request) -> Result<Option<u32>, AllocError> {
         if self.gc_enabled() {
             self.garbage_collect_cached_blocks(dev);
         }
         if let Some(b) = self.alloc_block(dev, req, false)? {
+            return Ok(Some(b));
+        }
+        if let Some(b) = self.try_mempool_fallback(req) {
             return Ok(Some(b));
         }
         if self.release_available_cached_blocks(dev, req)
@@ -790,8 +1084,28 @@ impl State {
         {
             return Ok(Some(b));
         }
-        self.release_cached_blocks(dev);
+        if !self.captures_underway.is_empty() {
+            return Ok(None);
+        }
+        self.release_cached_blocks(dev, None);
         self.alloc_block(dev, req, true)
+    }
+
+    /// A default-pool request about to fail takes a free block of a `use_on_oom`
+    /// pool, if one fits (`try_mempool_fallback`).
+    fn try_mempool_fallback(&mut self, req: &mut Request) -> Option<u32> {
+        if req.private != NIL || self.use_on_oom_pools.is_empty() {
+            return None;
+        }
+        let pools: Vec<u32> = self.use_on_oom_pools.iter().filter_map(|id| self.pool_slots.get(id).copied()).collect();
+        for slot in pools {
+            let trial = Request { private: slot, ..*req };
+            if let Some(b) = self.get_free_block(&trial) {
+                *req = trial;
+                return Some(b);
+            }
+        }
+        None
     }
 
     fn out_of_memory(&mut self, dev: &Device, req: &Request, orig_size: u64) -> AllocError {
@@ -828,15 +1142,22 @@ impl State {
             return Ok(None);
         }
         if self.config.expandable_segments {
-            return self.try_allocate_expandable_block(dev, req);
+            let block = self.try_allocate_expandable_block(dev, req)?;
+            if block.is_some() {
+                // As in PyTorch, every successful expandable allocation counts,
+                // mapped or not.
+                self.count_pool_device_malloc(req.private);
+            }
+            return Ok(block);
         }
         let addr = match dev.raw.malloc(size) {
             Ok(addr) => addr,
             Err(RawError::OutOfMemory) => return Ok(None),
             Err(e) => return Err(dev.device_error(e)),
         };
+        self.count_pool_device_malloc(req.private);
         self.total_allocated_memory += size;
-        let id = self.arena.insert(Block::new(addr, size, req.stream, req.pool));
+        let id = self.arena.insert(Block::new(addr, size, req.stream, req.pool, req.private));
         self.stats.segment.increase(req.pool, 1);
         self.stats.reserved_bytes.increase(req.pool, size);
         if size >= self.max_split_size {
@@ -845,6 +1166,13 @@ impl State {
         self.stats.num_device_alloc += 1;
         self.emit(AllocatorAction::SegmentAlloc, id, size, size);
         Ok(Some(id))
+    }
+
+    #[inline]
+    fn count_pool_device_malloc(&mut self, private: u32) {
+        if private != NIL {
+            self.private_pools[private as usize].as_mut().expect("a request's pool is live").device_malloc_count += 1;
+        }
     }
 
     /// Hands out `block` for the request, splitting off the remainder when `split`.
@@ -859,7 +1187,7 @@ impl State {
                 let r = &self.arena[remaining];
                 (r.addr, r.prev, r.expandable)
             };
-            let mut new = Block::new(addr, req.size, req.stream, pool);
+            let mut new = Block::new(addr, req.size, req.stream, pool, req.private);
             new.expandable = seg;
             new.prev = prev;
             new.next = remaining;
@@ -924,6 +1252,9 @@ impl State {
         }
         if self.arena[id].stream_uses.is_empty() {
             self.free_block(id);
+        } else if !self.captures_underway.is_empty() {
+            // Events may not be recorded during a capture.
+            self.deferred_blocks.push(id);
         } else {
             self.insert_events(dev, id);
         }
@@ -969,12 +1300,19 @@ impl State {
 
     /// Waits for every outstanding event and frees their blocks
     /// (`synchronize_and_free_events`).
-    fn synchronize_and_free_events(&mut self, dev: &Device) {
+    /// With `pool` (a slot), only the events of that private pool's blocks.
+    fn synchronize_and_free_events(&mut self, dev: &Device, pool: Option<u32>) {
         self.stats.num_sync_all_streams += 1;
+        self.insert_events_deferred_until_no_capture(dev);
         let pending = std::mem::take(&mut self.pending_events);
         self.num_pending_events = 0;
-        for (_, queue) in pending {
+        for (stream, queue) in pending {
             for (event, id) in queue {
+                if pool.is_some_and(|p| self.arena[id].private != p) {
+                    self.pending_events.entry(stream).or_default().push_back((event, id));
+                    self.num_pending_events += 1;
+                    continue;
+                }
                 dev.raw.synchronize_event(event);
                 self.event_done(id);
             }
@@ -1075,10 +1413,7 @@ impl State {
         }
         let max_split = self.max_split_size;
         let key_size = req.size.max(max_split);
-        let pool = match req.pool {
-            PoolKind::Small => &self.small,
-            PoolKind::Large => &self.large,
-        };
+        let pool = &*block_pool(&mut self.small, &mut self.large, &mut self.private_pools, req.pool, req.private);
         let search = free_set::key(req.stream, key_size.min(MAX_KEY_SIZE), 0);
         let found = pool
             .blocks
@@ -1114,17 +1449,44 @@ impl State {
         }
     }
 
-    /// Frees every fully free segment of both pools after waiting for outstanding
-    /// events (`release_cached_blocks`).
-    fn release_cached_blocks(&mut self, dev: &Device) -> bool {
-        self.synchronize_and_free_events(dev);
-        self.release_blocks(dev, PoolKind::Large);
-        self.release_blocks(dev, PoolKind::Small);
+    /// `release_cached_blocks(context, mempool_id)`. For the default pool
+    /// (`None`) with no pool being allocated to: waits for outstanding events and
+    /// frees every fully free segment of both default pools. Then, for every
+    /// freeable private pool (use count 0) — or only `pool`, after waiting for its
+    /// events — frees its fully free segments and deletes the pool once it holds
+    /// no device allocation.
+    fn release_cached_blocks(&mut self, dev: &Device, pool: Option<MempoolId>) -> bool {
+        if pool.is_none() && self.captures_underway.is_empty() {
+            self.synchronize_and_free_events(dev, None);
+            self.release_blocks(dev, PoolKind::Large, NIL);
+            self.release_blocks(dev, PoolKind::Small, NIL);
+        }
+        let freeable: Vec<MempoolId> = self.freeable_pools.iter().copied().collect();
+        for id in freeable {
+            if pool.is_some_and(|p| p != id) {
+                continue;
+            }
+            let slot = self.pool_slots[&id];
+            if pool.is_some() {
+                self.synchronize_and_free_events(dev, Some(slot));
+            }
+            self.release_blocks(dev, PoolKind::Small, slot);
+            self.release_blocks(dev, PoolKind::Large, slot);
+            let p = self.private_pools[slot as usize].as_ref().expect("listed pools are live");
+            if p.device_malloc_count == 0 {
+                debug_assert!(p.use_count == 0 && p.small.blocks.ids().is_empty() && p.large.blocks.ids().is_empty());
+                self.private_pools[slot as usize] = None;
+                self.pool_slots.remove(&id);
+                self.freeable_pools.remove(&id);
+                self.use_on_oom_pools.remove(&id);
+                self.no_split_pools.remove(&slot);
+            }
+        }
         true
     }
 
-    fn release_blocks(&mut self, dev: &Device, pool: PoolKind) {
-        let ids = self.pool_mut(pool).blocks.ids();
+    fn release_blocks(&mut self, dev: &Device, pool: PoolKind, private: u32) {
+        let ids = self.pool_mut(pool, private).blocks.ids();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = &self.arena[id];
@@ -1147,10 +1509,15 @@ impl State {
     fn release_block(&mut self, dev: &Device, id: u32) {
         debug_assert!(self.arena[id].expandable == NIL && !self.arena[id].is_split());
         self.remove_free(id);
-        let (addr, size, pool) = {
+        let (addr, size, pool, private) = {
             let b = &self.arena[id];
-            (b.addr, b.size, b.pool)
+            (b.addr, b.size, b.pool, b.private)
         };
+        if private != NIL {
+            let p = self.private_pools[private as usize].as_mut().expect("a block's pool is live");
+            debug_assert!(p.device_malloc_count > 0);
+            p.device_malloc_count -= 1;
+        }
         self.stats.num_device_free += 1;
         self.emit(AllocatorAction::SegmentFree, id, size, size);
         dev.raw.free(addr, size);
@@ -1211,7 +1578,7 @@ impl State {
 
     fn try_allocate_expandable_block(&mut self, dev: &Device, req: &Request) -> Result<Option<u32>, AllocError> {
         let size = req.size;
-        let mut candidate = self.find_expandable_block(dev, req.stream, req.pool, size)?;
+        let mut candidate = self.find_expandable_block(dev, req.stream, req.pool, req.private, size)?;
         if !self.arena[candidate].mapped {
             let len = self.arena[candidate].size.min(size);
             if !self.map_block(dev, candidate, len)? {
@@ -1246,13 +1613,11 @@ impl State {
         dev: &Device,
         stream: StreamId,
         pool: PoolKind,
+        private: u32,
         size: u64,
     ) -> Result<u32, AllocError> {
         let candidates: Vec<u32> = {
-            let p = match pool {
-                PoolKind::Small => &self.small,
-                PoolKind::Large => &self.large,
-            };
+            let p = self.pool_mut(pool, private);
             p.unmapped.range((stream, 0)..(stream + 1, 0)).map(|(_, &id)| id).collect()
         };
         for mut c in candidates {
@@ -1279,7 +1644,7 @@ impl State {
             self.expandable.len() - 1
         });
         self.expandable[slot] = Some(segment);
-        let mut block = Block::new(base, span, stream, pool);
+        let mut block = Block::new(base, span, stream, pool, private);
         block.mapped = false;
         block.expandable = slot as u32;
         let id = self.arena.insert(block);
@@ -1301,7 +1666,7 @@ impl State {
         self.arena[id].mapped = true;
         if mapped < self.arena[id].size {
             let b = &self.arena[id];
-            let mut rest = Block::new(b.addr + mapped, b.size - mapped, b.stream, b.pool);
+            let mut rest = Block::new(b.addr + mapped, b.size - mapped, b.stream, b.pool, b.private);
             rest.mapped = false;
             rest.expandable = seg;
             rest.prev = id;
@@ -1333,9 +1698,9 @@ impl State {
 
     /// Unmaps the whole pages inside free block `id` (`unmap_block`).
     fn unmap_block(&mut self, dev: &Device, id: u32) {
-        let (addr, size, seg, stream, pool) = {
+        let (addr, size, seg, stream, pool, private) = {
             let b = &self.arena[id];
-            (b.addr, b.size, b.expandable, b.stream, b.pool)
+            (b.addr, b.size, b.expandable, b.stream, b.pool, b.private)
         };
         let segment = self.expandable[seg as usize].as_mut().expect("a block's expandable segment is live");
         let Some((u_addr, u_size)) = segment.unmap(&*dev.raw, addr, size) else {
@@ -1344,7 +1709,7 @@ impl State {
         self.remove_free(id);
         let before = u_addr - addr;
         if before > 0 {
-            let mut bf = Block::new(addr, before, stream, pool);
+            let mut bf = Block::new(addr, before, stream, pool, private);
             bf.expandable = seg;
             bf.prev = self.arena[id].prev;
             bf.next = id;
@@ -1358,7 +1723,7 @@ impl State {
         }
         let after = size - before - u_size;
         if after > 0 {
-            let mut af = Block::new(u_addr + u_size, after, stream, pool);
+            let mut af = Block::new(u_addr + u_size, after, stream, pool, private);
             af.expandable = seg;
             af.prev = id;
             af.next = self.arena[id].next;
@@ -1448,6 +1813,7 @@ impl State {
                 requested_size: 0,
                 stream: head.stream,
                 pool: head.pool,
+                pool_id: self.pool_id_of(head.private),
                 is_expandable: head.expandable != NIL,
                 blocks: Vec::new(),
             };

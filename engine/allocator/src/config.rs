@@ -158,7 +158,7 @@ mod rounding_tests {
 /// (and the value) at fault.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("unknown allocator option '{key}' (known: {known})")]
+    #[error("Unrecognized key '{key}' in CUDA allocator config. (vramlab knows: {known})")]
     UnknownKey { key: String, known: &'static str },
     #[error("allocator option '{key}': bad value '{value}': {reason}")]
     BadValue { key: String, value: String, reason: String },
@@ -191,17 +191,13 @@ impl AllocatorConfig {
                 return bad(key, mib_text(bytes), "must be a whole number of MiB".into());
             }
             if bytes < large {
-                return bad(
-                    key,
-                    mib_text(bytes),
-                    format!("must be at least the large segment size ({} MiB)", large / MIB),
-                );
+                return bad(key, mib_text(bytes), too_small(key, large / MIB));
             }
         }
         if let Some(t) = self.garbage_collection_threshold
             && !(t > 0.0 && t < 1.0)
         {
-            return bad("garbage_collection_threshold", t.to_string(), "must lie strictly between 0 and 1".into());
+            return bad("garbage_collection_threshold", t.to_string(), GC_THRESHOLD_INVALID.into());
         }
         if let Some(f) = self.per_process_memory_fraction
             && !(0.0..=1.0).contains(&f)
@@ -209,7 +205,7 @@ impl AllocatorConfig {
             return bad("per_process_memory_fraction", f.to_string(), "must lie between 0 and 1".into());
         }
         if let Some(d) = self.roundup_power2_divisions.iter().find(|d| **d != 0 && !d.is_power_of_two()) {
-            return bad("roundup_power2_divisions", d.to_string(), "divisions must be a power of two (or 0)".into());
+            return bad("roundup_power2_divisions", d.to_string(), ROUNDUP_DIVISIONS_IN_LIST.into());
         }
         Ok(())
     }
@@ -377,6 +373,27 @@ fn tokenize(s: &str) -> Vec<Token> {
         tokens.push(Token::Word(word));
     }
     tokens
+}
+
+// PyTorch's own texts for the refusals it words (`c10/core/AllocatorConfig.cpp` at
+// pytorch/pytorch commit 0ac716637f, `c10/cuda/CUDAAllocatorConfig.cpp` as stored at
+// 01f9ef32ea), without their trailing spaces; vramlab puts the key and the value
+// in front ("allocator option 'k': bad value 'v': …").
+
+/// `parseGarbageCollectionThreshold`'s refusal (PyTorch's text says
+/// "garbage_collect_threshold").
+const GC_THRESHOLD_INVALID: &str = "garbage_collect_threshold is invalid, set it in (0.0, 1.0)";
+/// `parseRoundUpPower2Divisions`: a single number that is not a power of two.
+const ROUNDUP_DIVISIONS: &str = "For roundups, the divisions has to be power of 2";
+/// … a list value that is neither a power of two nor 0.
+const ROUNDUP_DIVISIONS_IN_LIST: &str = "For roundups, the divisions has to be power of 2 or 0 to disable roundup";
+/// … a list interval that is not a power of two.
+const ROUNDUP_INTERVALS: &str = "For roundups, the intervals have to be power of 2";
+
+/// `parseMaxSplitSize` / `parseMaxNonSplitRoundingSize`: below the smallest
+/// allowed number of MiB (the large segment size, 20 by default).
+fn too_small(key: &str, min_mb: u64) -> String {
+    format!("CachingAllocator option {key} too small, must be >= {min_mb}")
 }
 
 /// An option's value: one word, or the tokens between `[` and `]`.
@@ -562,7 +579,7 @@ impl AllocatorConfig {
                 let mb = e.whole(MIB_COUNT)?;
                 let min = self.large_segment_size / MIB;
                 if mb < min {
-                    return Err(e.bad(format!("must be at least the large segment size ({min} MiB)")));
+                    return Err(e.bad(too_small(&e.name, min)));
                 }
                 if e.key == Key::MaxSplitSize {
                     self.max_split_size = Some(mib_bytes(mb));
@@ -573,7 +590,7 @@ impl AllocatorConfig {
             Key::GarbageCollectionThreshold => {
                 let t = e.number("a number strictly between 0 and 1")?;
                 if !(t > 0.0 && t < 1.0) {
-                    return Err(e.bad("must lie strictly between 0 and 1"));
+                    return Err(e.bad(GC_THRESHOLD_INVALID));
                 }
                 self.garbage_collection_threshold = Some(t);
             }
@@ -594,7 +611,7 @@ impl AllocatorConfig {
                          caching allocator) is; leave the key out or write backend:native",
                     ));
                 }
-                _ => return Err(e.bad("expected 'native' (or 'cudaMallocAsync', which vramlab does not model)")),
+                _ => return Err(e.bad("Unknown allocator backend, options are native and cudaMallocAsync")),
             },
             Key::ReleaseLockOnMalloc
             | Key::PinnedUseHostRegister
@@ -604,13 +621,19 @@ impl AllocatorConfig {
             }
             Key::PinnedNumRegisterThreads => {
                 let n = e.whole("a whole number of threads")?;
-                if !n.is_power_of_two() || n > PINNED_MAX_REGISTER_THREADS {
-                    return Err(e.bad(format!("must be a power of two no greater than {PINNED_MAX_REGISTER_THREADS}")));
+                if !n.is_power_of_two() {
+                    return Err(e.bad(format!("Number of register threads has to be power of 2, got {n}")));
+                }
+                if n > PINNED_MAX_REGISTER_THREADS {
+                    return Err(e.bad(format!(
+                        "Number of register threads should be less than or equal to {PINNED_MAX_REGISTER_THREADS}, \
+                         got {n}"
+                    )));
                 }
             }
             Key::PinnedReserveSegmentSize => {
                 if e.whole(MIB_COUNT)? == 0 {
-                    return Err(e.bad("must be greater than 0"));
+                    return Err(e.bad("Pinned reserve segment size has to be greater than 0"));
                 }
             }
         }
@@ -627,9 +650,7 @@ impl AllocatorConfig {
                     ))
                 })?;
                 if !d.is_power_of_two() {
-                    return Err(
-                        e.bad("a single number of divisions must be a power of two (0 is allowed only in a list)")
-                    );
+                    return Err(e.bad(format!("{ROUNDUP_DIVISIONS} (0 is allowed only in a list)")));
                 }
                 self.roundup_power2_divisions = [d; ROUNDUP_BUCKETS];
                 return Ok(());
@@ -658,7 +679,7 @@ impl AllocatorConfig {
                 )
             })?;
             if d != 0 && !d.is_power_of_two() {
-                return Err(e.bad_value(value, "divisions must be a power of two, or 0 to disable rounding"));
+                return Err(e.bad_value(value, ROUNDUP_DIVISIONS_IN_LIST));
             }
             if interval == ">" {
                 divisions[(last_index + 1).min(ROUNDUP_BUCKETS)..].fill(d);
@@ -667,7 +688,7 @@ impl AllocatorConfig {
                     e.bad_value(interval, format!("expected an interval size in MB{why} (a power of two) or '>'"))
                 })?;
                 if !mb.is_power_of_two() {
-                    return Err(e.bad_value(interval, "interval sizes must be a power of two number of MB"));
+                    return Err(e.bad_value(interval, ROUNDUP_INTERVALS));
                 }
                 let index = (mb.ilog2() as usize).min(ROUNDUP_BUCKETS - 1);
                 if first {
@@ -988,26 +1009,30 @@ mod parse_tests {
             ("max_split_size_mb:12.5", Bad("max_split_size_mb", "12.5"), &["whole number"]),
             ("max_split_size_mb:128abc", Bad("max_split_size_mb", "128abc"), &["whole number"]),
             ("max_split_size_mb:99999999999999999999", Bad("max_split_size_mb", "99999999999999999999"), &["2^64"]),
-            ("max_split_size_mb:19", Bad("max_split_size_mb", "19"), &["at least", "20 MiB"]),
-            ("max_split_size_mb:0", Bad("max_split_size_mb", "0"), &["at least"]),
+            ("max_split_size_mb:19", Bad("max_split_size_mb", "19"), &["too small, must be >= 20"]),
+            ("max_split_size_mb:0", Bad("max_split_size_mb", "0"), &["too small"]),
             ("max_split_size_mb:[128]", Bad("max_split_size_mb", "[128]"), &["not a list"]),
-            ("large_segment_size_mb:25,max_split_size_mb:20", Bad("max_split_size_mb", "20"), &["25 MiB"]),
-            ("max_split_size_mb:20,large_segment_size_mb:25", Bad("max_split_size_mb", "20"), &["25 MiB"]),
-            ("max_non_split_rounding_mb:19", Bad("max_non_split_rounding_mb", "19"), &["at least", "20 MiB"]),
+            ("large_segment_size_mb:25,max_split_size_mb:20", Bad("max_split_size_mb", "20"), &[">= 25"]),
+            ("max_split_size_mb:20,large_segment_size_mb:25", Bad("max_split_size_mb", "20"), &[">= 25"]),
+            (
+                "max_non_split_rounding_mb:19",
+                Bad("max_non_split_rounding_mb", "19"),
+                &["CachingAllocator option max_non_split_rounding_mb too small, must be >= 20"],
+            ),
             (
                 "large_segment_size_mb:40,max_non_split_rounding_mb:30",
                 Bad("max_non_split_rounding_mb", "30"),
-                &["40 MiB"],
+                &[">= 40"],
             ),
             ("large_segment_size_mb:10", Bad("large_segment_size_mb", "10"), &["greater than 10"]),
             ("large_segment_size_mb:0", Bad("large_segment_size_mb", "0"), &["greater than 10"]),
             ("large_segment_size_mb:big", Bad("large_segment_size_mb", "big"), &["whole number"]),
-            ("garbage_collection_threshold:0", Bad("garbage_collection_threshold", "0"), &["between 0 and 1"]),
-            ("garbage_collection_threshold:1", Bad("garbage_collection_threshold", "1"), &["between 0 and 1"]),
-            ("garbage_collection_threshold:1.2", Bad("garbage_collection_threshold", "1.2"), &["between"]),
-            ("garbage_collection_threshold:-0.1", Bad("garbage_collection_threshold", "-0.1"), &["between"]),
-            ("garbage_collection_threshold:nan", Bad("garbage_collection_threshold", "nan"), &["between"]),
-            ("garbage_collection_threshold:inf", Bad("garbage_collection_threshold", "inf"), &["between"]),
+            ("garbage_collection_threshold:0", Bad("garbage_collection_threshold", "0"), &[GC_THRESHOLD_INVALID]),
+            ("garbage_collection_threshold:1", Bad("garbage_collection_threshold", "1"), &[GC_THRESHOLD_INVALID]),
+            ("garbage_collection_threshold:1.2", Bad("garbage_collection_threshold", "1.2"), &["(0.0, 1.0)"]),
+            ("garbage_collection_threshold:-0.1", Bad("garbage_collection_threshold", "-0.1"), &["(0.0, 1.0)"]),
+            ("garbage_collection_threshold:nan", Bad("garbage_collection_threshold", "nan"), &["(0.0, 1.0)"]),
+            ("garbage_collection_threshold:inf", Bad("garbage_collection_threshold", "inf"), &["(0.0, 1.0)"]),
             ("garbage_collection_threshold:abc", Bad("garbage_collection_threshold", "abc"), &["expected a number"]),
             ("per_process_memory_fraction:1.5", Bad("per_process_memory_fraction", "1.5"), &["between 0 and 1"]),
             ("per_process_memory_fraction:-0.1", Bad("per_process_memory_fraction", "-0.1"), &["between"]),
@@ -1017,14 +1042,14 @@ mod parse_tests {
             ("expandable_segments:1", Bad("expandable_segments", "1"), &["True or False"]),
             ("expandable_segments:TRUE", Bad("expandable_segments", "TRUE"), &["True or False"]),
             ("expandable_segments:[True]", Bad("expandable_segments", "[True]"), &["not a list"]),
-            ("roundup_power2_divisions:3", Bad("roundup_power2_divisions", "3"), &["power of two"]),
-            ("roundup_power2_divisions:0", Bad("roundup_power2_divisions", "0"), &["power of two", "list"]),
+            ("roundup_power2_divisions:3", Bad("roundup_power2_divisions", "3"), &[ROUNDUP_DIVISIONS]),
+            ("roundup_power2_divisions:0", Bad("roundup_power2_divisions", "0"), &[ROUNDUP_DIVISIONS, "list"]),
             ("roundup_power2_divisions:abc", Bad("roundup_power2_divisions", "abc"), &["power of two"]),
             ("roundup_power2_divisions:-4", Bad("roundup_power2_divisions", "-4"), &["power of two"]),
-            ("roundup_power2_divisions:[64:3]", Bad("roundup_power2_divisions", "3"), &["power of two"]),
-            ("roundup_power2_divisions:[>:3]", Bad("roundup_power2_divisions", "3"), &["power of two"]),
-            ("roundup_power2_divisions:[100:4]", Bad("roundup_power2_divisions", "100"), &["power of two"]),
-            ("roundup_power2_divisions:[0:4]", Bad("roundup_power2_divisions", "0"), &["power of two"]),
+            ("roundup_power2_divisions:[64:3]", Bad("roundup_power2_divisions", "3"), &[ROUNDUP_DIVISIONS_IN_LIST]),
+            ("roundup_power2_divisions:[>:3]", Bad("roundup_power2_divisions", "3"), &[ROUNDUP_DIVISIONS_IN_LIST]),
+            ("roundup_power2_divisions:[100:4]", Bad("roundup_power2_divisions", "100"), &[ROUNDUP_INTERVALS]),
+            ("roundup_power2_divisions:[0:4]", Bad("roundup_power2_divisions", "0"), &[ROUNDUP_INTERVALS]),
             ("roundup_power2_divisions:[abc:4]", Bad("roundup_power2_divisions", "abc"), &["interval size"]),
             ("roundup_power2_divisions:[64:abc]", Bad("roundup_power2_divisions", "abc"), &["'64'"]),
             ("roundup_power2_divisions:[64:-1]", Bad("roundup_power2_divisions", "-1"), &["number of divisions"]),
@@ -1035,18 +1060,34 @@ mod parse_tests {
             ("roundup_power2_divisions:[,64:8]", Bad("roundup_power2_divisions", "[,64:8]"), &["','"]),
             ("backend:cudaMallocAsync", Bad("backend", "cudaMallocAsync"), &["not modelled", "native"]),
             ("backend:hipMallocAsync", Bad("backend", "hipMallocAsync"), &["not modelled"]),
-            ("backend:foo", Bad("backend", "foo"), &["expected 'native'"]),
+            (
+                "backend:foo",
+                Bad("backend", "foo"),
+                &["Unknown allocator backend, options are native and cudaMallocAsync"],
+            ),
             ("release_lock_on_cudamalloc:yes", Bad("release_lock_on_cudamalloc", "yes"), &["True or False"]),
             ("release_lock_on_hipmalloc:1", Bad("release_lock_on_hipmalloc", "1"), &["True or False"]),
             ("pinned_use_cuda_host_register:true", Bad("pinned_use_cuda_host_register", "true"), &["True or False"]),
             ("pinned_use_hip_host_register:no", Bad("pinned_use_hip_host_register", "no"), &["True or False"]),
             ("pinned_use_background_threads:False1", Bad("pinned_use_background_threads", "False1"), &["True"]),
             ("graph_capture_record_stream_reuse:on", Bad("graph_capture_record_stream_reuse", "on"), &["True"]),
-            ("pinned_num_register_threads:3", Bad("pinned_num_register_threads", "3"), &["power of two", "128"]),
-            ("pinned_num_register_threads:256", Bad("pinned_num_register_threads", "256"), &["128"]),
-            ("pinned_num_register_threads:0", Bad("pinned_num_register_threads", "0"), &["power of two"]),
+            (
+                "pinned_num_register_threads:3",
+                Bad("pinned_num_register_threads", "3"),
+                &["Number of register threads has to be power of 2, got 3"],
+            ),
+            (
+                "pinned_num_register_threads:256",
+                Bad("pinned_num_register_threads", "256"),
+                &["Number of register threads should be less than or equal to 128, got 256"],
+            ),
+            ("pinned_num_register_threads:0", Bad("pinned_num_register_threads", "0"), &["has to be power of 2"]),
             ("pinned_num_register_threads:x", Bad("pinned_num_register_threads", "x"), &["number of threads"]),
-            ("pinned_reserve_segment_size_mb:0", Bad("pinned_reserve_segment_size_mb", "0"), &["greater than 0"]),
+            (
+                "pinned_reserve_segment_size_mb:0",
+                Bad("pinned_reserve_segment_size_mb", "0"),
+                &["Pinned reserve segment size has to be greater than 0"],
+            ),
             ("pinned_reserve_segment_size_mb:-1", Bad("pinned_reserve_segment_size_mb", "-1"), &["whole number"]),
             // The first bad key is the one reported.
             ("max_split_size_mb:128,expandable_segments:yes,foo:1", Unknown("foo"), &[]),
@@ -1067,7 +1108,18 @@ mod parse_tests {
                 (Want::Bad(k, v), ConfigError::BadValue { key, value, reason }) => {
                     assert_eq!((key.as_str(), value.as_str()), (*k, *v), "{input:?}: {msg}");
                     assert!(
-                        ["expected", "must", "not modelled"].iter().any(|w| reason.contains(w)),
+                        [
+                            "expected",
+                            "must",
+                            "not modelled",
+                            "has to be",
+                            "have to be",
+                            "set it in",
+                            "should be",
+                            "options are"
+                        ]
+                        .iter()
+                        .any(|w| reason.contains(w)),
                         "{input:?}: the reason should say what is expected: {msg}"
                     );
                 }
@@ -1089,9 +1141,13 @@ mod parse_tests {
         );
         assert_eq!(
             msg("max_split_size_mb:19"),
-            "allocator option 'max_split_size_mb': bad value '19': must be at least the large segment size (20 MiB)"
+            "allocator option 'max_split_size_mb': bad value '19': CachingAllocator option max_split_size_mb too small, \
+             must be >= 20"
         );
-        assert_eq!(msg("foo:1"), format!("unknown allocator option 'foo' (known: {KNOWN_KEYS})"));
+        assert_eq!(
+            msg("foo:1"),
+            format!("Unrecognized key 'foo' in CUDA allocator config. (vramlab knows: {KNOWN_KEYS})")
+        );
         assert_eq!(
             msg("max_split_size_mb"),
             "allocator config 'max_split_size_mb': option 'max_split_size_mb' must be followed by ':' and its value"

@@ -1,8 +1,10 @@
-//! PyTorch's allocator constants (`c10/cuda/CUDACachingAllocator.cpp`).
+//! The workspace's binary size units, and PyTorch's allocator constants
+//! (`c10/cuda/CUDACachingAllocator.cpp`).
 
 pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * KIB;
 pub const GIB: u64 = 1024 * MIB;
+pub const TIB: u64 = 1024 * GIB;
 
 /// Every request is rounded up to a multiple of this.
 pub const MIN_BLOCK_SIZE: u64 = 512;

@@ -44,6 +44,28 @@ pub enum AllocError {
     /// `set_memory_fraction` outside [0, 1].
     #[error("invalid memory fraction {0}: it must lie between 0 and 1")]
     InvalidFraction(f64),
+    /// A private-pool call naming `(0, 0)`, the default pool's id.
+    #[error("{device}: pool id (0, 0) is the default pool; private pools need another id")]
+    DefaultPool { device: String },
+    /// `begin_allocate_to_pool` for a pool already being allocated to.
+    #[error(
+        "{device}: beginAllocateToPool: already recording to mempool_id {pool:?}; end allocating to it \
+         (end_allocate_to_pool) before beginning again"
+    )]
+    PoolAlreadyRecording { device: String, pool: (u64, u64) },
+    /// `end_allocate_to_pool` for a pool not being allocated to.
+    #[error(
+        "{device}: endAllocatePool: not currently recording to mempool_id {pool:?}; begin allocating to it \
+         (begin_allocate_to_pool) first"
+    )]
+    PoolNotRecording { device: String, pool: (u64, u64) },
+    /// A call naming a private pool that does not exist (never created, or
+    /// deleted by `empty_cache` after its last release).
+    #[error("{device}: no private pool {pool:?}; create it (create_or_incref_pool / begin_allocate_to_pool) first")]
+    UnknownPool { device: String, pool: (u64, u64) },
+    /// `release_pool` on a pool whose use count is already 0.
+    #[error("{device}: private pool {pool:?} has been released by all its users already; release it once per use")]
+    PoolReleased { device: String, pool: (u64, u64) },
 }
 
 impl AllocError {

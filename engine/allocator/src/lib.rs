@@ -25,7 +25,9 @@ pub mod snapshot;
 mod stats;
 mod summary;
 
-pub use caching::{Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, SegmentInfo};
+pub use caching::{
+    Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, MempoolId, PoolFilter, SegmentInfo,
+};
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
 pub use consistency::{StatInconsistency, check_memory_stat_consistency};
 pub use error::{AllocError, OutOfMemoryError};

@@ -57,8 +57,47 @@
 //!   (see `CachingAllocator::set_allocator_settings`).
 //!
 //! The report's top-level figures are device 0's; `devices` lists every device the
-//! trace used, with its own statistics. CUDA-graph and `MemPool` private pools are
-//! not part of the format yet.
+//! trace used, with its own statistics.
+//!
+//! ## Private pools (CUDA graphs and `torch.cuda.MemPool`)
+//!
+//! ```text
+//! {"op":"create_pool","pool":[0,1],"use_on_oom":true,"no_split":false}
+//! {"op":"begin_allocate_to_pool","pool":[0,1]}
+//! {"op":"begin_allocate_to_pool","pool":[7,0],"streams":[1]}
+//! {"op":"end_allocate_to_pool","pool":[7,0]}
+//! {"op":"release_pool","pool":[7,0]}
+//! {"op":"empty_cache","pool":[0,1]}
+//! {"op":"delete_pool","pool":[0,1]}
+//! ```
+//!
+//! A pool is named by its `MempoolId_t`, two integers (`(capture id, 0)` for a
+//! graph's own pool, `(0, n)` for `graph_pool_handle()` and `MemPool`; `[0,0]` is the
+//! default pool and cannot be named). Each op acts on the allocator of `device`.
+//!
+//! - `create_pool` is `torch.cuda.MemPool(use_on_oom=…, no_split=…)`: creates the
+//!   pool with use count 1 (or adds a user to an existing one). `use_on_oom`: a
+//!   default-pool allocation that would run out of memory may take a free block of
+//!   this pool; `no_split`: the pool's blocks are handed out whole. Both default to
+//!   false.
+//! - `begin_allocate_to_pool` is `beginAllocateToPool` (a graph's `capture_begin`, or
+//!   entering `torch.cuda.use_mem_pool`): creates the pool or adds a user, and sends
+//!   the allocations of `streams` (every stream when absent, as `use_mem_pool` takes
+//!   the whole thread) to it until `end_allocate_to_pool`; the latest begun pool
+//!   whose streams match wins. While any pool is begun, stream events are not
+//!   processed and an out-of-memory does not release the cached blocks, as in PyTorch.
+//! - `end_allocate_to_pool` is `endAllocateToPool` (`capture_end`, leaving
+//!   `use_mem_pool`; leaving `use_mem_pool` is followed by a `release_pool`).
+//! - `release_pool` is `releasePool` (`CUDAGraph.reset()`, deleting the graph): one
+//!   user fewer. At 0 the pool's free segments go back to the device at the next
+//!   `empty_cache`, and the pool is deleted once it holds none.
+//! - `empty_cache` with `pool` is `emptyCache(pool)` (`torch.cuda.empty_cache()`
+//!   inside `use_mem_pool`): only that pool, and only once its use count is 0.
+//! - `delete_pool` is `MemPool`'s destructor: it stops serving as `use_on_oom`, is
+//!   released once, and its cache is emptied (`empty_cache` with `pool`).
+//!
+//! Blocks of a private pool are never handed out outside it (but by the `use_on_oom`
+//! fallback); their statistics count in `small_pool`/`large_pool` by size.
 //!
 //! Every malformed line is a [`ReplayError`] naming its 1-based line number. An
 //! out-of-memory is not an error but data: an [`OomRecord`] in the report. With
@@ -97,7 +136,8 @@ use thiserror::Error;
 
 use crate::hooks::Tag;
 use crate::{
-    AllocError, Allocation, AllocatorConfig, CachingAllocator, MAX_REQUEST, OutOfMemoryError, SimulatedMemory, StreamId,
+    AllocError, Allocation, AllocatorConfig, CachingAllocator, MAX_REQUEST, OutOfMemoryError, PoolFilter,
+    SimulatedMemory, StreamId,
 };
 
 /// The largest capacity a replay may simulate: 1 PiB, the capacity of an
@@ -117,8 +157,9 @@ const FREED_IDS_REMEMBERED: usize = 1 << 16;
 pub const MAX_LINE_BYTES: usize = 1 << 24;
 
 /// The ops of the format, for messages.
-const OPS: &str =
-    "alloc, free, empty_cache, reset_peak, record_stream, stream_done, set_memory_fraction or set_allocator_settings";
+const OPS: &str = "alloc, free, empty_cache, reset_peak, record_stream, stream_done, set_memory_fraction, \
+                   set_allocator_settings, create_pool, begin_allocate_to_pool, end_allocate_to_pool, release_pool or \
+                   delete_pool";
 
 /// Device indices a trace may use: 0 to 63.
 pub const MAX_DEVICES: u32 = 64;
@@ -343,6 +384,10 @@ struct Line<'a> {
     fraction: Option<f64>,
     #[serde(borrow)]
     settings: Option<Text<'a>>,
+    pool: Option<[u64; 2]>,
+    streams: Option<Vec<StreamId>>,
+    use_on_oom: Option<bool>,
+    no_split: Option<bool>,
 }
 
 /// A string borrowed from the input when possible.
@@ -586,7 +631,19 @@ impl<'o> Replayer<'o> {
                 Flow::Go
             }
             "empty_cache" => {
-                self.device(line, &parsed)?.allocator.empty_cache();
+                let allocator = &self.device(line, &parsed)?.allocator;
+                match parsed.pool {
+                    Some([a, b]) => allocator.empty_cache_pool((a, b)),
+                    None => allocator.empty_cache(),
+                }
+                Flow::Go
+            }
+            op @ ("create_pool"
+            | "begin_allocate_to_pool"
+            | "end_allocate_to_pool"
+            | "release_pool"
+            | "delete_pool") => {
+                self.pool_op(line, op, &parsed)?;
                 Flow::Go
             }
             "reset_peak" => {
@@ -642,6 +699,39 @@ impl<'o> Replayer<'o> {
         };
         self.events += 1;
         Ok(flow)
+    }
+
+    /// The private-pool ops (see the module docs).
+    fn pool_op(&mut self, line: u64, op: &str, parsed: &Line<'_>) -> Result<(), ReplayError> {
+        let op: &'static str = match op {
+            "create_pool" => "create_pool",
+            "begin_allocate_to_pool" => "begin_allocate_to_pool",
+            "end_allocate_to_pool" => "end_allocate_to_pool",
+            "release_pool" => "release_pool",
+            _ => "delete_pool",
+        };
+        let [a, b] = parsed.pool.ok_or(ReplayError::MissingField { line, op: Some(op), field: "pool" })?;
+        let pool = (a, b);
+        let allocator = &self.device(line, parsed)?.allocator;
+        let result = match op {
+            "create_pool" => {
+                allocator.create_mem_pool(pool, parsed.use_on_oom.unwrap_or(false), parsed.no_split.unwrap_or(false))
+            }
+            "begin_allocate_to_pool" => {
+                let filter = match &parsed.streams {
+                    Some(streams) => PoolFilter::Streams(streams.clone()),
+                    None => PoolFilter::AllStreams,
+                };
+                allocator.begin_allocate_to_pool(pool, filter)
+            }
+            "end_allocate_to_pool" => allocator.end_allocate_to_pool(pool),
+            "release_pool" => allocator.release_pool(pool),
+            _ => allocator
+                .set_use_on_oom(pool, false)
+                .and_then(|()| allocator.release_pool(pool))
+                .map(|()| allocator.empty_cache_pool(pool)),
+        };
+        result.map_err(|source| ReplayError::Allocator { line, source })
     }
 
     fn alloc(&mut self, line: u64, parsed: &Line<'_>) -> Result<Flow, ReplayError> {
@@ -854,7 +944,7 @@ pub fn synthetic_trace(events: usize, seed: u64) -> String {
 pub struct SyntheticTrace {
     remaining: usize,
     emitted: u64,
-    rng: u64,
+    rng: vramlab_rng::Rng,
     persistent: usize,
     next_id: u64,
     live: Vec<u64>,
@@ -869,8 +959,7 @@ impl SyntheticTrace {
         SyntheticTrace {
             remaining: events,
             emitted: 0,
-            // xorshift must not start at 0.
-            rng: seed ^ 0x9e37_79b9_7f4a_7c15,
+            rng: vramlab_rng::Rng::new(seed),
             persistent: (events / 20).min(64),
             next_id: 1,
             live: Vec::new(),
@@ -878,18 +967,9 @@ impl SyntheticTrace {
         }
     }
 
-    /// xorshift64*.
-    fn next(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
+    /// A draw in `0..n`, from the workspace's one generator.
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.rng.next_u64() % n
     }
 
     fn new_id(&mut self) -> u64 {
@@ -1158,7 +1238,8 @@ mod tests {
         assert_eq!(
             error_at("{\"op\":\"allocate\",\"id\":1,\"size\":1}\n", 1),
             "line 1: unknown op 'allocate' (expected alloc, free, empty_cache, reset_peak, record_stream, stream_done, \
-             set_memory_fraction or set_allocator_settings)"
+             set_memory_fraction, set_allocator_settings, create_pool, begin_allocate_to_pool, end_allocate_to_pool, \
+             release_pool or delete_pool)"
         );
         let m = error_at("{\"op\":\"alloc\",\"id\":1,\"size\":1,\"tag\":\"weights\"}\n", 1);
         assert_eq!(
@@ -1230,7 +1311,7 @@ mod tests {
         assert_eq!(run(trace).unwrap().current_allocated_bytes, 5120);
         assert!(
             error_at("{\"op\":\"set_allocator_settings\",\"settings\":\"foo:1\"}\n", 1)
-                .contains("unknown allocator option 'foo'")
+                .contains("Unrecognized key 'foo' in CUDA allocator config.")
         );
 
         // One allocator per device; ids are one namespace; free finds the device.
@@ -1246,6 +1327,71 @@ mod tests {
             error_at("{\"op\":\"empty_cache\",\"device\":64}\n", 1),
             "line 1: device 64 is out of range: device indices go from 0 to 63"
         );
+    }
+
+    #[test]
+    fn v2_graph_pools_keep_their_segments_until_released_and_emptied() {
+        // A capture on stream 1 into pool (7,0): its blocks never serve stream 1's
+        // allocations outside the capture, nor survive the graph's release + empty_cache.
+        let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":4096,\"stream\":1}\n\
+                     {\"op\":\"begin_allocate_to_pool\",\"pool\":[7,0],\"streams\":[1]}\n\
+                     {\"op\":\"alloc\",\"id\":2,\"size\":4096,\"stream\":1}\n\
+                     {\"op\":\"alloc\",\"id\":3,\"size\":4096,\"stream\":0}\n\
+                     {\"op\":\"end_allocate_to_pool\",\"pool\":[7,0]}\n\
+                     {\"op\":\"free\",\"id\":2}\n\
+                     {\"op\":\"alloc\",\"id\":4,\"size\":4096,\"stream\":1}\n\
+                     {\"op\":\"empty_cache\"}\n";
+        let r = run(trace).unwrap();
+        // Three 2 MiB segments: stream 1's default, the pool's, stream 0's default.
+        assert_eq!(r.current_reserved_bytes, 3 * (2 << 20));
+        assert_eq!(r.memory_stats["segment.small_pool.current"], 3);
+        // The graph still lives: empty_cache leaves its (free) segment.
+        let released = format!("{trace}{{\"op\":\"release_pool\",\"pool\":[7,0]}}\n{{\"op\":\"empty_cache\"}}\n");
+        let r = run(&released).unwrap();
+        assert_eq!(r.current_reserved_bytes, 2 * (2 << 20));
+        assert_eq!(r.memory_stats["num_device_free"], 1);
+    }
+
+    #[test]
+    fn v2_mem_pools_use_on_oom_and_delete() {
+        // 40 MiB allowed: the pool's free 40 MiB segment serves a default-pool request.
+        let trace = "{\"op\":\"create_pool\",\"pool\":[0,1],\"use_on_oom\":true}\n\
+                     {\"op\":\"begin_allocate_to_pool\",\"pool\":[0,1]}\n\
+                     {\"op\":\"alloc\",\"id\":1,\"size\":41943040}\n\
+                     {\"op\":\"end_allocate_to_pool\",\"pool\":[0,1]}\n\
+                     {\"op\":\"release_pool\",\"pool\":[0,1]}\n\
+                     {\"op\":\"free\",\"id\":1}\n\
+                     {\"op\":\"alloc\",\"id\":2,\"size\":20971520}\n";
+        let r = run_with(trace, 40 << 20, OnOom::Stop);
+        assert!(r.ooms.is_empty());
+        assert_eq!((r.current_allocated_bytes, r.current_reserved_bytes), (20 << 20, 40 << 20));
+        // Without use_on_oom the same request runs out of memory.
+        let r = run_with(&trace.replace(",\"use_on_oom\":true", ""), 40 << 20, OnOom::Stop);
+        assert_eq!(r.ooms.len(), 1);
+        // delete_pool gives the pool's free segment back.
+        let deleted = format!(
+            "{}{{\"op\":\"delete_pool\",\"pool\":[0,1]}}\n",
+            trace.rsplit_once("{\"op\":\"alloc\",\"id\":2").unwrap().0
+        );
+        let r = run_with(&deleted, 40 << 20, OnOom::Stop);
+        assert_eq!((r.current_reserved_bytes, r.memory_stats["num_device_free"]), (0, 1));
+    }
+
+    #[test]
+    fn v2_pool_op_errors_name_the_line_and_the_fix() {
+        assert!(
+            error_at("{\"op\":\"release_pool\"}\n", 1).contains("missing field 'pool' (required by op 'release_pool')")
+        );
+        assert!(error_at("{\"op\":\"release_pool\",\"pool\":[0,5]}\n", 1).contains("no private pool (0, 5)"));
+        assert!(error_at("{\"op\":\"end_allocate_to_pool\",\"pool\":[1,0]}\n", 1).contains("not currently recording"));
+        assert!(error_at("{\"op\":\"create_pool\",\"pool\":[0,0]}\n", 1).contains("default pool"));
+        let twice =
+            "{\"op\":\"begin_allocate_to_pool\",\"pool\":[1,0]}\n{\"op\":\"begin_allocate_to_pool\",\"pool\":[1,0]}\n";
+        assert!(error_at(twice, 2).contains("already recording"));
+        let released = "{\"op\":\"create_pool\",\"pool\":[0,1]}\n{\"op\":\"release_pool\",\"pool\":[0,1]}\n\
+                        {\"op\":\"release_pool\",\"pool\":[0,1]}\n";
+        assert!(error_at(released, 3).contains("released by all its users"));
+        assert!(error_at("{\"op\":\"create_pool\",\"pool\":[1]}\n", 1).starts_with("line 1, column"));
     }
 
     #[test]

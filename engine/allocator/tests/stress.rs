@@ -23,17 +23,13 @@ const MAX_LIVE_BYTES: u64 = 160 * MIB;
 /// Verification compares against this much of the thread's pattern at a time.
 const PATTERN_CHUNK: usize = 64 * 1024;
 
-/// splitmix64: a small deterministic generator (no rand dependency).
+/// The workspace's one seeded generator, with the draws the stress test needs.
 #[derive(Debug)]
-struct Rng(u64);
+struct Rng(vramlab_rng::Rng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `lo..=hi`.
@@ -155,7 +151,7 @@ struct Report {
 type Mailbox = Mutex<Vec<Filled>>;
 
 fn worker(a: &CachingAllocator, t: usize, barrier: &Barrier, mailbox: &Mailbox) -> Report {
-    let mut rng = Rng(0x5EED_0000 + t as u64 * 7919);
+    let mut rng = Rng(vramlab_rng::Rng::new(0x5EED_0000 + t as u64 * 7919));
     let byte = 0xA1 + t as u8;
     let pattern = vec![byte; PATTERN_CHUNK];
     let patterns: Vec<Vec<u8>> = (0..THREADS).map(|u| vec![0xA1 + u as u8; PATTERN_CHUNK]).collect();

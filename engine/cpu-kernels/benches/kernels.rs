@@ -12,7 +12,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use half::{bf16, f16};
 use vramlab_cpu_kernels::{
-    Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, DType, Element, KernelCall, MatmulAlgo, MatmulShape,
+    Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, Element, FloatDType, KernelCall, MatmulAlgo, MatmulShape,
     conv2d_backward_data, conv2d_backward_weight, conv2d_forward, matmul,
 };
 
@@ -68,7 +68,7 @@ fn matmul_f32_1024(c: &mut Criterion) {
         })
     });
     for &algo in MatmulAlgo::all() {
-        let mut ws = vec![0.0f32; algo.workspace_len(&shape, DType::F32)];
+        let mut ws = vec![0.0f32; algo.workspace_len(&shape, FloatDType::F32)];
         group.bench_function(BenchmarkId::new("vramlab", algo.name()), |bench| {
             bench.iter(|| {
                 matmul(algo, shape, black_box(&a), black_box(&b), &mut out, &mut ws).unwrap();
@@ -125,13 +125,13 @@ fn conv2d(c: &mut Criterion) {
             .measurement_time(Duration::from_secs(2));
         for (label, shape) in conv_shapes() {
             let problem = ConvProblem { pass, shape };
-            let flops = KernelCall::Conv2d { pass, shape, dtype: DType::F32 }.cost().flops;
+            let flops = KernelCall::Conv2d { pass, shape, dtype: FloatDType::F32 }.cost().flops;
             group.throughput(Throughput::Elements(flops));
             let x = values(shape.x_len(), 5);
             let w = values(shape.w_len(), 6);
             let y = values(shape.y_len(), 7);
             for algo in ConvAlgo::candidates(&problem) {
-                let mut ws = vec![0.0f32; algo.workspace_len(&problem, DType::F32)];
+                let mut ws = vec![0.0f32; algo.workspace_len(&problem, FloatDType::F32)];
                 group.bench_function(BenchmarkId::new(label, algo.name()), |bench| match pass {
                     ConvPass::Forward => {
                         let mut out = vec![0.0f32; shape.y_len()];

@@ -25,7 +25,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::cost::Algorithm;
-use super::element::{DType, Element};
+use super::element::{Element, FloatDType};
 use super::error::{KernelError, Result, check_len, check_workspace, checked_product};
 use super::gemm_call::{MatRef, gemm};
 use super::par::{staging_len_for, via_f32};
@@ -249,7 +249,7 @@ impl Algorithm for ConvAlgo {
         !(self == ConvAlgo::Im2colGemmBatchSplit && p.pass == ConvPass::BackwardWeight)
     }
 
-    fn workspace_len(self, p: &ConvProblem, dtype: DType) -> usize {
+    fn workspace_len(self, p: &ConvProblem, dtype: FloatDType) -> usize {
         let s = &p.shape;
         let staging = staging_len_for(dtype, s.x_len(), s.w_len(), s.y_len());
         let col = s.c * s.r * s.s * s.out_h() * s.out_w();
@@ -1022,7 +1022,7 @@ mod tests {
             for pass in ConvPass::ALL {
                 let problem = ConvProblem { pass, shape };
                 for algo in ConvAlgo::candidates(&problem) {
-                    let mut ws = vec![0.0f32; algo.workspace_len(&problem, DType::F32)];
+                    let mut ws = vec![0.0f32; algo.workspace_len(&problem, FloatDType::F32)];
                     let (x, w, y) = (vec![1.0f32; shape.x_len()], vec![1.0; shape.w_len()], vec![1.0; shape.y_len()]);
                     let result = match pass {
                         ConvPass::Forward => conv2d_forward(algo, shape, &x, &w, &mut y.clone(), &mut ws),
@@ -1073,7 +1073,7 @@ mod tests {
             if !algo.is_applicable(&problem) {
                 continue;
             }
-            let mut ws = vec![0.0; algo.workspace_len(&problem, DType::F32)];
+            let mut ws = vec![0.0; algo.workspace_len(&problem, FloatDType::F32)];
             let mut y = vec![0.0f32; 20];
             conv2d_forward(algo, shape, &x, &w, &mut y, &mut ws).unwrap();
             assert_eq!(y, x, "{algo:?}");

@@ -19,7 +19,7 @@ use std::hash::Hash;
 use serde::{Deserialize, Serialize};
 
 use super::conv::{Conv2dShape, ConvPass};
-use super::element::DType;
+use super::element::FloatDType;
 use super::matmul::MatmulShape;
 use super::pool::MaxPool2dShape;
 
@@ -61,7 +61,7 @@ pub trait Algorithm: Copy + Eq + Hash + Debug + Send + Sync + 'static {
     fn is_reproducible(self, problem: &Self::Problem) -> bool;
     /// f32 elements of workspace the call needs for `dtype` operands. Algorithms that
     /// split work per thread size it for the current rayon pool.
-    fn workspace_len(self, problem: &Self::Problem, dtype: DType) -> usize;
+    fn workspace_len(self, problem: &Self::Problem, dtype: FloatDType) -> usize;
     /// A fixed per-shape choice, what the autotuner's `off` mode uses. Always applicable.
     fn heuristic(problem: &Self::Problem) -> Self;
 
@@ -74,7 +74,7 @@ pub trait Algorithm: Copy + Eq + Hash + Debug + Send + Sync + 'static {
         Self::all().iter().copied().filter(|a| a.is_applicable(problem)).collect()
     }
     /// Name, reproducibility and workspace for this problem.
-    fn info(self, problem: &Self::Problem, dtype: DType) -> AlgoInfo {
+    fn info(self, problem: &Self::Problem, dtype: FloatDType) -> AlgoInfo {
         AlgoInfo {
             name: self.name(),
             reproducible: self.is_reproducible(problem),
@@ -141,31 +141,31 @@ impl ElementwiseOp {
 pub enum KernelCall {
     Matmul {
         shape: MatmulShape,
-        dtype: DType,
+        dtype: FloatDType,
     },
     Conv2d {
         pass: ConvPass,
         shape: Conv2dShape,
-        dtype: DType,
+        dtype: FloatDType,
     },
     MaxPool2d {
         backward: bool,
         shape: MaxPool2dShape,
-        dtype: DType,
+        dtype: FloatDType,
     },
     /// `channels` matters only for [`ElementwiseOp::AddBias`] (the bias read).
     Elementwise {
         op: ElementwiseOp,
         len: usize,
         channels: usize,
-        dtype: DType,
+        dtype: FloatDType,
     },
     Softmax {
         log: bool,
         backward: bool,
         rows: usize,
         cols: usize,
-        dtype: DType,
+        dtype: FloatDType,
     },
     CrossEntropy {
         backward: bool,
@@ -178,21 +178,21 @@ pub enum KernelCall {
     },
     Sum {
         len: usize,
-        dtype: DType,
+        dtype: FloatDType,
     },
     Mean {
         len: usize,
-        dtype: DType,
+        dtype: FloatDType,
     },
     BiasGrad {
         outer: usize,
         channels: usize,
         inner: usize,
-        dtype: DType,
+        dtype: FloatDType,
     },
     Cast {
-        from: DType,
-        to: DType,
+        from: FloatDType,
+        to: FloatDType,
         len: usize,
     },
     Sgd {
@@ -317,18 +317,18 @@ mod tests {
 
     #[test]
     fn matmul_and_conv_costs() {
-        let c = KernelCall::Matmul { shape: MatmulShape::new(2, 3, 4), dtype: DType::F32 }.cost();
+        let c = KernelCall::Matmul { shape: MatmulShape::new(2, 3, 4), dtype: FloatDType::F32 }.cost();
         assert_eq!(c, Cost { flops: 48, bytes: (8 + 12 + 6) * 4 });
         let s = Conv2dShape::new(1, 2, 5, 5, 3, 3, 3).with_padding(1, 1);
-        let c = KernelCall::Conv2d { pass: ConvPass::Forward, shape: s, dtype: DType::F16 }.cost();
+        let c = KernelCall::Conv2d { pass: ConvPass::Forward, shape: s, dtype: FloatDType::F16 }.cost();
         assert_eq!(c.flops, 2 * 3 * 2 * 9 * 25);
         assert_eq!(c.bytes, (50 + 54 + 75) * 2);
         assert_eq!(
-            KernelCall::Conv2d { pass: ConvPass::BackwardWeight, shape: s, dtype: DType::F16 }.name(),
+            KernelCall::Conv2d { pass: ConvPass::BackwardWeight, shape: s, dtype: FloatDType::F16 }.name(),
             "conv2d_backward_weight"
         );
         assert_eq!(
-            KernelCall::Cast { from: DType::F32, to: DType::BF16, len: 10 }.cost(),
+            KernelCall::Cast { from: FloatDType::F32, to: FloatDType::BF16, len: 10 }.cost(),
             Cost { flops: 0, bytes: 60 }
         );
     }

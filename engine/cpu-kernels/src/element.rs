@@ -9,35 +9,35 @@ use serde::{Deserialize, Serialize};
 /// A floating-point storage type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DType {
+pub enum FloatDType {
     F32,
     F16,
     BF16,
 }
 
-impl DType {
+impl FloatDType {
     /// Every floating-point dtype, in a stable order.
-    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+    pub const ALL: [FloatDType; 3] = [FloatDType::F32, FloatDType::F16, FloatDType::BF16];
 
     /// Bytes per element.
     pub const fn size_bytes(self) -> usize {
         match self {
-            DType::F32 => 4,
-            DType::F16 | DType::BF16 => 2,
+            FloatDType::F32 => 4,
+            FloatDType::F16 | FloatDType::BF16 => 2,
         }
     }
 
     /// The name as PyTorch spells it without the `torch.` prefix (`float32`, `float16`, `bfloat16`).
     pub const fn as_str(self) -> &'static str {
         match self {
-            DType::F32 => "float32",
-            DType::F16 => "float16",
-            DType::BF16 => "bfloat16",
+            FloatDType::F32 => "float32",
+            FloatDType::F16 => "float16",
+            FloatDType::BF16 => "bfloat16",
         }
     }
 }
 
-impl fmt::Display for DType {
+impl fmt::Display for FloatDType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -57,8 +57,8 @@ mod sealed {
 pub trait Element:
     Copy + Send + Sync + Default + PartialEq + PartialOrd + fmt::Debug + 'static + sealed::Sealed
 {
-    /// The matching [`DType`].
-    const DTYPE: DType;
+    /// The matching [`FloatDType`].
+    const DTYPE: FloatDType;
     /// Zero.
     const ZERO: Self;
 
@@ -85,7 +85,7 @@ pub trait Element:
 }
 
 impl Element for f32 {
-    const DTYPE: DType = DType::F32;
+    const DTYPE: FloatDType = FloatDType::F32;
     const ZERO: Self = 0.0;
 
     #[inline(always)]
@@ -132,7 +132,7 @@ fn f64_to_f32_round_odd(v: f64) -> f32 {
 macro_rules! half_element {
     ($t:ty, $dtype:expr) => {
         impl Element for $t {
-            const DTYPE: DType = $dtype;
+            const DTYPE: FloatDType = $dtype;
             const ZERO: Self = <$t>::ZERO;
 
             #[inline(always)]
@@ -167,8 +167,8 @@ macro_rules! half_element {
     };
 }
 
-half_element!(f16, DType::F16);
-half_element!(bf16, DType::BF16);
+half_element!(f16, FloatDType::F16);
+half_element!(bf16, FloatDType::BF16);
 
 #[cfg(test)]
 mod tests {
@@ -187,7 +187,7 @@ mod tests {
         for (a, b) in src.iter().zip(back) {
             assert!(((a - b) / a).abs() < 1e-3, "{a} vs {b}");
         }
-        assert_eq!(DType::BF16.size_bytes(), 2);
+        assert_eq!(FloatDType::BF16.size_bytes(), 2);
         // Just past a tie: must round up (half's own from_f64 rounds this down).
         let v = f64::from(32.12501f32);
         assert_eq!(<bf16 as Element>::from_f64(v).to_f32(), 32.25);
@@ -195,6 +195,6 @@ mod tests {
         assert_eq!(<f16 as Element>::from_f64(1e-30).to_f32(), 0.0);
         assert_eq!(<bf16 as Element>::from_f64(-1e300).to_f32(), f32::NEG_INFINITY);
         assert!(<f16 as Element>::from_f64(f64::NAN).is_nan());
-        assert_eq!(DType::F32.to_string(), "float32");
+        assert_eq!(FloatDType::F32.to_string(), "float32");
     }
 }

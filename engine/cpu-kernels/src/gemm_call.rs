@@ -2,7 +2,7 @@
 
 use gemm::Parallelism;
 
-use super::element::{DType, Element};
+use super::element::{Element, FloatDType};
 
 /// A strided view of a matrix inside a slice: element `(i, j)` is
 /// `data[offset + i * rs + j * cs]`.
@@ -48,7 +48,7 @@ pub(crate) fn gemm<T: Element>(
     rhs: MatRef<'_, T>,
     parallelism: Parallelism,
 ) {
-    assert!(T::DTYPE != DType::BF16, "the gemm crate has no bf16 kernels; bf16 goes through f32");
+    assert!(T::DTYPE != FloatDType::BF16, "the gemm crate has no bf16 kernels; bf16 goes through f32");
     if m == 0 || n == 0 {
         return;
     }

@@ -22,7 +22,7 @@
 //!   count; see [`Algorithm::is_reproducible`].
 //!
 //! # Map
-//! - [`element`]: the [`Element`] trait (f32, f16, bf16) and [`DType`].
+//! - [`element`]: the [`Element`] trait (f32, f16, bf16) and [`FloatDType`].
 //! - [`matmul`](mod@matmul): (batched) matrix products through the `gemm` crate, three algorithms.
 //! - [`conv`]: conv2d NCHW forward / backward-data / backward-weight, five algorithms.
 //! - [`elementwise`], [`activation`], [`softmax`](mod@softmax), [`loss`], [`reduce`],
@@ -51,7 +51,7 @@ pub use conv::{
     Conv2dShape, ConvAlgo, ConvPass, ConvProblem, conv2d_backward_data, conv2d_backward_weight, conv2d_forward,
 };
 pub use cost::{AlgoInfo, Algorithm, Cost, ElementwiseOp, KernelCall};
-pub use element::{DType, Element};
+pub use element::{Element, FloatDType};
 pub use elementwise::{add, add_bias, mul, mul_backward, scale};
 pub use error::{KernelError, Result};
 pub use loss::{cross_entropy, cross_entropy_backward, mse, mse_backward};

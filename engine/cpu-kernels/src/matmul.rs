@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::cost::Algorithm;
-use super::element::{DType, Element};
+use super::element::{Element, FloatDType};
 use super::error::{KernelError, Result, check_len, check_workspace, checked_product};
 use super::gemm_call::{MatRef, gemm};
 use super::par::{staging_len_for, via_f32};
@@ -123,11 +123,11 @@ impl Algorithm for MatmulAlgo {
         !matches!(self, MatmulAlgo::SplitK)
     }
 
-    fn workspace_len(self, s: &MatmulShape, dtype: DType) -> usize {
+    fn workspace_len(self, s: &MatmulShape, dtype: FloatDType) -> usize {
         let staging = |dtype| staging_len_for(dtype, s.a_len(), s.b_len(), s.c_len());
         match self {
             MatmulAlgo::GemmRayon | MatmulAlgo::GemmBatchParallel => {
-                if dtype == DType::BF16 {
+                if dtype == FloatDType::BF16 {
                     staging(dtype)
                 } else {
                     0
@@ -168,7 +168,7 @@ pub fn matmul<T: Element>(
         return Ok(());
     }
     match algo {
-        MatmulAlgo::GemmRayon | MatmulAlgo::GemmBatchParallel if T::DTYPE != DType::BF16 => {
+        MatmulAlgo::GemmRayon | MatmulAlgo::GemmBatchParallel if T::DTYPE != FloatDType::BF16 => {
             gemm_batches(algo, &shape, a, b, c);
         }
         MatmulAlgo::GemmRayon | MatmulAlgo::GemmBatchParallel => {
@@ -240,7 +240,7 @@ mod tests {
         let b = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
         let shape = MatmulShape::new(2, 2, 3);
         for &algo in MatmulAlgo::all() {
-            let mut ws = vec![0.0; algo.workspace_len(&shape, DType::F32)];
+            let mut ws = vec![0.0; algo.workspace_len(&shape, FloatDType::F32)];
             let mut c = [0.0f32; 4];
             matmul(algo, shape, &a, &b, &mut c, &mut ws).unwrap();
             assert_eq!(c, [4.0, 5.0, 10.0, 11.0], "{algo:?}");

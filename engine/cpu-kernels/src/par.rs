@@ -126,6 +126,6 @@ pub(crate) fn via_f32<T: Element, R>(
 }
 
 /// Workspace elements [`via_f32`] needs in front of the algorithm's own workspace.
-pub(crate) fn staging_len_for(dtype: super::DType, in0: usize, in1: usize, out: usize) -> usize {
-    if dtype == super::DType::F32 { 0 } else { in0 + in1 + out }
+pub(crate) fn staging_len_for(dtype: super::FloatDType, in0: usize, in1: usize, out: usize) -> usize {
+    if dtype == super::FloatDType::F32 { 0 } else { in0 + in1 + out }
 }

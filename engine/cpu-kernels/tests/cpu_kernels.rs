@@ -12,12 +12,12 @@
 //!
 //! Tolerances: f32 ≤ 1e-5, f16/bf16 ≤ 1e-2 (inputs are rounded to the dtype first and
 //! the reference is computed from the rounded values). A NaN or infinity in an output
-//! never passes. Inputs come from a small deterministic generator (SplitMix64) seeded
+//! never passes. Inputs come from the workspace's seeded generator (`vramlab_rng`), seeded
 //! per test; set `VRAMLAB_TEST_SEED` to draw other inputs.
 
 mod common;
 
-use common::{Rng, elem_rel_err, norm_rel_err};
+use common::{Rng, elem_rel_err, norm_rel_err, rng_for_test};
 use half::{bf16, f16};
 use vramlab_cpu_kernels::*;
 
@@ -33,13 +33,13 @@ fn wide<T: Element>(v: &[T]) -> Vec<f64> {
 }
 
 fn tol<T: Element>() -> f64 {
-    if T::DTYPE == DType::F32 { 1e-5 } else { 1e-2 }
+    if T::DTYPE == FloatDType::F32 { 1e-5 } else { 1e-2 }
 }
 
 /// The smallest normal number of `T`.
 fn tiny<T: Element>() -> f64 {
     match T::DTYPE {
-        DType::F16 => 2f64.powi(-14),
+        FloatDType::F16 => 2f64.powi(-14),
         _ => f64::from(f32::MIN_POSITIVE),
     }
 }
@@ -134,7 +134,7 @@ fn matmul_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn matmul_every_algorithm_every_dtype_and_transpose() {
-    let mut rng = Rng::for_test("matmul");
+    let mut rng = rng_for_test("matmul");
     matmul_case::<f32>(&mut rng);
     matmul_case::<f16>(&mut rng);
     matmul_case::<bf16>(&mut rng);
@@ -143,7 +143,7 @@ fn matmul_every_algorithm_every_dtype_and_transpose() {
 #[test]
 fn matmul_gradients_through_transposes_match_finite_differences() {
     // L = Σ G ⊙ (A·B): dA = G·Bᵀ, dB = Aᵀ·G, both computed with this kernel.
-    let mut rng = Rng::for_test("matmul_grad");
+    let mut rng = rng_for_test("matmul_grad");
     let (m, n, k) = (5, 4, 6);
     let a = rng.normals(m * k, 1.0);
     let b = rng.normals(k * n, 1.0);
@@ -218,7 +218,7 @@ fn elementwise_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn elementwise_and_activations_every_dtype() {
-    let mut rng = Rng::for_test("elementwise");
+    let mut rng = rng_for_test("elementwise");
     elementwise_case::<f32>(&mut rng);
     elementwise_case::<f16>(&mut rng);
     elementwise_case::<bf16>(&mut rng);
@@ -246,7 +246,7 @@ fn bias_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn bias_add_and_gradient_every_dtype() {
-    let mut rng = Rng::for_test("bias");
+    let mut rng = rng_for_test("bias");
     bias_case::<f32>(&mut rng);
     bias_case::<f16>(&mut rng);
     bias_case::<bf16>(&mut rng);
@@ -271,7 +271,7 @@ fn cast_from<S: Element>(src: &[f32]) {
 
 #[test]
 fn casts_round_once_to_nearest_even() {
-    let mut rng = Rng::for_test("cast");
+    let mut rng = rng_for_test("cast");
     let mut src = rng.normals(70_001, 100.0);
     src.extend([0.0, -0.0, 65504.0, 65520.0, 1e-8, -3e38, f32::INFINITY, f32::NAN, 6e-8]);
     cast_from::<f32>(&src);
@@ -303,7 +303,7 @@ fn softmax_case<T: Element>(rng: &mut Rng) {
         let mut y = vec![T::ZERO; n];
         softmax(&x, rows, cols, &mut y).unwrap();
         let want = softmax_ref(&x64, cols, false);
-        if T::DTYPE == DType::F16 {
+        if T::DTYPE == FloatDType::F16 {
             // f16 cannot hold probabilities below 6e-8: they flush to zero, so only a
             // norm-wise check makes sense there.
             check_norm("softmax F16 (norm-wise)", &wide(&y), &want, t);
@@ -318,7 +318,7 @@ fn softmax_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn softmax_and_log_softmax_every_dtype() {
-    let mut rng = Rng::for_test("softmax");
+    let mut rng = rng_for_test("softmax");
     softmax_case::<f32>(&mut rng);
     softmax_case::<f16>(&mut rng);
     softmax_case::<bf16>(&mut rng);
@@ -347,7 +347,7 @@ fn softmax_backward_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn softmax_backward_matches_finite_differences() {
-    let mut rng = Rng::for_test("softmax_backward");
+    let mut rng = rng_for_test("softmax_backward");
     softmax_backward_case::<f32>(&mut rng);
     softmax_backward_case::<f16>(&mut rng);
     softmax_backward_case::<bf16>(&mut rng);
@@ -360,7 +360,7 @@ fn cross_entropy_ref(x: &[f64], labels: &[i64], cols: usize) -> f64 {
 
 #[test]
 fn cross_entropy_forward_and_backward() {
-    let mut rng = Rng::for_test("cross_entropy");
+    let mut rng = rng_for_test("cross_entropy");
     for (rows, classes) in [(5, 7), (300, 300)] {
         let x = rng.normals(rows * classes, 3.0);
         let labels: Vec<i64> = (0..rows).map(|_| rng.below(classes) as i64).collect();
@@ -390,7 +390,7 @@ fn cross_entropy_forward_and_backward() {
 
 #[test]
 fn mse_forward_and_backward() {
-    let mut rng = Rng::for_test("mse");
+    let mut rng = rng_for_test("mse");
     for n in [17, 70_001] {
         let p = rng.normals(n, 1.0);
         let t = rng.normals(n, 1.0);
@@ -428,7 +428,7 @@ fn reduce_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn sum_mean_fill_every_dtype() {
-    let mut rng = Rng::for_test("reduce");
+    let mut rng = rng_for_test("reduce");
     reduce_case::<f32>(&mut rng);
     reduce_case::<f16>(&mut rng);
     reduce_case::<bf16>(&mut rng);
@@ -511,7 +511,7 @@ fn conv_shapes() -> Vec<Conv2dShape> {
     ]
 }
 
-fn workspace<A: Algorithm>(algo: A, problem: &A::Problem, dtype: DType) -> Vec<f32> {
+fn workspace<A: Algorithm>(algo: A, problem: &A::Problem, dtype: FloatDType) -> Vec<f32> {
     vec![f32::NAN; algo.workspace_len(problem, dtype)] // NaN: the kernels must not read stale workspace
 }
 
@@ -574,19 +574,19 @@ fn conv_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn conv2d_every_algorithm_and_pass_f32() {
-    conv_case::<f32>(&mut Rng::for_test("conv_f32"));
+    conv_case::<f32>(&mut rng_for_test("conv_f32"));
 }
 
 #[test]
 fn conv2d_every_algorithm_and_pass_f16_bf16() {
-    let mut rng = Rng::for_test("conv_half");
+    let mut rng = rng_for_test("conv_half");
     conv_case::<f16>(&mut rng);
     conv_case::<bf16>(&mut rng);
 }
 
 #[test]
 fn conv2d_backward_matches_finite_differences() {
-    let mut rng = Rng::for_test("conv_fd");
+    let mut rng = rng_for_test("conv_fd");
     for s in [
         Conv2dShape::new(2, 2, 5, 4, 3, 3, 3).with_padding(1, 1),
         Conv2dShape::new(1, 2, 6, 5, 2, 3, 2).with_stride(2, 1).with_padding(1, 0),
@@ -623,8 +623,8 @@ fn conv2d_algorithm_metadata() {
             let p = ConvProblem { pass, shape };
             let h = ConvAlgo::heuristic(&p);
             assert!(h.is_applicable(&p) && h.is_reproducible(&p), "{h:?} for {p:?}");
-            let info = h.info(&p, DType::F32);
-            assert_eq!(info.workspace_bytes, 4 * h.workspace_len(&p, DType::F32));
+            let info = h.info(&p, FloatDType::F32);
+            assert_eq!(info.workspace_bytes, 4 * h.workspace_len(&p, FloatDType::F32));
             // Deterministic mode still has a candidate for every problem.
             assert!(ConvAlgo::candidates(&p).iter().any(|a| a.is_reproducible(&p)));
         }
@@ -636,12 +636,12 @@ fn conv2d_algorithm_metadata() {
     let p1 = ConvProblem { pass: ConvPass::Forward, shape: ones };
     assert_eq!(ConvAlgo::heuristic(&p1), ConvAlgo::Gemm1x1);
     let bw = ConvProblem { pass: ConvPass::BackwardWeight, shape: threes };
-    assert!(!ConvAlgo::Im2colGemmBatchSplit.info(&bw, DType::F32).reproducible);
+    assert!(!ConvAlgo::Im2colGemmBatchSplit.info(&bw, FloatDType::F32).reproducible);
     // f16 operands add f32 staging for x, w and y.
     let staging = threes.x_len() + threes.w_len() + threes.y_len();
     assert_eq!(
-        ConvAlgo::Direct.workspace_len(&p, DType::F16),
-        ConvAlgo::Direct.workspace_len(&p, DType::F32) + staging
+        ConvAlgo::Direct.workspace_len(&p, FloatDType::F16),
+        ConvAlgo::Direct.workspace_len(&p, FloatDType::F32) + staging
     );
 }
 
@@ -703,7 +703,7 @@ fn pool_case<T: Element>(rng: &mut Rng) {
 
 #[test]
 fn max_pool_every_dtype() {
-    let mut rng = Rng::for_test("pool");
+    let mut rng = rng_for_test("pool");
     pool_case::<f32>(&mut rng);
     pool_case::<f16>(&mut rng);
     pool_case::<bf16>(&mut rng);
@@ -711,7 +711,7 @@ fn max_pool_every_dtype() {
 
 #[test]
 fn max_pool_backward_matches_finite_differences() {
-    let mut rng = Rng::for_test("pool_fd");
+    let mut rng = rng_for_test("pool_fd");
     let s = MaxPool2dShape::new(1, 2, 6, 6, 3, 2).with_padding(1, 1);
     let x = rng.normals(s.x_len(), 1.0); // continuous values: no ties
     let gy = rng.normals(s.y_len(), 1.0);
@@ -737,7 +737,7 @@ fn max_pool_propagates_nan() {
 
 #[test]
 fn sgd_matches_pytorch_semantics() {
-    let mut rng = Rng::for_test("sgd");
+    let mut rng = rng_for_test("sgd");
     let n = 70_001;
     let configs = [
         Sgd::new(0.1),
@@ -769,7 +769,7 @@ fn sgd_matches_pytorch_semantics() {
 
 #[test]
 fn adam_and_adamw_match_pytorch_semantics() {
-    let mut rng = Rng::for_test("adam");
+    let mut rng = rng_for_test("adam");
     let n = 70_001;
     let configs = [
         Adam::new(1e-3),
@@ -830,14 +830,14 @@ fn mismatched_operands_are_errors_not_panics() {
 #[test]
 fn kernel_costs() {
     let s = MatmulShape::batched(2, 3, 4, 5);
-    let c = KernelCall::Matmul { shape: s, dtype: DType::BF16 }.cost();
+    let c = KernelCall::Matmul { shape: s, dtype: FloatDType::BF16 }.cost();
     assert_eq!(c, Cost { flops: 2 * 2 * 3 * 4 * 5, bytes: 2 * (15 + 20 + 12) * 2 });
-    let call = KernelCall::Elementwise { op: ElementwiseOp::Add, len: 10, channels: 0, dtype: DType::F32 };
+    let call = KernelCall::Elementwise { op: ElementwiseOp::Add, len: 10, channels: 0, dtype: FloatDType::F32 };
     assert_eq!((call.name(), call.cost()), ("add", Cost { flops: 10, bytes: 120 }));
     let adam = KernelCall::Adam { len: 4, weight_decay: false };
     assert_eq!((adam.name(), adam.cost().bytes), ("adam_step", 112));
     let conv = Conv2dShape::new(8, 64, 56, 56, 64, 3, 3).with_padding(1, 1);
-    let call = KernelCall::Conv2d { pass: ConvPass::BackwardData, shape: conv, dtype: DType::F32 };
+    let call = KernelCall::Conv2d { pass: ConvPass::BackwardData, shape: conv, dtype: FloatDType::F32 };
     assert_eq!(call.name(), "conv2d_backward_data");
     assert_eq!(call.cost().flops, 2 * 8 * 64 * 64 * 9 * 56 * 56);
     let json = serde_json::to_string(&call).unwrap();

@@ -19,6 +19,7 @@ impl Rng {
         r
     }
 
+    #[inline]
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -28,16 +29,19 @@ impl Rng {
     }
 
     /// Uniform in [0, 1).
+    #[inline]
     pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Uniform in [lo, hi).
+    #[inline]
     pub fn uniform_range(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * self.uniform()
     }
 
     /// Standard normal (Box–Muller).
+    #[inline]
     pub fn normal(&mut self) -> f64 {
         let u1 = self.uniform().max(f64::MIN_POSITIVE);
         let u2 = self.uniform();
@@ -45,6 +49,7 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (n > 0).
+    #[inline]
     pub fn below(&mut self, n: usize) -> usize {
         ((self.next_u64() as u128 * n as u128) >> 64) as usize
     }

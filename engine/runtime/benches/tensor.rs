@@ -376,7 +376,7 @@ fn tensor_conv2d(c: &mut Criterion) {
         assert_eq!(shape.pad.0, shape.pad.1);
         let opts = Conv2dOptions::new(shape.stride.0, shape.pad.0);
         let problem = ConvProblem { pass: ConvPass::Forward, shape };
-        let flops = KernelCall::Conv2d { pass: ConvPass::Forward, shape, dtype: k::DType::F32 }.cost().flops;
+        let flops = KernelCall::Conv2d { pass: ConvPass::Forward, shape, dtype: k::FloatDType::F32 }.cost().flops;
         let x = Tensor::randn(&[shape.n, shape.c, shape.h, shape.w], DType::F32, 3, &device).unwrap();
         let w = Tensor::randn(&[shape.k, shape.c, shape.r, shape.s], DType::F32, 4, &device).unwrap();
         let xv = Aligned::copy_of(&x.to_vec::<f32>().unwrap());
@@ -408,7 +408,7 @@ fn tensor_conv2d(c: &mut Criterion) {
             .throughput(Throughput::Elements(flops));
         let mut y = Aligned::zeros(shape.y_len());
         let mut workspaces: Vec<Aligned> =
-            algos.iter().map(|a| Aligned::zeros(a.workspace_len(&problem, k::DType::F32))).collect();
+            algos.iter().map(|a| Aligned::zeros(a.workspace_len(&problem, k::FloatDType::F32))).collect();
         for (&algo, ws) in algos.iter().zip(workspaces.iter_mut()) {
             group.bench_function(BenchmarkId::new("kernel", algo.name()), |bench| {
                 bench.iter(|| {

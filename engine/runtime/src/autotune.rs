@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::cpu_kernels::{Algorithm, DType};
+use crate::cpu_kernels::{Algorithm, FloatDType};
 use crate::device::Device;
 use crate::hooks::now_ns;
 
@@ -100,7 +100,7 @@ pub struct TuningKey {
 
 impl TuningKey {
     /// The key of `problem` for `op` in `dtype` on `device`.
-    pub fn new(op: &str, dtype: DType, problem: &impl Serialize, device: &Device) -> TuningKey {
+    pub fn new(op: &str, dtype: FloatDType, problem: &impl Serialize, device: &Device) -> TuningKey {
         TuningKey {
             op: op.to_owned(),
             dtype: dtype.as_str().to_owned(),
@@ -320,7 +320,7 @@ impl Autotuner {
         &self,
         device: &Device,
         problem: &A::Problem,
-        dtype: DType,
+        dtype: FloatDType,
         mut measure: impl FnMut(A) -> Result<u64, E>,
     ) -> Result<A, E>
     where
@@ -442,7 +442,7 @@ impl Autotuner {
         device: &Device,
         op: &'static str,
         problem: &P,
-        dtype: DType,
+        dtype: FloatDType,
         candidates: &[RuntimeCandidate],
         heuristic: usize,
         measure: impl FnOnce() -> Result<Vec<Vec<u64>>, E>,
@@ -535,7 +535,9 @@ mod tests {
     fn off_uses_the_heuristic_without_measuring() {
         let t = Autotuner::default();
         let a: ConvAlgo = t
-            .choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("no timing in off mode") })
+            .choose(&Device::cpu(), &problem(), FloatDType::F32, |_| -> Result<u64, ()> {
+                panic!("no timing in off mode")
+            })
             .unwrap();
         assert_eq!(a, ConvAlgo::heuristic(&problem()));
     }
@@ -548,7 +550,7 @@ mod tests {
         // Pretend Direct is fastest.
         let fake = |a: ConvAlgo| if a == ConvAlgo::Direct { 10 } else { 1000 };
         let a: ConvAlgo = t
-            .choose(&Device::cpu(), &problem(), DType::F32, |a| {
+            .choose(&Device::cpu(), &problem(), FloatDType::F32, |a| {
                 calls += 1;
                 Ok::<_, ()>(fake(a))
             })
@@ -561,7 +563,7 @@ mod tests {
         assert_eq!(calls, n + (1 + heuristic_timed) * t.timed_runs());
         // Second call: cached, no measuring.
         let b: ConvAlgo =
-            t.choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("cached") }).unwrap();
+            t.choose(&Device::cpu(), &problem(), FloatDType::F32, |_| -> Result<u64, ()> { panic!("cached") }).unwrap();
         assert_eq!(b, ConvAlgo::Direct);
         let rec = t.records();
         assert_eq!(rec.len(), 1);
@@ -569,7 +571,7 @@ mod tests {
         assert_eq!(rec[0].candidates.len(), n);
         assert!(rec[0].candidates.iter().filter(|c| c.dropped).all(|c| c.algorithm != "direct"));
         // Another dtype is another key.
-        let _: ConvAlgo = t.choose(&Device::cpu(), &problem(), DType::BF16, |a| Ok::<_, ()>(fake(a))).unwrap();
+        let _: ConvAlgo = t.choose(&Device::cpu(), &problem(), FloatDType::BF16, |a| Ok::<_, ()>(fake(a))).unwrap();
         assert_eq!(t.records().len(), 2);
     }
 
@@ -581,7 +583,7 @@ mod tests {
             let t = Autotuner::default();
             t.set_mode(TuneMode::Benchmark);
             let a: ConvAlgo = t
-                .choose(&Device::cpu(), &problem(), DType::F32, |a| {
+                .choose(&Device::cpu(), &problem(), FloatDType::F32, |a| {
                     Ok::<_, ()>(if a == h {
                         100
                     } else if a == other {
@@ -604,7 +606,7 @@ mod tests {
         let mut heuristic_runs = 0;
         // The heuristic is truly faster (80 vs 100) but most of its runs are hit by load.
         let a: ConvAlgo = t
-            .choose(&Device::cpu(), &problem(), DType::F32, |a| {
+            .choose(&Device::cpu(), &problem(), FloatDType::F32, |a| {
                 Ok::<_, ()>(if a == h {
                     heuristic_runs += 1;
                     if heuristic_runs % 2 == 0 { 80 } else { 400 }
@@ -623,7 +625,7 @@ mod tests {
         let t = Autotuner::default();
         t.set_mode(TuneMode::Deterministic);
         let p = ConvProblem { pass: ConvPass::BackwardWeight, shape: Conv2dShape::new(4, 3, 8, 8, 4, 3, 3) };
-        let a: ConvAlgo = t.choose(&Device::cpu(), &p, DType::F32, |_| Ok::<_, ()>(1)).unwrap();
+        let a: ConvAlgo = t.choose(&Device::cpu(), &p, FloatDType::F32, |_| Ok::<_, ()>(1)).unwrap();
         assert!(a.is_reproducible(&p));
     }
 
@@ -640,13 +642,13 @@ mod tests {
         let t = Autotuner::default();
         let c = runtime_candidates();
         let never = || -> Result<Vec<Vec<u64>>, ()> { panic!("no timing outside benchmark mode") };
-        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 0, never), Ok(0));
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F32, &c, 0, never), Ok(0));
         t.set_mode(TuneMode::Deterministic);
         // The heuristic's choice is not reproducible: the first that is.
-        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 0, never), Ok(1));
-        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 2, never), Ok(2));
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F32, &c, 0, never), Ok(1));
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F32, &c, 2, never), Ok(2));
         // No candidates at all: the heuristic index, untouched.
-        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &[], 0, never), Ok(0));
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F32, &[], 0, never), Ok(0));
         assert!(t.records().is_empty());
     }
 
@@ -659,7 +661,7 @@ mod tests {
         // has no runs, so it is out; of the others `own_det` is clearly faster.
         let mut calls = 0;
         let chosen = t
-            .choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F16, &c, 0, || {
+            .choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F16, &c, 0, || {
                 calls += 1;
                 Ok::<_, ()>(vec![vec![], vec![900, 1000], vec![500, 400, 450]])
             })
@@ -677,10 +679,10 @@ mod tests {
         assert_eq!((rec[0].candidates[1].min_ns, rec[0].candidates[1].median_ns), (400, 450));
         // Cached: no measuring the second time.
         let never = || -> Result<Vec<Vec<u64>>, ()> { panic!("cached") };
-        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F16, &c, 0, never), Ok(2));
+        assert_eq!(t.choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F16, &c, 0, never), Ok(2));
         // Another candidate set (a library that lists another algorithm) re-tunes.
         let fewer = &c[1..];
-        let again = t.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F16, fewer, 0, || {
+        let again = t.choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F16, fewer, 0, || {
             Ok::<_, ()>(vec![vec![100], vec![101]])
         });
         // A near tie keeps the heuristic's choice.
@@ -689,7 +691,8 @@ mod tests {
         // Errors from measuring propagate and cache nothing.
         let t2 = Autotuner::default();
         t2.set_mode(TuneMode::Benchmark);
-        let failed = t2.choose_runtime(&Device::cpu(), "conv2d", &problem(), DType::F32, &c, 0, || Err("device lost"));
+        let failed =
+            t2.choose_runtime(&Device::cpu(), "conv2d", &problem(), FloatDType::F32, &c, 0, || Err("device lost"));
         assert_eq!(failed, Err("device lost"));
         assert_eq!(t2.cached(), 0);
     }
@@ -727,7 +730,7 @@ mod tests {
         t.set_mode(TuneMode::Benchmark);
         assert_eq!(t.persist(store.clone()).unwrap(), CacheLoad::Empty);
         let fake = |a: ConvAlgo| if a == ConvAlgo::Im2colGemm { 5 } else { 50 };
-        let _: ConvAlgo = t.choose(&Device::cpu(), &problem(), DType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
+        let _: ConvAlgo = t.choose(&Device::cpu(), &problem(), FloatDType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
         // The stored form: versioned, with the key's fields by name.
         let saved: serde_json::Value = serde_json::from_str(&store.text()).unwrap();
         assert_eq!(saved["version"], CACHE_VERSION);
@@ -740,7 +743,9 @@ mod tests {
         t2.set_mode(TuneMode::Benchmark);
         assert_eq!(t2.persist(store.clone()).unwrap(), CacheLoad::Loaded(1));
         let a: ConvAlgo = t2
-            .choose(&Device::cpu(), &problem(), DType::F32, |_| -> Result<u64, ()> { panic!("loaded from the store") })
+            .choose(&Device::cpu(), &problem(), FloatDType::F32, |_| -> Result<u64, ()> {
+                panic!("loaded from the store")
+            })
             .unwrap();
         assert_eq!(a, ConvAlgo::Im2colGemm);
 
@@ -751,7 +756,7 @@ mod tests {
         t3.persist(store.clone()).unwrap();
         let mut measured = false;
         let _: ConvAlgo = t3
-            .choose(&Device::cpu(), &problem(), DType::F32, |a| {
+            .choose(&Device::cpu(), &problem(), FloatDType::F32, |a| {
                 measured = true;
                 Ok::<_, ()>(fake(a))
             })
@@ -768,7 +773,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let _: ConvAlgo = t4.choose(&Device::cpu(), &problem(), DType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
+        let _: ConvAlgo = t4.choose(&Device::cpu(), &problem(), FloatDType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
         assert!(store.text().contains(&format!("\"version\": {CACHE_VERSION}")), "rewritten in the current version");
 
         store.set("not json");

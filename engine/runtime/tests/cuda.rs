@@ -31,7 +31,7 @@ mod gpu;
 
 use gpu::{Tf32, TunerMode, cpu, gpu, settings};
 
-use common::{Rng, elem_rel_err, norm_rel_err};
+use common::{Rng, elem_rel_err, norm_rel_err, rng_for_test};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -193,7 +193,7 @@ fn cuda_absence_is_a_typed_error_with_the_reason_and_auto_falls_back() {
 #[test]
 fn elementwise_activations_and_their_backward_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_elementwise");
+    let mut rng = rng_for_test("cuda_elementwise");
     for dtype in FLOATS {
         for n in [1000, 70_001] {
             let what = |op: &str| format!("{op} {dtype} n={n}");
@@ -235,7 +235,7 @@ fn in_place_ops_need_the_only_reference_on_the_gpu_too() {
 #[test]
 fn bias_add_and_gradient_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_bias");
+    let mut rng = rng_for_test("cuda_bias");
     for dtype in FLOATS {
         for shape in [vec![7, 5], vec![3, 4, 9], vec![2, 3, 12_000], vec![4, 16, 7, 9]] {
             let what = |op: &str| format!("{op} {dtype} {shape:?}");
@@ -254,7 +254,7 @@ fn bias_add_and_gradient_match_cpu() {
 #[test]
 fn unscale_and_check_finds_non_finite_values_like_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_unscale");
+    let mut rng = rng_for_test("cuda_unscale");
     let n = 70_001;
     for dtype in FLOATS {
         for poison in [None, Some((n - 1, f32::INFINITY)), Some((0, f32::NAN)), Some((n / 2, f32::NEG_INFINITY))] {
@@ -283,7 +283,7 @@ fn unscale_and_check_finds_non_finite_values_like_cpu() {
 #[test]
 fn softmax_and_log_softmax_with_backward_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_softmax");
+    let mut rng = rng_for_test("cuda_softmax");
     for dtype in FLOATS {
         for (rows, cols) in [(6, 11), (70, 1000), (3, 5000), (2, 1)] {
             let what = |op: &str| format!("{op} {dtype} [{rows}, {cols}]");
@@ -321,7 +321,7 @@ fn softmax_and_log_softmax_with_backward_match_cpu() {
 #[test]
 fn losses_and_their_backward_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_losses");
+    let mut rng = rng_for_test("cuda_losses");
     for (rows, classes) in [(5, 7), (300, 300), (1024, 10)] {
         let what = |op: &str| format!("{op} [{rows}, {classes}]");
         let (x, gx) = random_pair(&mut rng, &[rows, classes], 3.0, DType::F32, &gpu);
@@ -354,7 +354,7 @@ fn losses_and_their_backward_match_cpu() {
 #[test]
 fn sum_mean_item_and_argmax_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_reduce");
+    let mut rng = rng_for_test("cuda_reduce");
     for dtype in FLOATS {
         for n in [1, 999, 200_003, 1 << 22] {
             let (x, gx) = random_pair(&mut rng, &[n], 1.0, dtype, &gpu);
@@ -386,7 +386,7 @@ fn sum_mean_item_and_argmax_match_cpu() {
 #[test]
 fn float_casts_round_like_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_cast");
+    let mut rng = rng_for_test("cuda_cast");
     let mut values = rng.normals(70_001, 100.0);
     values.extend([0.0, -0.0, 65504.0, 65520.0, 1e-8, -3e38, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 6e-8]);
     let n = values.len();
@@ -401,7 +401,7 @@ fn float_casts_round_like_cpu() {
 #[test]
 fn int64_casts_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_cast_i64");
+    let mut rng = rng_for_test("cuda_cast_i64");
     // Finite values within f16's range: casting an infinity or a NaN to an
     // integer has no one right answer.
     let values: Vec<f32> =
@@ -430,7 +430,7 @@ fn int64_casts_match_cpu() {
 #[test]
 fn max_pool_and_its_backward_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_pool");
+    let mut rng = rng_for_test("cuda_pool");
     for dtype in FLOATS {
         for (shape, kernel, stride) in
             [([2, 3, 8, 7], 2, 2), ([1, 2, 9, 9], 3, 2), ([2, 40, 32, 30], 3, 1), ([8, 16, 56, 56], 2, 2)]
@@ -463,7 +463,7 @@ fn max_pool_and_its_backward_match_cpu() {
 #[test]
 fn sgd_and_adam_steps_match_cpu() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_optim");
+    let mut rng = rng_for_test("cuda_optim");
     let n = 70_001;
     let sgds = [
         Sgd::new(0.1),
@@ -479,11 +479,11 @@ fn sgd_and_adam_steps_match_cpu() {
         for step in 1..=4u64 {
             let (g, gg) = random_pair(&mut rng, &[n], 1.0, DType::F32, &gpu);
             if cfg.momentum == 0.0 {
-                p.sgd_update_(&g, None, &cfg, step).unwrap();
-                gp.sgd_update_(&gg, None, &cfg, step).unwrap();
+                p.sgd_step_(&g, None, &cfg, step).unwrap();
+                gp.sgd_step_(&gg, None, &cfg, step).unwrap();
             } else {
-                p.sgd_step_(&g, &mut m, &cfg, step).unwrap();
-                gp.sgd_step_(&gg, &mut gm, &cfg, step).unwrap();
+                p.sgd_step_(&g, Some(&mut m), &cfg, step).unwrap();
+                gp.sgd_step_(&gg, Some(&mut gm), &cfg, step).unwrap();
             }
         }
         check_norm(&format!("sgd {cfg:?}"), &gp, &p, &gpu);
@@ -521,7 +521,7 @@ fn matmul_plain_transposed_and_batched_match_cpu() {
     let _lock = settings();
     let _tf32 = Tf32::set(false, false);
     let _mode = TunerMode::set(TuneMode::Off);
-    let mut rng = Rng::for_test("cuda_matmul");
+    let mut rng = rng_for_test("cuda_matmul");
     // (batch, m, n, k); batch 0 means plain 2-d operands.
     let shapes = [(0, 7, 5, 3), (3, 17, 33, 65), (0, 40, 24, 300), (0, 129, 67, 253), (4, 256, 512, 384), (0, 1, 1, 1)];
     for dtype in FLOATS {
@@ -550,7 +550,7 @@ fn matmul_plain_transposed_and_batched_match_cpu() {
 fn tf32_switch_changes_f32_products_within_tf32_precision() {
     let Some(gpu) = gpu() else { return };
     let _lock = settings();
-    let mut rng = Rng::for_test("cuda_tf32");
+    let mut rng = rng_for_test("cuda_tf32");
     let (a, ga) = random_pair(&mut rng, &[256, 512], 1.0, DType::F32, &gpu);
     let (b, gb) = random_pair(&mut rng, &[512, 128], 1.0, DType::F32, &gpu);
     let want = host(&a.matmul(&b).unwrap());
@@ -597,7 +597,7 @@ fn conv2d_forward_and_backward_match_cpu_in_every_autotune_mode() {
     let Some(gpu) = gpu() else { return };
     let _lock = settings();
     let _tf32 = Tf32::set(false, false);
-    let mut rng = Rng::for_test("cuda_conv");
+    let mut rng = rng_for_test("cuda_conv");
     for dtype in FLOATS {
         for (xd, k, r, s, stride, padding) in conv_cases() {
             let opts = Conv2dOptions { stride, padding };
@@ -642,7 +642,7 @@ fn conv2d_benchmark_mode_tunes_on_the_gpu_and_keeps_its_choice() {
     let _lock = settings();
     let _tf32 = Tf32::set(false, false);
     let _mode = TunerMode::set(TuneMode::Benchmark);
-    let mut rng = Rng::for_test("cuda_conv_tune");
+    let mut rng = rng_for_test("cuda_conv_tune");
     let tuner = autotune::global();
     // A shape no other test uses, so the tuning is fresh.
     let opts = Conv2dOptions::new(1, 1);
@@ -718,7 +718,7 @@ fn mixing_cpu_and_gpu_operands_is_a_device_mismatch_and_copies_nothing() {
 #[test]
 fn pinned_and_pageable_host_to_device_copies_arrive_intact() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_copies");
+    let mut rng = rng_for_test("cuda_copies");
     let n = 16 << 20; // 64 MiB of f32: long enough for a copy to be in flight
     let values = rng.normals(n, 1.0);
     let zeros = vec![0.0f32; n];
@@ -754,7 +754,7 @@ fn pinned_and_pageable_host_to_device_copies_arrive_intact() {
 #[test]
 fn side_stream_copies_and_device_to_device_copies_arrive_intact() {
     let Some(gpu) = gpu() else { return };
-    let mut rng = Rng::for_test("cuda_streams");
+    let mut rng = rng_for_test("cuda_streams");
     let n = 4 << 20;
     let values = rng.normals(n, 1.0);
     let mut buf = HostBuffer::pinned(n * 4);

@@ -260,11 +260,11 @@ fn optimizers_give_the_cpus_bits() {
             let gg = grad.to(&g).unwrap();
             let step = step as u64 + 1;
             if cfg.momentum == 0.0 {
-                p.sgd_update_(grad, None, &cfg, step).unwrap();
-                gp.sgd_update_(&gg, None, &cfg, step).unwrap();
+                p.sgd_step_(grad, None, &cfg, step).unwrap();
+                gp.sgd_step_(&gg, None, &cfg, step).unwrap();
             } else {
-                p.sgd_step_(grad, &mut m, &cfg, step).unwrap();
-                gp.sgd_step_(&gg, &mut gm, &cfg, step).unwrap();
+                p.sgd_step_(grad, Some(&mut m), &cfg, step).unwrap();
+                gp.sgd_step_(&gg, Some(&mut gm), &cfg, step).unwrap();
             }
         }
         assert_bitwise(&format!("sgd {cfg:?}"), &gp, &p);

@@ -108,7 +108,7 @@ impl Optimizer for Sgd {
             let Some(grad) = grad else { continue };
             let slot = slot(&mut self.slots, i, data, &name, buffers)?;
             slot.step += 1;
-            data.sgd_update_(grad, slot.buffers.first_mut(), &self.cfg, slot.step)?;
+            data.sgd_step_(grad, slot.buffers.first_mut(), &self.cfg, slot.step)?;
         }
         Ok(())
     }

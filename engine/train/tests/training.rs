@@ -815,9 +815,9 @@ fn training_ops_known_answers() {
     // Plain SGD needs no momentum buffer.
     let mut p = Tensor::from_slice(&[1.0f32, 1.0], &[2], &d).unwrap();
     let grad = Tensor::from_slice(&[1.0f32, -1.0], &[2], &d).unwrap();
-    p.sgd_update_(&grad, None, &SgdConfig::new(0.5), 1).unwrap();
+    p.sgd_step_(&grad, None, &SgdConfig::new(0.5), 1).unwrap();
     assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.5, 1.5]);
-    assert!(p.sgd_update_(&grad, None, &SgdConfig { momentum: 0.9, ..SgdConfig::new(0.5) }, 1).is_err());
+    assert!(p.sgd_step_(&grad, None, &SgdConfig { momentum: 0.9, ..SgdConfig::new(0.5) }, 1).is_err());
     // The golden rule comes first in the new ops too.
     let (e, _) = device(56);
     let elsewhere = Tensor::from_slice(&[1.0f32, 1.0, 1.0], &[3], &e).unwrap();

@@ -9,25 +9,17 @@ use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
 
 pub use vramlab_engine::alloc::consts::MIB;
 
-/// A small deterministic generator (xorshift64*), so failures reproduce.
-pub struct Rng(u64);
+/// The workspace's seeded generator with the draws these tests need, so
+/// failures reproduce.
+pub struct Rng(vramlab_rng::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        Rng(vramlab_rng::Rng::new(seed))
     }
 
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.below(n as usize) as u64
     }
 
     /// A request size from both pools, odd sizes included.

@@ -3,8 +3,7 @@
 //! tie correction, one-sided: "new is slower"), Benjamini–Hochberg adjustment of
 //! many p-values, and the smallest slowdown a comparison could have detected.
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use vramlab_rng::Rng;
 
 /// A bootstrap interval of the ratio of medians.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,7 +37,7 @@ pub fn median(v: &[f64]) -> f64 {
 
 /// Percentile bootstrap interval of median(new)/median(old) at `confidence`
 /// (e.g. 0.95), from `resamples` resamplings of each side with replacement. The
-/// generator is ChaCha8 seeded with `seed`, so the same inputs always give the
+/// generator is the workspace's seeded one (`vramlab_rng`), so the same inputs always give the
 /// same interval. Both sides need at least one positive sample.
 pub fn bootstrap_ratio_of_medians(
     old: &[f64],
@@ -51,16 +50,16 @@ pub fn bootstrap_ratio_of_medians(
     if old.is_empty() || new.is_empty() || m_old <= 0.0 || m_new <= 0.0 {
         return None;
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rng = Rng::new(seed);
     let mut buf_old = vec![0.0; old.len()];
     let mut buf_new = vec![0.0; new.len()];
     let mut ratios = Vec::with_capacity(resamples.max(1));
     for _ in 0..resamples.max(1) {
         for x in buf_old.iter_mut() {
-            *x = old[rng.random_range(0..old.len())];
+            *x = old[rng.below(old.len())];
         }
         for x in buf_new.iter_mut() {
-            *x = new[rng.random_range(0..new.len())];
+            *x = new[rng.below(new.len())];
         }
         let (a, b) = (median_in_place(&mut buf_old), median_in_place(&mut buf_new));
         if a > 0.0 {

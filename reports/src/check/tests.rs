@@ -4,8 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use vramlab_rng::Rng;
 use vramlab_suites::harness::summarize;
 use vramlab_suites::{
     CaseResult, Environment, MemoryPeaks, Outcome, RunOptions, RunResults, SCHEMA_VERSION, SuiteResult,
@@ -72,12 +71,11 @@ fn run(cases: Vec<CaseResult>) -> RunResults {
 }
 
 /// `n` samples around `center` with multiplicative Gaussian noise of `noise`
-/// (0.2: 20 %), by Box–Muller from a seeded generator.
-fn noisy(rng: &mut ChaCha8Rng, n: usize, center: f64, noise: f64) -> Vec<f64> {
+/// (0.2: 20 %), from the seeded generator.
+fn noisy(rng: &mut Rng, n: usize, center: f64, noise: f64) -> Vec<f64> {
     (0..n)
         .map(|_| {
-            let (u1, u2): (f64, f64) = (rng.random::<f64>().max(1e-300), rng.random());
-            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+            let z = rng.normal();
             center * (1.0 + noise * z).max(0.05)
         })
         .collect()
@@ -105,7 +103,7 @@ const SAMPLES: usize = 40;
 /// differ by `slowdown`; returns (verdicts, reported detectable slowdowns).
 fn trials(slowdown: f64, seed: u64) -> (Vec<Status>, Vec<f64>) {
     let cfg = trial_config();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rng = Rng::new(seed);
     let mut verdicts = Vec::with_capacity(TRIALS);
     let mut detectable = Vec::new();
     for _ in 0..TRIALS {
@@ -165,7 +163,7 @@ fn the_reported_detectable_slowdown_agrees_with_trials() {
 
 #[test]
 fn verdicts_are_reproducible() {
-    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let mut rng = Rng::new(9);
     let old = run(vec![case("t", noisy(&mut rng, SAMPLES, 1000.0, 0.2), 0.0)]);
     let new = run(vec![case("t", noisy(&mut rng, SAMPLES, 1080.0, 0.2), 0.0)]);
     let a = output::json(&compare(&old, &new, &CheckConfig::default(), false, labels())).unwrap();

@@ -8,6 +8,14 @@
 //! with no `alloc` in the trace, and frees of blocks whose `alloc` the ring
 //! buffer lost) is allocated before the first event, in address order, as
 //! memory_viz places it, and counted in [`LiveAtStart`].
+//!
+//! Private pools (CUDA graphs, `MemPool`): every pool a final segment names by its
+//! `segment_pool_id` is created (use count 1, as a live graph or `MemPool` holds
+//! it), and each allocation at an address inside such a segment is made in that
+//! pool (`beginAllocateToPool` for its stream around the `malloc`). PyTorch's trace
+//! entries do not say their pool, so the final segments are the map: allocations
+//! in private-pool segments freed before the snapshot was taken go to the default
+//! pool.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +27,8 @@ use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snaps
 use crate::hooks::{AllocatorAction, Event, Hooks, Subscriber};
 use crate::replay::{MAX_BYTES, OnOom};
 use crate::{
-    AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, PoolKind, SimulatedMemory, StreamId,
+    AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolFilter, PoolKind,
+    SimulatedMemory, StreamId,
 };
 
 /// How to replay a snapshot.
@@ -133,7 +142,8 @@ pub struct SnapshotReplay {
     pub stopped_early: bool,
     /// `oom` entries in the recording itself.
     pub recorded_ooms: u64,
-    /// Private pools the snapshot's segments use on this device (not modelled: a finding).
+    /// Private pools the snapshot's segments use on this device, replayed as
+    /// private pools (see the module docs).
     pub private_pools: Vec<(i64, i64)>,
     /// Index in the trace of the entry at which allocated memory peaked (after it ran).
     pub peak_allocated_index: Option<u64>,
@@ -248,6 +258,51 @@ impl Streams {
     }
 }
 
+/// The private-pool segments of one device: address ranges and their pool.
+struct PoolMap {
+    ranges: Vec<(u64, u64, MempoolId)>,
+}
+
+impl PoolMap {
+    fn new(snapshot: &Snapshot, device: i64) -> PoolMap {
+        let mut ranges: Vec<(u64, u64, MempoolId)> = snapshot
+            .segments
+            .iter()
+            .filter(|s| s.device == device && s.segment_pool_id != (0, 0))
+            .map(|s| {
+                let (a, b) = s.segment_pool_id;
+                (s.address, s.address.saturating_add(s.total_size), (a as u64, b as u64))
+            })
+            .collect();
+        ranges.sort_unstable();
+        PoolMap { ranges }
+    }
+
+    /// The pool whose segment holds `addr`, if a private one does.
+    fn pool_of(&self, addr: u64) -> Option<MempoolId> {
+        let k = self.ranges.partition_point(|r| r.0 <= addr);
+        k.checked_sub(1).map(|k| self.ranges[k]).filter(|r| addr < r.1).map(|r| r.2)
+    }
+}
+
+/// `malloc`, in private pool `pool` when given (begin allocating the stream to it,
+/// allocate, end and give the use back).
+fn malloc_in(
+    allocator: &CachingAllocator,
+    size: u64,
+    stream: StreamId,
+    pool: Option<MempoolId>,
+) -> Result<Allocation, AllocError> {
+    let Some(pool) = pool else {
+        return allocator.malloc(size, stream, None);
+    };
+    allocator.begin_allocate_to_pool(pool, PoolFilter::Streams(vec![stream]))?;
+    let result = allocator.malloc(size, stream, None);
+    allocator.end_allocate_to_pool(pool)?;
+    allocator.release_pool(pool)?;
+    result
+}
+
 /// Replays `snapshot`'s trace for one device.
 pub fn replay_snapshot(
     snapshot: &Snapshot,
@@ -281,6 +336,12 @@ pub fn replay_snapshot(
     hooks.subscribe(log.clone());
     let allocator = CachingAllocator::with_hooks(Arc::new(raw), config.clone(), hooks, device as u32)
         .map_err(SnapshotReplayError::Setup)?;
+    let pools = PoolMap::new(snapshot, device as i64);
+    for &(_, _, pool) in &pools.ranges {
+        if allocator.pool_use_count(pool).is_none() {
+            allocator.create_or_incref_pool(pool).map_err(SnapshotReplayError::Setup)?;
+        }
+    }
     let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
     let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
 
@@ -302,7 +363,7 @@ pub fn replay_snapshot(
         }
     }
     if !windowed || opts.to_us.is_none() {
-        for seg in snapshot.segments.iter().filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0)) {
+        for seg in snapshot.segments.iter().filter(|s| s.device == device as i64) {
             for b in &seg.blocks {
                 let active = b.state != BlockState::Inactive;
                 if active && !live.contains_key(&b.address) {
@@ -318,8 +379,8 @@ pub fn replay_snapshot(
     let mut streams = Streams { ids: HashMap::from_iter([(0, 0)]) };
     let mut handles: HashMap<u64, Allocation> = HashMap::default();
     for &(addr, size, frames, _) in &pre {
-        let a =
-            allocator.malloc(size, 0, None).map_err(|source| SnapshotReplayError::Allocator { index: 0, source })?;
+        let a = malloc_in(&allocator, size, 0, pools.pool_of(addr))
+            .map_err(|source| SnapshotReplayError::Allocator { index: 0, source })?;
         handles.insert(addr, a);
         if let Some(rec) = recorder.as_mut() {
             rec.take(&log, first_time_us.saturating_sub(1), frames);
@@ -393,7 +454,7 @@ pub fn replay_snapshot(
                     allocator.free(old).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
                 }
                 let stream = streams.id(e.stream)?;
-                match allocator.malloc(e.size, stream, None) {
+                match malloc_in(&allocator, e.size, stream, pools.pool_of(e.addr)) {
                     Ok(a) => {
                         handles.insert(e.addr, a);
                     }
@@ -494,7 +555,7 @@ fn recording(
             total_size: s.total_size,
             stream: s.stream as i64,
             segment_type: if s.pool == PoolKind::Small { SegmentType::Small } else { SegmentType::Large },
-            segment_pool_id: (0, 0),
+            segment_pool_id: s.pool_id.map_or((0, 0), |(a, b)| (a as i64, b as i64)),
             is_expandable: s.is_expandable,
             frames: 0,
             blocks: s
@@ -554,7 +615,7 @@ fn fidelity(
     let mut rec_segs: Vec<SegKey> = snapshot
         .segments
         .iter()
-        .filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0))
+        .filter(|s| s.device == device as i64)
         .map(|s| (s.total_size, s.blocks.iter().map(|b| (b.size, b.state != BlockState::Inactive)).collect()))
         .collect();
     let ours = allocator.snapshot();
@@ -587,7 +648,7 @@ fn fidelity(
             show(rep_segs.get(k))
         ))
     };
-    let rec_iter = || snapshot.segments.iter().filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0));
+    let rec_iter = || snapshot.segments.iter().filter(|s| s.device == device as i64);
     FidelityReport {
         recorded_segment_events: recorded.len() as u64,
         replayed_segment_events: replayed.len() as u64,

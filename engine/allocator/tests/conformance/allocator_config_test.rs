@@ -81,21 +81,27 @@ fn allocator_config_test() {
 }
 
 /// From the source (`AcceleratorAllocatorConfig::parseArgs` and its checks): the
-/// refusals the test file does not exercise.
+/// refusals the test file does not exercise, with PyTorch's texts where PyTorch
+/// words them.
 #[test]
 fn refusals_follow_the_parser() {
     for (env, fragment) in [
-        ("max_split_size_mb:19", "large segment size"),
-        ("max_non_split_rounding_mb:19", "large segment size"),
-        ("garbage_collection_threshold:1.0", "strictly between 0 and 1"),
-        ("garbage_collection_threshold:0", "strictly between 0 and 1"),
-        ("roundup_power2_divisions:3", "power of two"),
-        ("roundup_power2_divisions:[64:3]", "power of two"),
-        ("roundup_power2_divisions:[63:4]", "power of two"),
+        // PyTorch's own texts (c10/core/AllocatorConfig.cpp, c10/cuda/CUDAAllocatorConfig.cpp).
+        ("max_split_size_mb:19", "CachingAllocator option max_split_size_mb too small, must be >= 20"),
+        ("max_non_split_rounding_mb:19", "CachingAllocator option max_non_split_rounding_mb too small, must be >= 20"),
+        ("garbage_collection_threshold:1.0", "garbage_collect_threshold is invalid, set it in (0.0, 1.0)"),
+        ("garbage_collection_threshold:0", "garbage_collect_threshold is invalid, set it in (0.0, 1.0)"),
+        ("roundup_power2_divisions:3", "For roundups, the divisions has to be power of 2"),
+        ("roundup_power2_divisions:[64:3]", "For roundups, the divisions has to be power of 2 or 0 to disable roundup"),
+        ("roundup_power2_divisions:[63:4]", "For roundups, the intervals have to be power of 2"),
+        ("device_specific_option_mb:64", "Unrecognized key 'device_specific_option_mb' in CUDA allocator config."),
+        ("pinned_num_register_threads:3", "Number of register threads has to be power of 2, got 3"),
+        ("pinned_reserve_segment_size_mb:0", "Pinned reserve segment size has to be greater than 0"),
+        ("backend:foo", "Unknown allocator backend, options are native and cudaMallocAsync"),
+        // vramlab's own (PyTorch's text names a token index, or is not in the version read).
         ("expandable_segments:true", "True or False"),
         ("per_process_memory_fraction:1.5", "between 0 and 1"),
         ("large_segment_size_mb:10", "greater than 10"),
-        ("device_specific_option_mb:64", "unknown allocator option"),
     ] {
         let err = AllocatorConfig::parse(env).expect_err(env).to_string();
         assert!(err.contains(fragment), "{env}: {err}");

@@ -11,4 +11,6 @@ mod allocator_config_test;
 mod harness;
 mod test_cuda;
 mod test_cuda_expandable_segments;
+mod test_cuda_graphs;
 mod test_cuda_multigpu;
+mod test_mempool;

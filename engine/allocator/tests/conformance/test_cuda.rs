@@ -353,16 +353,12 @@ pub fn notifies_oom(expandable: bool) {
 /// PyTorch's does. PyTorch checks each tensor still holds its own values; here every
 /// live tensor must own a distinct, non-overlapping block, and the statistics must
 /// agree with the snapshot after every op. Python's `random.seed(123)` sequence is
-/// replaced by a fixed xorshift sequence (the assertions hold for any sequence).
+/// replaced by the workspace's generator seeded with 123 (`vramlab_rng::Rng`; the
+/// assertions hold for any sequence).
 pub fn allocator_fuzz(expandable: bool) {
     let gpu = Gpu::with_expandable(expandable);
-    let mut state = 123u64 ^ 0x9E37_79B9_7F4A_7C15;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = vramlab_rng::Rng::new(123);
+    let mut next = move || rng.next_u64();
     let mut mem: Vec<Tensor<'_>> = Vec::new();
     let mut total = 0u64;
     let limit = 1024 * 1024 * 1024 / (4 * 10);

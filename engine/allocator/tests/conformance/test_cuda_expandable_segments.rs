@@ -50,3 +50,28 @@ fn test_record_stream_on_shifted_view() {
 fn test_caching_allocator_record_stream_oom() {
     test_cuda::caching_allocator_record_stream_oom(true);
 }
+
+#[test]
+fn test_graph_memory_stats_and_use_result_after_destroy_graph() {
+    crate::test_cuda_graphs::graph_memory_stats_and_use_result_after_destroy_graph(true);
+}
+
+#[test]
+fn test_graph_two_successive() {
+    crate::test_cuda_graphs::graph_two_successive(true);
+}
+
+#[test]
+fn test_graph_capture_oom() {
+    crate::test_cuda_graphs::graph_capture_oom(true);
+}
+
+#[test]
+fn test_graph_record_stream() {
+    crate::test_cuda_graphs::graph_record_stream(true);
+}
+
+#[test]
+fn test_graph_three_successive() {
+    crate::test_cuda_graphs::graph_three_successive(true);
+}

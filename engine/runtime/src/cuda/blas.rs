@@ -32,10 +32,12 @@ use super::backend::CudaBackend;
 use super::error::{CudaError, CudaResult, DriverContext};
 use super::libs::CudaLib;
 use crate::alloc::Allocation;
+use crate::backend::KernelTiming;
 use crate::cpu_kernels::{self, KernelCall, MatmulShape};
 use crate::device::Device;
+use crate::error::{Result, TensorError};
 use crate::hooks::Tag;
-use crate::tensor::{KernelTiming, Result, Tensor, TensorError};
+use crate::storage::{Storage, current_tag};
 
 /// The environment variable PyTorch (and cuBLAS) read the workspace size from.
 pub const WORKSPACE_CONFIG_VAR: &str = "CUBLAS_WORKSPACE_CONFIG";
@@ -186,24 +188,24 @@ impl RowMajorGemm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GemmTypes {
     /// Of `A` and `B`.
-    pub inputs: cpu_kernels::DType,
-    pub output: cpu_kernels::DType,
+    pub inputs: cpu_kernels::FloatDType,
+    pub output: cpu_kernels::FloatDType,
     /// f32 products on TF32 tensor cores.
     pub tf32: bool,
 }
 
 impl GemmTypes {
-    fn data_type(d: cpu_kernels::DType) -> sys::cudaDataType {
+    fn data_type(d: cpu_kernels::FloatDType) -> sys::cudaDataType {
         match d {
-            cpu_kernels::DType::F32 => sys::cudaDataType::CUDA_R_32F,
-            cpu_kernels::DType::F16 => sys::cudaDataType::CUDA_R_16F,
-            cpu_kernels::DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
+            cpu_kernels::FloatDType::F32 => sys::cudaDataType::CUDA_R_32F,
+            cpu_kernels::FloatDType::F16 => sys::cudaDataType::CUDA_R_16F,
+            cpu_kernels::FloatDType::BF16 => sys::cudaDataType::CUDA_R_16BF,
         }
     }
 
     /// f32 accumulation always; TF32 only for f32 inputs.
     fn compute(&self) -> sys::cublasComputeType_t {
-        if self.tf32 && self.inputs == cpu_kernels::DType::F32 {
+        if self.tf32 && self.inputs == cpu_kernels::FloatDType::F32 {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
         } else {
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
@@ -392,34 +394,32 @@ pub fn clear_cublas_workspace(device: &Device) -> Result<()> {
 }
 
 /// The algorithm name kernel events give an f32 product.
-fn algorithm_name(dtype: cpu_kernels::DType, tf32: bool) -> &'static str {
-    if tf32 && dtype == cpu_kernels::DType::F32 { "cublas_tf32" } else { "cublas" }
+fn algorithm_name(dtype: cpu_kernels::FloatDType, tf32: bool) -> &'static str {
+    if tf32 && dtype == cpu_kernels::FloatDType::F32 { "cublas_tf32" } else { "cublas" }
 }
 
-/// `a · b` on CUDA for the tensor layer: `shape` is checked, `out_shape` is the
-/// result's. With `timed`, waits for the product and returns its device time;
+/// `a · b` on CUDA for the backend: `shape` is checked. With `timed`, waits for the product and returns its device time;
 /// otherwise returns at once (the product is queued on stream 0) with 0 ns.
 pub(crate) fn matmul(
     backend: &Arc<CudaBackend>,
-    a: &Tensor,
-    b: &Tensor,
+    a: &Storage,
+    b: &Storage,
     shape: MatmulShape,
-    out_shape: &[usize],
     timed: bool,
-) -> Result<(Tensor, KernelTiming)> {
+) -> Result<(Storage, KernelTiming)> {
     const OP: &str = "matmul";
     let cuda = |source| TensorError::Cuda { op: OP, source };
-    let device = a.device();
-    let dtype = a.dtype().float().ok_or(TensorError::UnsupportedDType {
+    let device = &a.device;
+    let dtype = a.dtype.float().ok_or(TensorError::UnsupportedDType {
         op: OP,
-        dtype: a.dtype(),
+        dtype: a.dtype,
         reason: "matmul needs a float dtype",
     })?;
     let tf32 = matmul_allow_tf32();
     let algorithm = algorithm_name(dtype, tf32);
-    let out = Tensor::uninit(out_shape, a.dtype(), device)?;
+    let out = Storage::new(device, shape.batch * shape.m * shape.n, a.dtype, current_tag())?;
     let mut timing = KernelTiming { algorithm, duration_ns: 0 };
-    if out.numel() == 0 {
+    if out.len == 0 {
         return Ok((out, timing));
     }
     let call = KernelCall::Matmul { shape, dtype };
@@ -428,7 +428,7 @@ pub(crate) fn matmul(
         let kernel = || backend.run_kernel(OP, algorithm, 0, call, |_| launch());
         if timed { backend.time_on_device(0, |_| kernel()) } else { kernel().map(|()| 0) }
     };
-    let (c, bytes) = (out.data_ptr(), out.size_bytes());
+    let (c, bytes) = (out.addr(), out.size_bytes());
     timing.duration_ns = match gemm.column_major() {
         // The only zero dimension left is k: the sum over nothing is 0.
         None if shape.k == 0 => run(&|| {
@@ -440,20 +440,25 @@ pub(crate) fn matmul(
         None => {
             return Err(TensorError::BadShape {
                 op: OP,
-                shape: out_shape.to_vec(),
+                shape: out_shape(&shape),
                 reason: "a dimension exceeds cuBLAS's 32-bit arguments".into(),
             });
         }
         Some(g) => {
             let blas = Blas::of(backend).map_err(cuda)?.lock(device)?;
             let types = GemmTypes { inputs: dtype, output: dtype, tf32 };
-            let (pa, pb) = (a.data_ptr(), b.data_ptr());
+            let (pa, pb) = (a.addr(), b.addr());
             // SAFETY: the operands and the output are live allocations of this
             // device holding the shapes `g` was made from, in `dtype`.
             run(&|| unsafe { blas.gemm(OP, &g, types, (pa, pb, c), 0.0) }).map_err(cuda)?
         }
     };
     Ok((out, timing))
+}
+
+/// The stored shape of a product (for errors).
+fn out_shape(shape: &MatmulShape) -> Vec<usize> {
+    if shape.batch == 1 { vec![shape.m, shape.n] } else { vec![shape.batch, shape.m, shape.n] }
 }
 
 /// BLAS's column-major GEMM as the reference manual defines it, over f64:
@@ -575,12 +580,12 @@ mod tests {
 
     #[test]
     fn tf32_names_and_compute_types() {
-        assert_eq!(algorithm_name(cpu_kernels::DType::F32, false), "cublas");
-        assert_eq!(algorithm_name(cpu_kernels::DType::F32, true), "cublas_tf32");
-        assert_eq!(algorithm_name(cpu_kernels::DType::BF16, true), "cublas");
+        assert_eq!(algorithm_name(cpu_kernels::FloatDType::F32, false), "cublas");
+        assert_eq!(algorithm_name(cpu_kernels::FloatDType::F32, true), "cublas_tf32");
+        assert_eq!(algorithm_name(cpu_kernels::FloatDType::BF16, true), "cublas");
         let t = |inputs, tf32| GemmTypes { inputs, output: inputs, tf32 }.compute();
-        assert_eq!(t(cpu_kernels::DType::F32, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32);
-        assert_eq!(t(cpu_kernels::DType::F32, false), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
-        assert_eq!(t(cpu_kernels::DType::F16, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
+        assert_eq!(t(cpu_kernels::FloatDType::F32, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32);
+        assert_eq!(t(cpu_kernels::FloatDType::F32, false), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
+        assert_eq!(t(cpu_kernels::FloatDType::F16, true), sys::cublasComputeType_t::CUBLAS_COMPUTE_32F);
     }
 }

@@ -10,8 +10,8 @@ use cudarc::nvrtc::{Ptx, result as nvrtc};
 
 use super::error::{CudaError, CudaResult};
 use super::libs::CudaLib;
-use crate::cpu_kernels::DType as FloatDType;
-use crate::tensor::DType;
+use crate::cpu_kernels::FloatDType;
+use crate::dtype::DType;
 
 /// The kernels' source.
 pub const SOURCE: &str = include_str!("kernels.cu");

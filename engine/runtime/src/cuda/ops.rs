@@ -1,8 +1,9 @@
 //! The CUDA side of the tensor ops other than matmul and convolution.
 //!
 //! `tensor::ops` checks every operand first — the golden rule, dtypes, shapes —
-//! the same way for both backends, then calls a function here. It takes its
-//! outputs from the device's caching allocator ([`Tensor::uninit`], under the
+//! the same way for both backends, then calls the [`Backend`] method of the op,
+//! which for a GPU is a function here over the operands' storage. It takes its
+//! outputs from the device's caching allocator ([`Storage::new`], under the
 //! calling thread's tag; scratch tagged `workspace`) and launches kernels of
 //! `kernels.cu` on the default stream, where PyTorch runs its ops. Each op is
 //! one [`CudaBackend::run_kernel`] call, so one kernel event with the device
@@ -21,10 +22,15 @@ use half::{bf16, f16};
 use super::backend::CudaBackend;
 use super::error::{CudaResult, DriverContext};
 use super::kernels::{self, FloatKernel};
-use crate::cpu_kernels::{self as k, DType as FloatDType, Element, ElementwiseOp, KernelCall, MaxPool2dShape};
+use crate::backend::{Backend, ChannelLayout, KernelTiming, Rows};
+use crate::cpu_kernels::{
+    self as k, Conv2dShape, ConvPass, Element, ElementwiseOp, FloatDType, KernelCall, MatmulShape, MaxPool2dShape,
+};
 use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Result, TensorError};
 use crate::hooks::Tag;
-use crate::tensor::{DType, Result, Tensor, TensorError};
+use crate::storage::{Storage, current_tag};
 
 /// The algorithm name of kernel events from this module.
 const CUDA: &str = "cuda";
@@ -49,8 +55,8 @@ enum Arg {
     F64(f64),
 }
 
-fn ptr(t: &Tensor) -> Arg {
-    Arg::Ptr(t.data_ptr())
+fn ptr(s: &Storage) -> Arg {
+    Arg::Ptr(s.addr())
 }
 
 fn count(n: usize) -> Arg {
@@ -98,15 +104,15 @@ fn single_block() -> LaunchConfig {
 
 /// Scratch of `len` doubles from the allocator, tagged `workspace` (stored as
 /// i64, the tensors' 8-byte type).
-fn scratch_f64(device: &Device, len: usize) -> Result<Tensor> {
-    Tensor::uninit_tagged(&[len], DType::I64, device, Some(Tag::Workspace))
+fn scratch_f64(device: &Device, len: usize) -> Result<Storage> {
+    Storage::new(device, len, DType::I64, Some(Tag::Workspace))
 }
 
 /// The float storage type of `t`, with the CPU's error for i64.
-fn float_of(op: &'static str, t: &Tensor) -> Result<FloatDType> {
-    t.dtype().float().ok_or(TensorError::UnsupportedDType {
+fn float_of(op: &'static str, t: &Storage) -> Result<FloatDType> {
+    t.dtype.float().ok_or(TensorError::UnsupportedDType {
         op,
-        dtype: t.dtype(),
+        dtype: t.dtype,
         reason: "this op computes in floating point",
     })
 }
@@ -142,7 +148,7 @@ pub(crate) trait Queue {
     /// Queues the plan's kernels as one kernel event; errors name `op`.
     fn submit(&self, op: &'static str, plan: Plan) -> Result<()>;
     /// The value of a one-element f32 tensor, once the queued work has run.
-    fn read_f32(&self, t: &Tensor) -> Result<f32>;
+    fn read_f32(&self, t: &Storage) -> Result<f32>;
 }
 
 impl Queue for CudaBackend {
@@ -162,8 +168,9 @@ impl Queue for CudaBackend {
         .map_err(err)
     }
 
-    fn read_f32(&self, t: &Tensor) -> Result<f32> {
-        Ok(t.to(&Device::cpu())?.to_vec::<f32>()?.first().copied().unwrap_or(0.0))
+    fn read_f32(&self, t: &Storage) -> Result<f32> {
+        let host = crate::transfer::copy_to_device(t, &Device::cpu())?;
+        Ok(host.slice::<f32>().first().copied().unwrap_or(0.0))
     }
 }
 
@@ -174,7 +181,7 @@ impl<Q: Queue + ?Sized> Queue for std::sync::Arc<Q> {
     fn submit(&self, op: &'static str, plan: Plan) -> Result<()> {
         (**self).submit(op, plan)
     }
-    fn read_f32(&self, t: &Tensor) -> Result<f32> {
+    fn read_f32(&self, t: &Storage) -> Result<f32> {
         (**self).read_f32(t)
     }
 }
@@ -203,7 +210,13 @@ fn launch_all(stream: &CudaStream, functions: &[CudaFunction], launches: &[Launc
 
 /// `a op b` elementwise: add, mul, relu_backward (`a` = x, `b` = gy) or
 /// gelu_backward.
-pub(crate) fn binary(q: &impl Queue, op: &'static str, kind: ElementwiseOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+pub(crate) fn binary(
+    q: &impl Queue,
+    op: &'static str,
+    kind: ElementwiseOp,
+    a: &Storage,
+    b: &Storage,
+) -> Result<Storage> {
     let dtype = float_of(op, a)?;
     let kernel = match kind {
         ElementwiseOp::Add => FloatKernel::Add,
@@ -211,8 +224,8 @@ pub(crate) fn binary(q: &impl Queue, op: &'static str, kind: ElementwiseOp, a: &
         ElementwiseOp::ReluBackward => FloatKernel::ReluBackward,
         _ => FloatKernel::GeluBackward,
     };
-    let n = a.numel();
-    let y = Tensor::uninit(a.shape(), a.dtype(), a.device())?;
+    let n = a.len;
+    let y = Storage::new(&a.device, a.len, a.dtype, current_tag())?;
     let call = KernelCall::Elementwise { op: kind, len: n, channels: 0, dtype };
     let launch = Launch::new(kernel.name(dtype), elementwise(q, n), [ptr(a), ptr(b), ptr(&y), count(n)]);
     run(q, op, kind.name(), CUDA, Some(call), &[launch])?;
@@ -220,10 +233,10 @@ pub(crate) fn binary(q: &impl Queue, op: &'static str, kind: ElementwiseOp, a: &
 }
 
 /// `scale` (by `alpha`), `relu` or `gelu`.
-pub(crate) fn unary(q: &impl Queue, op: &'static str, kind: ElementwiseOp, x: &Tensor, alpha: f32) -> Result<Tensor> {
+pub(crate) fn unary(q: &impl Queue, op: &'static str, kind: ElementwiseOp, x: &Storage, alpha: f32) -> Result<Storage> {
     let dtype = float_of(op, x)?;
-    let n = x.numel();
-    let y = Tensor::uninit(x.shape(), x.dtype(), x.device())?;
+    let n = x.len;
+    let y = Storage::new(&x.device, x.len, x.dtype, current_tag())?;
     let launch = match kind {
         ElementwiseOp::Scale => {
             Launch::new(FloatKernel::Scale.name(dtype), elementwise(q, n), [ptr(x), ptr(&y), Arg::F32(alpha), count(n)])
@@ -239,18 +252,18 @@ pub(crate) fn unary(q: &impl Queue, op: &'static str, kind: ElementwiseOp, x: &T
 }
 
 /// `y += x` in place (`y` is the only reference to its storage).
-pub(crate) fn add_inplace(q: &impl Queue, op: &'static str, y: &Tensor, x: &Tensor) -> Result<()> {
+pub(crate) fn add_inplace(q: &impl Queue, op: &'static str, y: &Storage, x: &Storage) -> Result<()> {
     let dtype = float_of(op, y)?;
-    let n = y.numel();
+    let n = y.len;
     let call = KernelCall::Elementwise { op: ElementwiseOp::Add, len: n, channels: 0, dtype };
     let launch = Launch::new(FloatKernel::Add.name(dtype), elementwise(q, n), [ptr(y), ptr(x), ptr(y), count(n)]);
     run(q, op, "add", CUDA_INPLACE, Some(call), &[launch])
 }
 
 /// `y *= alpha` in place.
-pub(crate) fn scale_inplace(q: &impl Queue, op: &'static str, y: &Tensor, alpha: f32) -> Result<()> {
+pub(crate) fn scale_inplace(q: &impl Queue, op: &'static str, y: &Storage, alpha: f32) -> Result<()> {
     let dtype = float_of(op, y)?;
-    let n = y.numel();
+    let n = y.len;
     let call = KernelCall::Elementwise { op: ElementwiseOp::Scale, len: n, channels: 0, dtype };
     let launch =
         Launch::new(FloatKernel::Scale.name(dtype), elementwise(q, n), [ptr(y), ptr(y), Arg::F32(alpha), count(n)]);
@@ -259,14 +272,14 @@ pub(crate) fn scale_inplace(q: &impl Queue, op: &'static str, y: &Tensor, alpha:
 
 /// Every element of `y` set to `value`, rounded once on the host as the CPU's
 /// `fill_` rounds it.
-pub(crate) fn fill(q: &impl Queue, op: &'static str, y: &Tensor, value: f64) -> Result<()> {
+pub(crate) fn fill(q: &impl Queue, op: &'static str, y: &Storage, value: f64) -> Result<()> {
     let dtype = float_of(op, y)?;
     let bits = match dtype {
         FloatDType::F32 => <f32 as Element>::from_f64(value).to_bits(),
         FloatDType::F16 => u32::from(<f16 as Element>::from_f64(value).to_bits()),
         FloatDType::BF16 => u32::from(<bf16 as Element>::from_f64(value).to_bits()),
     };
-    let n = y.numel();
+    let n = y.len;
     let call = KernelCall::Elementwise { op: ElementwiseOp::Fill, len: n, channels: 0, dtype };
     let launch = Launch::new(FloatKernel::Fill.name(dtype), elementwise(q, n), [ptr(y), Arg::U32(bits), count(n)]);
     run(q, op, "fill", CUDA_INPLACE, Some(call), &[launch])
@@ -274,10 +287,10 @@ pub(crate) fn fill(q: &impl Queue, op: &'static str, y: &Tensor, value: f64) -> 
 
 /// GradScaler's unscale of `y` in place; whether any element was inf or NaN.
 /// Reading the flag back waits for the device, as `found_inf.item()` does.
-pub(crate) fn unscale(q: &impl Queue, op: &'static str, y: &Tensor, inv_scale: f32) -> Result<bool> {
+pub(crate) fn unscale(q: &impl Queue, op: &'static str, y: &Storage, inv_scale: f32) -> Result<bool> {
     let dtype = float_of(op, y)?;
-    let n = y.numel();
-    let found = Tensor::uninit_tagged(&[1], DType::F32, y.device(), Some(Tag::Workspace))?;
+    let n = y.len;
+    let found = Storage::new(&y.device, 1, DType::F32, Some(Tag::Workspace))?;
     let launches = [
         Launch::new(FloatKernel::Fill.name(FloatDType::F32), grid(1, 32), [ptr(&found), Arg::U32(0), count(1)]),
         Launch::new(
@@ -295,11 +308,11 @@ pub(crate) fn unscale(q: &impl Queue, op: &'static str, y: &Tensor, inv_scale: f
 pub(crate) fn add_bias(
     q: &impl Queue,
     op: &'static str,
-    x: &Tensor,
-    bias: &Tensor,
+    x: &Storage,
+    bias: &Storage,
     layout: (usize, usize),
-) -> Result<Tensor> {
-    let y = Tensor::uninit(x.shape(), x.dtype(), x.device())?;
+) -> Result<Storage> {
+    let y = Storage::new(&x.device, x.len, x.dtype, current_tag())?;
     add_bias_into(q, op, x, bias, &y, layout, CUDA)?;
     Ok(y)
 }
@@ -308,8 +321,8 @@ pub(crate) fn add_bias(
 pub(crate) fn add_bias_inplace(
     q: &impl Queue,
     op: &'static str,
-    x: &Tensor,
-    bias: &Tensor,
+    x: &Storage,
+    bias: &Storage,
     layout: (usize, usize),
 ) -> Result<()> {
     add_bias_into(q, op, x, bias, x, layout, CUDA_INPLACE)
@@ -318,14 +331,14 @@ pub(crate) fn add_bias_inplace(
 fn add_bias_into(
     q: &impl Queue,
     op: &'static str,
-    x: &Tensor,
-    bias: &Tensor,
-    y: &Tensor,
+    x: &Storage,
+    bias: &Storage,
+    y: &Storage,
     (channels, inner): (usize, usize),
     algorithm: &'static str,
 ) -> Result<()> {
     let dtype = float_of(op, x)?;
-    let n = x.numel();
+    let n = x.len;
     let launch = Launch::new(
         FloatKernel::AddBias.name(dtype),
         elementwise(q, n),
@@ -339,12 +352,12 @@ fn add_bias_into(
 pub(crate) fn bias_grad(
     q: &impl Queue,
     op: &'static str,
-    gy: &Tensor,
+    gy: &Storage,
     layout: (usize, usize, usize),
-) -> Result<Tensor> {
+) -> Result<Storage> {
     let dtype = float_of(op, gy)?;
     let (outer, channels, inner) = layout;
-    let gb = Tensor::uninit(&[channels], gy.dtype(), gy.device())?;
+    let gb = Storage::new(&gy.device, channels, gy.dtype, current_tag())?;
     let launch = if inner == 1 && channels >= 128 {
         // Enough channels for a thread each: coalesced reads of whole rows.
         let args = [ptr(gy), ptr(&gb), count(outer), count(channels)];
@@ -359,12 +372,12 @@ pub(crate) fn bias_grad(
 
 /// Sum or mean of all elements as a 0-d f32 tensor (f64 partials per block,
 /// then one block adds them in order).
-pub(crate) fn reduce(q: &impl Queue, op: &'static str, x: &Tensor, mean: bool) -> Result<Tensor> {
+pub(crate) fn reduce(q: &impl Queue, op: &'static str, x: &Storage, mean: bool) -> Result<Storage> {
     let dtype = float_of(op, x)?;
-    let n = x.numel();
+    let n = x.len;
     let cfg = partial(n);
-    let parts = scratch_f64(x.device(), cfg.grid_dim.0 as usize)?;
-    let out = Tensor::uninit(&[], DType::F32, x.device())?;
+    let parts = scratch_f64(&x.device, cfg.grid_dim.0 as usize)?;
+    let out = Storage::new(&x.device, 1, DType::F32, current_tag())?;
     let divisor = if mean { n as f64 } else { 1.0 };
     let launches = [
         Launch::new(FloatKernel::SumPartial.name(dtype), cfg, [ptr(x), count(n), ptr(&parts)]),
@@ -376,16 +389,16 @@ pub(crate) fn reduce(q: &impl Queue, op: &'static str, x: &Tensor, mean: bool) -
 }
 
 /// `out = (Σ parts[..count]) / divisor`.
-fn finish(parts: &Tensor, count_: usize, divisor: f64, out: &Tensor) -> Launch {
+fn finish(parts: &Storage, count_: usize, divisor: f64, out: &Storage) -> Launch {
     Launch::new(kernels::REDUCE_FINISH, single_block(), [ptr(parts), count(count_), Arg::F64(divisor), ptr(out)])
 }
 
 /// Mean squared error of f32 `p` against `t`, as a 0-d f32 tensor.
-pub(crate) fn mse(q: &impl Queue, op: &'static str, p: &Tensor, t: &Tensor) -> Result<Tensor> {
-    let n = p.numel();
+pub(crate) fn mse(q: &impl Queue, op: &'static str, p: &Storage, t: &Storage) -> Result<Storage> {
+    let n = p.len;
     let cfg = partial(n);
-    let parts = scratch_f64(p.device(), cfg.grid_dim.0 as usize)?;
-    let out = Tensor::uninit(&[], DType::F32, p.device())?;
+    let parts = scratch_f64(&p.device, cfg.grid_dim.0 as usize)?;
+    let out = Storage::new(&p.device, 1, DType::F32, current_tag())?;
     let launches = [
         Launch::new(kernels::MSE_PARTIAL, cfg, [ptr(p), ptr(t), count(n), ptr(&parts)]),
         finish(&parts, cfg.grid_dim.0 as usize, n as f64, &out),
@@ -395,9 +408,15 @@ pub(crate) fn mse(q: &impl Queue, op: &'static str, p: &Tensor, t: &Tensor) -> R
 }
 
 /// `2 · (p − t) · grad_out / n`.
-pub(crate) fn mse_backward(q: &impl Queue, op: &'static str, p: &Tensor, t: &Tensor, grad_out: f32) -> Result<Tensor> {
-    let n = p.numel();
-    let g = Tensor::uninit(p.shape(), DType::F32, p.device())?;
+pub(crate) fn mse_backward(
+    q: &impl Queue,
+    op: &'static str,
+    p: &Storage,
+    t: &Storage,
+    grad_out: f32,
+) -> Result<Storage> {
+    let n = p.len;
+    let g = Storage::new(&p.device, p.len, DType::F32, current_tag())?;
     let k = 2.0 * grad_out / n as f32;
     let launch =
         Launch::new(kernels::MSE_BACKWARD, elementwise(q, n), [ptr(p), ptr(t), ptr(&g), Arg::F32(k), count(n)]);
@@ -417,13 +436,13 @@ fn check_classes(op: &'static str, classes: usize) -> Result<()> {
 pub(crate) fn cross_entropy(
     q: &impl Queue,
     op: &'static str,
-    logits: &Tensor,
-    labels: &Tensor,
+    logits: &Storage,
+    labels: &Storage,
     (rows, classes): (usize, usize),
-) -> Result<Tensor> {
+) -> Result<Storage> {
     check_classes(op, classes)?;
-    let losses = scratch_f64(logits.device(), rows)?;
-    let out = Tensor::uninit(&[], DType::F32, logits.device())?;
+    let losses = scratch_f64(&logits.device, rows)?;
+    let out = Storage::new(&logits.device, 1, DType::F32, current_tag())?;
     let launches = [
         Launch::new(
             kernels::CROSS_ENTROPY_ROWS,
@@ -440,13 +459,13 @@ pub(crate) fn cross_entropy(
 pub(crate) fn cross_entropy_backward(
     q: &impl Queue,
     op: &'static str,
-    logits: &Tensor,
-    labels: &Tensor,
+    logits: &Storage,
+    labels: &Storage,
     (rows, classes): (usize, usize),
     grad_out: f32,
-) -> Result<Tensor> {
+) -> Result<Storage> {
     check_classes(op, classes)?;
-    let g = Tensor::uninit(logits.shape(), DType::F32, logits.device())?;
+    let g = Storage::new(&logits.device, logits.len, DType::F32, current_tag())?;
     let scale = grad_out / rows as f32;
     let launch = Launch::new(
         kernels::CROSS_ENTROPY_BACKWARD,
@@ -461,12 +480,12 @@ pub(crate) fn cross_entropy_backward(
 pub(crate) fn softmax(
     q: &impl Queue,
     op: &'static str,
-    x: &Tensor,
+    x: &Storage,
     (rows, cols): (usize, usize),
     log: bool,
-) -> Result<Tensor> {
+) -> Result<Storage> {
     let dtype = float_of(op, x)?;
-    let y = Tensor::uninit(x.shape(), x.dtype(), x.device())?;
+    let y = Storage::new(&x.device, x.len, x.dtype, current_tag())?;
     let kernel = if log { FloatKernel::LogSoftmax } else { FloatKernel::Softmax };
     let launch = Launch::new(kernel.name(dtype), per_row(rows, cols), [ptr(x), ptr(&y), count(rows), count(cols)]);
     run(q, op, op, CUDA, Some(KernelCall::Softmax { log, backward: false, rows, cols, dtype }), &[launch])?;
@@ -477,13 +496,13 @@ pub(crate) fn softmax(
 pub(crate) fn softmax_backward(
     q: &impl Queue,
     op: &'static str,
-    y: &Tensor,
-    gy: &Tensor,
+    y: &Storage,
+    gy: &Storage,
     (rows, cols): (usize, usize),
     log: bool,
-) -> Result<Tensor> {
+) -> Result<Storage> {
     let dtype = float_of(op, y)?;
-    let gx = Tensor::uninit(y.shape(), y.dtype(), y.device())?;
+    let gx = Storage::new(&y.device, y.len, y.dtype, current_tag())?;
     let kernel = if log { FloatKernel::LogSoftmaxBackward } else { FloatKernel::SoftmaxBackward };
     let args = [ptr(y), ptr(gy), ptr(&gx), count(rows), count(cols)];
     let launch = Launch::new(kernel.name(dtype), per_row(rows, cols), args);
@@ -492,15 +511,9 @@ pub(crate) fn softmax_backward(
 }
 
 /// Index of the first maximum (first NaN) of each row, as i64 `out_shape`.
-pub(crate) fn argmax(
-    q: &impl Queue,
-    op: &'static str,
-    x: &Tensor,
-    (rows, cols): (usize, usize),
-    out_shape: &[usize],
-) -> Result<Tensor> {
+pub(crate) fn argmax(q: &impl Queue, op: &'static str, x: &Storage, (rows, cols): (usize, usize)) -> Result<Storage> {
     let dtype = float_of(op, x)?;
-    let out = Tensor::uninit(out_shape, DType::I64, x.device())?;
+    let out = Storage::new(&x.device, rows, DType::I64, current_tag())?;
     let args = [ptr(x), ptr(&out), count(rows), count(cols)];
     let launch = Launch::new(FloatKernel::Argmax.name(dtype), per_row(rows, cols), args);
     run(q, op, op, CUDA, Some(KernelCall::Sum { len: rows * cols, dtype }), &[launch])?;
@@ -517,13 +530,12 @@ fn pool_args(s: &MaxPool2dShape) -> [Arg; 11] {
 pub(crate) fn max_pool2d(
     q: &impl Queue,
     op: &'static str,
-    x: &Tensor,
+    x: &Storage,
     shape: MaxPool2dShape,
-) -> Result<(Tensor, Tensor)> {
+) -> Result<(Storage, Storage)> {
     let dtype = float_of(op, x)?;
-    let dims = [shape.n, shape.c, shape.out_h(), shape.out_w()];
-    let y = Tensor::uninit(&dims, x.dtype(), x.device())?;
-    let indices = Tensor::uninit(&dims, DType::I64, x.device())?;
+    let y = Storage::new(&x.device, shape.y_len(), x.dtype, current_tag())?;
+    let indices = Storage::new(&x.device, shape.y_len(), DType::I64, current_tag())?;
     let mut args = vec![ptr(x), ptr(&y), ptr(&indices)];
     args.extend(pool_args(&shape));
     let launch = Launch::new(FloatKernel::MaxPool2d.name(dtype), elementwise(q, shape.y_len()), args);
@@ -536,22 +548,21 @@ pub(crate) fn max_pool2d(
 pub(crate) fn max_pool2d_backward(
     q: &impl Queue,
     op: &'static str,
-    indices: &Tensor,
-    gy: &Tensor,
-    input_shape: &[usize],
+    indices: &Storage,
+    gy: &Storage,
     shape: MaxPool2dShape,
-) -> Result<Tensor> {
+) -> Result<Storage> {
     let dtype = float_of(op, gy)?;
-    if indices.dtype() != DType::I64 {
-        return Err(TensorError::DTypeMismatch { op, lhs: indices.dtype(), rhs: DType::I64 });
+    if indices.dtype != DType::I64 {
+        return Err(TensorError::DTypeMismatch { op, lhs: indices.dtype, rhs: DType::I64 });
     }
     for (operand, t) in [("indices", indices), ("gy", gy)] {
-        if t.numel() != shape.y_len() {
-            let (expected, actual) = (shape.y_len(), t.numel());
+        if t.len != shape.y_len() {
+            let (expected, actual) = (shape.y_len(), t.len);
             return Err(k::KernelError::LengthMismatch { op: "max_pool2d_backward", operand, expected, actual }.into());
         }
     }
-    let gx = Tensor::uninit(input_shape, gy.dtype(), gy.device())?;
+    let gx = Storage::new(&gy.device, shape.x_len(), gy.dtype, current_tag())?;
     let mut args = vec![ptr(indices), ptr(gy), ptr(&gx)];
     args.extend(pool_args(&shape));
     let launch = Launch::new(FloatKernel::MaxPool2dBackward.name(dtype), elementwise(q, shape.x_len()), args);
@@ -564,13 +575,13 @@ pub(crate) fn max_pool2d_backward(
 pub(crate) fn sgd_step(
     q: &impl Queue,
     op: &'static str,
-    param: &Tensor,
-    grad: &Tensor,
-    momentum: Option<&Tensor>,
+    param: &Storage,
+    grad: &Storage,
+    momentum: Option<&Storage>,
     cfg: &k::Sgd,
     step: u64,
 ) -> Result<()> {
-    let n = param.numel();
+    let n = param.len;
     let buf = momentum.map_or(Arg::Ptr(0), ptr);
     let args = [
         ptr(param),
@@ -598,11 +609,11 @@ pub(crate) fn sgd_step(
 pub(crate) fn adam_step(
     q: &impl Queue,
     op: &'static str,
-    [param, grad, exp_avg, exp_avg_sq]: [&Tensor; 4],
+    [param, grad, exp_avg, exp_avg_sq]: [&Storage; 4],
     cfg: &k::Adam,
     step: u64,
 ) -> Result<()> {
-    let n = param.numel();
+    let n = param.len;
     let t = i32::try_from(step).unwrap_or(i32::MAX);
     let bc1 = 1.0 - f64::from(cfg.beta1).powi(t);
     let bc2 = 1.0 - f64::from(cfg.beta2).powi(t);
@@ -630,13 +641,13 @@ pub(crate) fn adam_step(
 
 /// `t` converted to `dtype` (which differs from its own). Float casts are
 /// reported as `cast` kernels; casts from or to i64 are not (nor are the CPU's).
-pub(crate) fn cast(q: &impl Queue, op: &'static str, t: &Tensor, dtype: DType) -> Result<Tensor> {
-    let Some(kernel) = kernels::cast_kernel(t.dtype(), dtype) else {
-        return Ok(t.clone());
+pub(crate) fn cast(q: &impl Queue, op: &'static str, t: &Storage, dtype: DType) -> Result<Storage> {
+    let Some(kernel) = kernels::cast_kernel(t.dtype, dtype) else {
+        unreachable!("the tensor layer casts to the same dtype without a copy")
     };
-    let n = t.numel();
-    let out = Tensor::uninit(t.shape(), dtype, t.device())?;
-    let call = match (t.dtype().float(), dtype.float()) {
+    let n = t.len;
+    let out = Storage::new(&t.device, t.len, dtype, current_tag())?;
+    let call = match (t.dtype.float(), dtype.float()) {
         (Some(from), Some(to)) => Some(KernelCall::Cast { from, to, len: n }),
         _ => None,
     };
@@ -644,11 +655,135 @@ pub(crate) fn cast(q: &impl Queue, op: &'static str, t: &Tensor, dtype: DType) -
     Ok(out)
 }
 
+/// The CUDA backend's tensor ops: the plans above on its default stream,
+/// matrix products through cuBLAS ([`super::blas`]), convolutions through
+/// cuDNN or im2col ([`super::conv`]).
+impl Backend for std::sync::Arc<CudaBackend> {
+    fn binary(&self, op: &'static str, kind: ElementwiseOp, a: &Storage, b: &Storage) -> Result<Storage> {
+        binary(self, op, kind, a, b)
+    }
+    fn unary(&self, op: &'static str, kind: ElementwiseOp, x: &Storage, alpha: f32) -> Result<Storage> {
+        unary(self, op, kind, x, alpha)
+    }
+    fn add_inplace(&self, op: &'static str, y: &mut Storage, x: &Storage) -> Result<()> {
+        add_inplace(self, op, y, x)
+    }
+    fn scale_inplace(&self, op: &'static str, y: &mut Storage, alpha: f32) -> Result<()> {
+        scale_inplace(self, op, y, alpha)
+    }
+    fn fill(&self, op: &'static str, y: &mut Storage, value: f64) -> Result<()> {
+        fill(self, op, y, value)
+    }
+    fn unscale(&self, op: &'static str, y: &mut Storage, inv_scale: f32) -> Result<bool> {
+        unscale(self, op, y, inv_scale)
+    }
+    fn add_bias(&self, op: &'static str, x: &Storage, bias: &Storage, layout: ChannelLayout) -> Result<Storage> {
+        add_bias(self, op, x, bias, (layout.1, layout.2))
+    }
+    fn add_bias_inplace(&self, op: &'static str, y: &mut Storage, bias: &Storage, layout: ChannelLayout) -> Result<()> {
+        add_bias_inplace(self, op, y, bias, (layout.1, layout.2))
+    }
+    fn bias_grad(&self, op: &'static str, gy: &Storage, layout: ChannelLayout) -> Result<Storage> {
+        bias_grad(self, op, gy, layout)
+    }
+    fn reduce(&self, op: &'static str, x: &Storage, mean: bool) -> Result<Storage> {
+        reduce(self, op, x, mean)
+    }
+    fn argmax(&self, op: &'static str, x: &Storage, rows: Rows) -> Result<Storage> {
+        argmax(self, op, x, rows)
+    }
+    fn softmax(&self, op: &'static str, x: &Storage, rows: Rows, log: bool) -> Result<Storage> {
+        softmax(self, op, x, rows, log)
+    }
+    fn softmax_backward(&self, op: &'static str, y: &Storage, gy: &Storage, rows: Rows, log: bool) -> Result<Storage> {
+        softmax_backward(self, op, y, gy, rows, log)
+    }
+    fn mse(&self, op: &'static str, p: &Storage, t: &Storage) -> Result<Storage> {
+        mse(self, op, p, t)
+    }
+    fn mse_backward(&self, op: &'static str, p: &Storage, t: &Storage, grad_out: f32) -> Result<Storage> {
+        mse_backward(self, op, p, t, grad_out)
+    }
+    fn cross_entropy(&self, op: &'static str, logits: &Storage, labels: &Storage, rows: Rows) -> Result<Storage> {
+        cross_entropy(self, op, logits, labels, rows)
+    }
+    fn cross_entropy_backward(
+        &self,
+        op: &'static str,
+        logits: &Storage,
+        labels: &Storage,
+        rows: Rows,
+        grad_out: f32,
+    ) -> Result<Storage> {
+        cross_entropy_backward(self, op, logits, labels, rows, grad_out)
+    }
+    fn max_pool2d(&self, op: &'static str, x: &Storage, shape: MaxPool2dShape) -> Result<(Storage, Storage)> {
+        max_pool2d(self, op, x, shape)
+    }
+    fn max_pool2d_backward(
+        &self,
+        op: &'static str,
+        indices: &Storage,
+        gy: &Storage,
+        shape: MaxPool2dShape,
+    ) -> Result<Storage> {
+        max_pool2d_backward(self, op, indices, gy, shape)
+    }
+    fn cast(&self, op: &'static str, x: &Storage, dtype: DType) -> Result<Storage> {
+        cast(self, op, x, dtype)
+    }
+    fn sgd_step(
+        &self,
+        op: &'static str,
+        param: &mut Storage,
+        grad: &Storage,
+        momentum: Option<&mut Storage>,
+        cfg: &k::Sgd,
+        step: u64,
+    ) -> Result<()> {
+        // The CPU kernel's checks of `cfg` and `step`, on no elements.
+        k::sgd_step(cfg, step, &mut [], &[], &mut [])?;
+        sgd_step(self, op, param, grad, momentum.as_deref(), cfg, step)
+    }
+    fn adam_step(
+        &self,
+        op: &'static str,
+        param: &mut Storage,
+        grad: &Storage,
+        [exp_avg, exp_avg_sq]: [&mut Storage; 2],
+        cfg: &k::Adam,
+        step: u64,
+    ) -> Result<()> {
+        // The CPU kernel's checks of `cfg` and `step`, on no elements.
+        k::adam_step(cfg, step, &mut [], &[], &mut [], &mut [])?;
+        adam_step(self, op, [param, grad, exp_avg, exp_avg_sq], cfg, step)
+    }
+    fn matmul(&self, a: &Storage, b: &Storage, shape: MatmulShape, timed: bool) -> Result<(Storage, KernelTiming)> {
+        super::blas::matmul(self, a, b, shape, timed)
+    }
+    fn conv2d(
+        &self,
+        pass: ConvPass,
+        shape: Conv2dShape,
+        a: &Storage,
+        b: &Storage,
+        timed: bool,
+    ) -> Result<(Storage, KernelTiming)> {
+        super::conv::conv_pass(self, pass, shape, a, b, timed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::tensor::Tensor;
+
+    /// The storage the tensor layer hands the backend.
+    fn s(t: &Tensor) -> &Storage {
+        t.storage()
+    }
     use crate::alloc::AllocatorConfig;
     use crate::cuda::kernels::source::{self, Param};
     use crate::device::{DeviceId, DeviceKind};
@@ -668,7 +803,7 @@ mod tests {
             self.plans.lock().unwrap().push(plan);
             Ok(())
         }
-        fn read_f32(&self, _: &Tensor) -> Result<f32> {
+        fn read_f32(&self, _: &Storage) -> Result<f32> {
             Ok(0.0)
         }
     }
@@ -760,8 +895,11 @@ mod tests {
                 (ElementwiseOp::GeluBackward, "gelu_backward", Tensor::gelu_backward),
             ];
             for (kind, name, op) in binaries {
-                let l =
-                    same_report(&log, || drop(op(&a, &b).unwrap()), |q| drop(binary(q, name, kind, &a, &b).unwrap()));
+                let l = same_report(
+                    &log,
+                    || drop(op(&a, &b).unwrap()),
+                    |q| drop(binary(q, name, kind, s(&a), s(&b)).unwrap()),
+                );
                 assert_eq!(
                     l[0].kernel,
                     FloatKernel::ALL.iter().find(|k| k.base() == name).unwrap().name(l_dtype(dtype))
@@ -780,81 +918,81 @@ mod tests {
                         _ => a.gelu(),
                     })
                 };
-                same_report(&log, cpu, |q| drop(unary(q, name, kind, &a, alpha).unwrap()));
+                same_report(&log, cpu, |q| drop(unary(q, name, kind, s(&a), alpha).unwrap()));
             }
             let mut y = a.to(&d).unwrap().scale(1.0).unwrap();
-            same_report(&log, || y.add_(&b).unwrap(), |q| add_inplace(q, "add_", &a, &b).unwrap());
-            same_report(&log, || y.scale_(2.0).unwrap(), |q| scale_inplace(q, "scale_", &a, 2.0).unwrap());
-            same_report(&log, || y.fill_(0.1).unwrap(), |q| fill(q, "fill_", &a, 0.1).unwrap());
+            same_report(&log, || y.add_(&b).unwrap(), |q| add_inplace(q, "add_", s(&a), s(&b)).unwrap());
+            same_report(&log, || y.scale_(2.0).unwrap(), |q| scale_inplace(q, "scale_", s(&a), 2.0).unwrap());
+            same_report(&log, || y.fill_(0.1).unwrap(), |q| fill(q, "fill_", s(&a), 0.1).unwrap());
             let op = "non_finite_check_and_unscale";
             let l = same_report(
                 &log,
                 || assert!(!y.unscale_and_check_(0.5).unwrap()),
                 |q| {
-                    assert!(!unscale(q, op, &a, 0.5).unwrap());
+                    assert!(!unscale(q, op, s(&a), 0.5).unwrap());
                 },
             );
             assert_eq!(kernel_names(&l)[0], "fill_f32", "the flag is zeroed first");
             same_report(
                 &log,
                 || drop(a.add_bias(&bias).unwrap()),
-                |q| drop(add_bias(q, "add_bias", &a, &bias, (6, 5)).unwrap()),
+                |q| drop(add_bias(q, "add_bias", s(&a), s(&bias), (6, 5)).unwrap()),
             );
             same_report(
                 &log,
                 || y.add_bias_(&bias).unwrap(),
-                |q| add_bias_inplace(q, "add_bias_", &a, &bias, (6, 5)).unwrap(),
+                |q| add_bias_inplace(q, "add_bias_", s(&a), s(&bias), (6, 5)).unwrap(),
             );
             same_report(
                 &log,
                 || drop(a.bias_grad().unwrap()),
-                |q| drop(bias_grad(q, "bias_grad", &a, (4, 6, 5)).unwrap()),
+                |q| drop(bias_grad(q, "bias_grad", s(&a), (4, 6, 5)).unwrap()),
             );
             let wide = Tensor::randn(&[3, 200], dtype, 4, &d).unwrap();
             let l = same_report(
                 &log,
                 || drop(wide.bias_grad().unwrap()),
-                |q| drop(bias_grad(q, "bias_grad", &wide, (3, 200, 1)).unwrap()),
+                |q| drop(bias_grad(q, "bias_grad", s(&wide), (3, 200, 1)).unwrap()),
             );
             assert!(l[0].kernel.starts_with("bias_grad_rows_"));
             for mean in [false, true] {
                 let op = if mean { "mean" } else { "sum" };
                 let cpu = || drop(if mean { a.mean() } else { a.sum() }.unwrap());
-                let l = same_report(&log, cpu, |q| drop(reduce(q, op, &a, mean).unwrap()));
+                let l = same_report(&log, cpu, |q| drop(reduce(q, op, s(&a), mean).unwrap()));
                 assert_eq!(kernel_names(&l)[1], kernels::REDUCE_FINISH);
             }
             for log_ in [false, true] {
                 let (op, bop) =
                     if log_ { ("log_softmax", "log_softmax_backward") } else { ("softmax", "softmax_backward") };
                 let cpu = || drop(if log_ { a.log_softmax() } else { a.softmax() }.unwrap());
-                same_report(&log, cpu, |q| drop(softmax(q, op, &a, (24, 5), log_).unwrap()));
+                same_report(&log, cpu, |q| drop(softmax(q, op, s(&a), (24, 5), log_).unwrap()));
                 let cpu = || drop(if log_ { a.log_softmax_backward(&b) } else { a.softmax_backward(&b) }.unwrap());
-                same_report(&log, cpu, |q| drop(softmax_backward(q, bop, &a, &b, (24, 5), log_).unwrap()));
+                same_report(&log, cpu, |q| drop(softmax_backward(q, bop, s(&a), s(&b), (24, 5), log_).unwrap()));
             }
             let cpu = || drop(a.argmax().unwrap());
-            same_report(&log, cpu, |q| drop(argmax(q, "argmax", &a, (24, 5), &[4, 6]).unwrap()));
+            same_report(&log, cpu, |q| drop(argmax(q, "argmax", s(&a), (24, 5)).unwrap()));
             let x = Tensor::randn(&[2, 3, 6, 5], dtype, 5, &d).unwrap();
             let (py, pi) = x.max_pool2d(2, 2).unwrap();
             let shape = MaxPool2dShape::new(2, 3, 6, 5, 2, 2);
             same_report(
                 &log,
                 || drop(x.max_pool2d(2, 2).unwrap()),
-                |q| drop(max_pool2d(q, "max_pool2d", &x, shape).unwrap()),
+                |q| drop(max_pool2d(q, "max_pool2d", s(&x), shape).unwrap()),
             );
             let cpu = || drop(Tensor::max_pool2d_backward(&pi, &py, x.shape(), 2, 2).unwrap());
             same_report(&log, cpu, |q| {
-                drop(max_pool2d_backward(q, "max_pool2d_backward", &pi, &py, x.shape(), shape).unwrap())
+                drop(max_pool2d_backward(q, "max_pool2d_backward", s(&pi), s(&py), shape).unwrap())
             });
             for to in [DType::F32, DType::F16, DType::BF16, DType::I64] {
                 if to != dtype {
                     let cpu = || drop(a.to_dtype(to).unwrap());
-                    let l = same_report(&log, cpu, |q| drop(cast(q, "to_dtype", &a, to).unwrap()));
+                    let l = same_report(&log, cpu, |q| drop(cast(q, "to_dtype", s(&a), to).unwrap()));
                     assert_eq!(Some(l[0].kernel), kernels::cast_kernel(dtype, to));
                     let back = a.to_dtype(to).unwrap();
                     same_report(
                         &log,
                         || drop(back.to_dtype(dtype).unwrap()),
-                        |q| drop(cast(q, "to_dtype", &back, dtype).unwrap()),
+                        |q| drop(cast(q, "to_dtype", s(&back), dtype).unwrap()),
                     );
                 }
             }
@@ -867,22 +1005,22 @@ mod tests {
         let x = Tensor::randn(&[5, 7], DType::F32, 1, &d).unwrap();
         let t = Tensor::randn(&[5, 7], DType::F32, 2, &d).unwrap();
         let labels = Tensor::from_slice(&[0i64, 6, 3, 2, 1], &[5], &d).unwrap();
-        same_report(&log, || drop(x.mse(&t).unwrap()), |q| drop(mse(q, "mse", &x, &t).unwrap()));
+        same_report(&log, || drop(x.mse(&t).unwrap()), |q| drop(mse(q, "mse", s(&x), s(&t)).unwrap()));
         same_report(
             &log,
             || drop(x.mse_backward(&t, 1.0).unwrap()),
-            |q| drop(mse_backward(q, "mse_backward", &x, &t, 1.0).unwrap()),
+            |q| drop(mse_backward(q, "mse_backward", s(&x), s(&t), 1.0).unwrap()),
         );
         let l = same_report(
             &log,
             || drop(x.cross_entropy(&labels).unwrap()),
-            |q| drop(cross_entropy(q, "cross_entropy", &x, &labels, (5, 7)).unwrap()),
+            |q| drop(cross_entropy(q, "cross_entropy", s(&x), s(&labels), (5, 7)).unwrap()),
         );
         assert_eq!(kernel_names(&l), [kernels::CROSS_ENTROPY_ROWS, kernels::REDUCE_FINISH]);
         same_report(
             &log,
             || drop(x.cross_entropy_backward(&labels, 1.0).unwrap()),
-            |q| drop(cross_entropy_backward(q, "cross_entropy_backward", &x, &labels, (5, 7), 1.0).unwrap()),
+            |q| drop(cross_entropy_backward(q, "cross_entropy_backward", s(&x), s(&labels), (5, 7), 1.0).unwrap()),
         );
         let mut p = x.scale(1.0).unwrap();
         let mut m = Tensor::zeros(&[5, 7], DType::F32, &d).unwrap();
@@ -890,14 +1028,14 @@ mod tests {
         let m2 = m.scale(1.0).unwrap();
         same_report(
             &log,
-            || p.sgd_step_(&t, &mut m, &sgd, 1).unwrap(),
-            |q| sgd_step(q, "sgd_step", &x, &t, Some(&m2), &sgd, 1).unwrap(),
+            || p.sgd_step_(&t, Some(&mut m), &sgd, 1).unwrap(),
+            |q| sgd_step(q, "sgd_step", s(&x), s(&t), Some(s(&m2)), &sgd, 1).unwrap(),
         );
         let plain = k::Sgd::new(0.1);
         let l = same_report(
             &log,
-            || p.sgd_update_(&t, None, &plain, 3).unwrap(),
-            |q| sgd_step(q, "sgd_step", &x, &t, None, &plain, 3).unwrap(),
+            || p.sgd_step_(&t, None, &plain, 3).unwrap(),
+            |q| sgd_step(q, "sgd_step", s(&x), s(&t), None, &plain, 3).unwrap(),
         );
         assert!(matches!(l[0].args[2], Arg::Ptr(0)), "no momentum buffer");
         let (mut ea, mut eas) = (m.scale(0.0).unwrap(), m.scale(0.0).unwrap());
@@ -906,7 +1044,7 @@ mod tests {
         same_report(
             &log,
             || p.adam_step_(&t, &mut ea, &mut eas, &adam, 2).unwrap(),
-            |q| adam_step(q, "adam_step", [&x, &t, &ea2, &eas2], &adam, 2).unwrap(),
+            |q| adam_step(q, "adam_step", [s(&x), s(&t), s(&ea2), s(&eas2)], &adam, 2).unwrap(),
         );
     }
 
@@ -916,21 +1054,21 @@ mod tests {
         let q = Recorder::default();
         let x = Tensor::zeros(&[2, 0], DType::F32, &d).unwrap();
         let labels = Tensor::from_slice(&[0i64, 0], &[2], &d).unwrap();
-        let err = cross_entropy(&q, "cross_entropy", &x, &labels, (2, 0)).unwrap_err();
+        let err = cross_entropy(&q, "cross_entropy", s(&x), s(&labels), (2, 0)).unwrap_err();
         let cpu = x.cross_entropy(&labels).unwrap_err();
         assert_eq!(err.to_string(), cpu.to_string());
         let shape = MaxPool2dShape::new(1, 1, 4, 4, 2, 2);
         let gy = Tensor::zeros(&[1, 1, 2, 2], DType::F32, &d).unwrap();
         let short = Tensor::from_slice(&[0i64; 3], &[3], &d).unwrap();
-        let err = max_pool2d_backward(&q, "max_pool2d_backward", &short, &gy, &[1, 1, 4, 4], shape).unwrap_err();
+        let err = max_pool2d_backward(&q, "max_pool2d_backward", s(&short), s(&gy), shape).unwrap_err();
         let cpu = Tensor::max_pool2d_backward(&short, &gy, &[1, 1, 4, 4], 2, 2).unwrap_err();
         assert_eq!(err.to_string(), cpu.to_string());
         let floats = gy.reshape(&[4]).unwrap();
-        let err = max_pool2d_backward(&q, "max_pool2d_backward", &floats, &gy, &[1, 1, 4, 4], shape).unwrap_err();
+        let err = max_pool2d_backward(&q, "max_pool2d_backward", s(&floats), s(&gy), shape).unwrap_err();
         let cpu = Tensor::max_pool2d_backward(&floats, &gy, &[1, 1, 4, 4], 2, 2).unwrap_err();
         assert_eq!(err.to_string(), cpu.to_string());
         let ints = Tensor::from_slice(&[1i64, 2], &[2], &d).unwrap();
-        assert_eq!(reduce(&q, "sum", &ints, false).unwrap_err().to_string(), ints.sum().unwrap_err().to_string());
+        assert_eq!(reduce(&q, "sum", s(&ints), false).unwrap_err().to_string(), ints.sum().unwrap_err().to_string());
         assert!(q.plans.lock().unwrap().is_empty(), "nothing queued after a refusal");
     }
 

@@ -16,12 +16,12 @@
 use std::alloc::Layout;
 use std::sync::{Arc, Mutex};
 
-use super::transfer::{cuda_err, emit_copy};
 use super::{DType, Pod, Result, Tensor, TensorError, current_tag};
 use crate::alloc::StreamId;
 use crate::cuda::{CudaBackend, StreamEvent};
 use crate::device::{Device, DeviceId};
 use crate::hooks::{CopyKind, now_ns};
+use crate::transfer::{cuda_err, emit_copy};
 
 /// Alignment of host buffers (a page).
 const ALIGN: usize = 4096;

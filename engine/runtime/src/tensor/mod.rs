@@ -12,174 +12,27 @@
 //! [`tag_scope`] of the calling thread (untagged outside any scope), so the
 //! profiler can tell parameters, gradients, activations and optimizer state apart.
 
-mod dtype;
 mod host;
 mod ops;
-mod transfer;
 
-use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
 use half::{bf16, f16};
-use thiserror::Error;
+use vramlab_rng::Rng;
 
-pub use dtype::DType;
 pub use host::HostBuffer;
-pub use ops::{Conv2dOptions, KernelTiming};
+pub use ops::Conv2dOptions;
 
-use crate::alloc::{AllocError, Allocation};
-use crate::cpu_kernels::KernelError;
-use crate::device::{Device, DeviceError, DeviceId};
+pub use crate::backend::KernelTiming;
+
+use crate::alloc::Allocation;
+use crate::device::Device;
+pub use crate::dtype::DType;
+pub use crate::error::{Result, TensorError};
 use crate::hooks::Tag;
-
-/// Why a tensor operation failed. Every variant names the op.
-#[derive(Debug, Error)]
-pub enum TensorError {
-    /// The golden rule: every operand of an op must be on one device.
-    #[error(
-        "{op}: operands are on different devices (lhs on {lhs}, rhs on {rhs}); move one of them with \
-         .to(&device) so both are on the same device — vramlab never copies silently"
-    )]
-    DeviceMismatch { op: &'static str, lhs: DeviceId, rhs: DeviceId },
-    #[error("{op}: shapes {lhs:?} and {rhs:?} do not fit: {reason}")]
-    ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize>, reason: String },
-    #[error("{op}: bad shape {shape:?}: {reason}")]
-    BadShape { op: &'static str, shape: Vec<usize>, reason: String },
-    #[error("{op}: dtypes differ ({lhs} and {rhs}); convert one with .to_dtype()")]
-    DTypeMismatch { op: &'static str, lhs: DType, rhs: DType },
-    #[error("{op}: {dtype} tensors are not supported here ({reason})")]
-    UnsupportedDType { op: &'static str, dtype: DType, reason: &'static str },
-    /// Reading values needs host memory.
-    #[error(
-        "{op}: the tensor is on {device}; reading its values needs host memory — move it first with .to(&Device::cpu())"
-    )]
-    NotOnHost { op: &'static str, device: DeviceId },
-    #[error("{op}: {len} values given for shape {shape:?} ({expected} needed)")]
-    DataLength { op: &'static str, shape: Vec<usize>, len: usize, expected: usize },
-    #[error(transparent)]
-    Alloc(#[from] AllocError),
-    #[error(transparent)]
-    Kernel(#[from] KernelError),
-    #[error(transparent)]
-    Device(#[from] DeviceError),
-    #[error("{op}: {source}")]
-    Cuda { op: &'static str, source: crate::cuda::CudaError },
-}
-
-pub type Result<T> = std::result::Result<T, TensorError>;
-
-thread_local! {
-    static CURRENT_TAG: Cell<Option<Tag>> = const { Cell::new(None) };
-}
-
-/// Restores the previous tag when dropped.
-#[derive(Debug)]
-#[must_use = "the tag applies until the guard is dropped"]
-pub struct TagScope {
-    previous: Option<Tag>,
-}
-
-/// Tags every tensor this thread allocates until the guard drops
-/// (`let _g = tag_scope(Tag::Activation);`). Scopes nest.
-pub fn tag_scope(tag: Tag) -> TagScope {
-    TagScope { previous: CURRENT_TAG.with(|t| t.replace(Some(tag))) }
-}
-
-impl Drop for TagScope {
-    fn drop(&mut self) {
-        CURRENT_TAG.with(|t| t.set(self.previous));
-    }
-}
-
-/// The tag new allocations on this thread get.
-pub fn current_tag() -> Option<Tag> {
-    CURRENT_TAG.with(Cell::get)
-}
-
-/// Device memory owned by one tensor; freed back to the allocator on drop.
-struct Storage {
-    device: Device,
-    allocation: Option<Allocation>,
-    len: usize,
-    dtype: DType,
-    tag: Option<Tag>,
-}
-
-impl Storage {
-    fn new(device: &Device, len: usize, dtype: DType, tag: Option<Tag>) -> Result<Storage> {
-        Storage::new_on(device, len, dtype, tag, 0)
-    }
-
-    /// Storage from the pool of `stream` (what allocating under
-    /// `torch.cuda.stream(s)` does).
-    fn new_on(
-        device: &Device,
-        len: usize,
-        dtype: DType,
-        tag: Option<Tag>,
-        stream: crate::alloc::StreamId,
-    ) -> Result<Storage> {
-        let bytes = (len as u64).checked_mul(dtype.size_bytes() as u64).ok_or_else(|| TensorError::BadShape {
-            op: "alloc",
-            shape: vec![len],
-            reason: "too many elements".into(),
-        })?;
-        let allocation = device.allocator().malloc(bytes, stream, tag)?;
-        Ok(Storage { device: device.clone(), allocation: Some(allocation), len, dtype, tag })
-    }
-
-    fn addr(&self) -> u64 {
-        self.allocation.as_ref().map_or(0, Allocation::addr)
-    }
-
-    /// The elements as `T`. Host devices only: callers check `is_cpu` first.
-    fn slice<T: Pod>(&self) -> &[T] {
-        debug_assert_eq!(T::DTYPE, self.dtype);
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: the allocation is live for as long as `self`, holds at least
-        // `len * size_of::<T>()` bytes of host memory, is 512-byte aligned, and is
-        // only written through `slice_mut` while the storage is uniquely owned.
-        unsafe { std::slice::from_raw_parts(self.addr() as *const T, self.len) }
-    }
-
-    fn slice_mut<T: Pod>(&mut self) -> &mut [T] {
-        debug_assert_eq!(T::DTYPE, self.dtype);
-        if self.len == 0 {
-            return &mut [];
-        }
-        // SAFETY: as in `slice`, and `&mut self` guarantees exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.addr() as *mut T, self.len) }
-    }
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        if let Some(a) = self.allocation.take() {
-            // The allocation came from this device's allocator and is live.
-            let _ = self.device.allocator().free(a);
-        }
-    }
-}
-
-/// Plain element types a tensor can hold.
-pub trait Pod: Copy + Default + Send + Sync + 'static + fmt::Debug {
-    const DTYPE: DType;
-}
-impl Pod for f32 {
-    const DTYPE: DType = DType::F32;
-}
-impl Pod for f16 {
-    const DTYPE: DType = DType::F16;
-}
-impl Pod for bf16 {
-    const DTYPE: DType = DType::BF16;
-}
-impl Pod for i64 {
-    const DTYPE: DType = DType::I64;
-}
+use crate::storage::Storage;
+pub use crate::storage::{Pod, TagScope, current_tag, tag_scope};
 
 /// An n-dimensional array on a device. Cloning (and reshaping) shares the storage.
 #[derive(Clone)]
@@ -200,31 +53,6 @@ impl fmt::Debug for Tensor {
 
 fn numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
-}
-
-/// A tiny deterministic generator (SplitMix64) for seeded creation.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box–Muller).
-    fn next_normal(&mut self) -> f64 {
-        let u1 = self.next_f64().max(f64::MIN_POSITIVE);
-        let u2 = self.next_f64();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
 }
 
 impl Tensor {
@@ -275,16 +103,17 @@ impl Tensor {
         })
     }
 
-    /// Seeded standard-normal values (`torch.randn` with a generator).
+    /// Seeded standard-normal values (`torch.randn` with a generator), drawn from
+    /// the workspace's generator (`vramlab_rng::Rng`).
     pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
-        let mut rng = SplitMix(seed);
-        Tensor::from_fn(shape, dtype, device, move || rng.next_normal())
+        let mut rng = Rng::new(seed);
+        Tensor::from_fn(shape, dtype, device, move || rng.normal())
     }
 
     /// Seeded uniform values in [0, 1) (`torch.rand` with a generator).
     pub fn rand(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
-        let mut rng = SplitMix(seed);
-        Tensor::from_fn(shape, dtype, device, move || rng.next_f64())
+        let mut rng = Rng::new(seed);
+        Tensor::from_fn(shape, dtype, device, move || rng.uniform())
     }
 
     fn from_fn(shape: &[usize], dtype: DType, device: &Device, mut f: impl FnMut() -> f64) -> Result<Tensor> {
@@ -365,12 +194,20 @@ impl Tensor {
 
     /// The values converted to f64, whatever the dtype.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        Ok(match self.dtype() {
-            DType::F32 => self.host_slice::<f32>("to_f64_vec")?.iter().map(|&v| v as f64).collect(),
-            DType::F16 => self.host_slice::<f16>("to_f64_vec")?.iter().map(|v| v.to_f64()).collect(),
-            DType::BF16 => self.host_slice::<bf16>("to_f64_vec")?.iter().map(|v| v.to_f64()).collect(),
-            DType::I64 => self.host_slice::<i64>("to_f64_vec")?.iter().map(|&v| v as f64).collect(),
-        })
+        self.check_host("to_f64_vec")?;
+        Ok(self.storage.to_f64_vec())
+    }
+
+    /// A tensor of `shape` over new storage of as many elements (what a
+    /// backend returns).
+    pub(crate) fn from_storage(storage: Storage, shape: &[usize]) -> Tensor {
+        debug_assert_eq!(numel(shape), Some(storage.len));
+        Tensor { storage: Arc::new(storage), shape: shape.into() }
+    }
+
+    /// The storage, for the backends.
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.storage
     }
 
     /// `tensor.to(device)`: this tensor when it is already there, else a copy on
@@ -380,7 +217,8 @@ impl Tensor {
         if self.device() == device {
             return Ok(self.clone());
         }
-        transfer::copy_to_device(self, device)
+        let storage = crate::transfer::copy_to_device(&self.storage, device)?;
+        Ok(Tensor::from_storage(storage, self.shape()))
     }
 
     /// `tensor.to(dtype)`: this tensor when the dtype matches, else a converted copy.
@@ -431,42 +269,9 @@ impl Tensor {
             self.device().allocator().record_stream(a, stream);
         }
     }
-
-    /// Whether this is the only reference to the storage (in-place ops need it).
-    pub(crate) fn is_unique(&mut self) -> bool {
-        Arc::get_mut(&mut self.storage).is_some()
-    }
 }
 
 /// Tensors whose values are bitwise equal on the host.
 pub fn same_values(a: &Tensor, b: &Tensor) -> Result<bool> {
     Ok(a.shape() == b.shape() && a.dtype() == b.dtype() && a.to_f64_vec()? == b.to_f64_vec()?)
 }
-
-/// Runs `f` with the storage type of a float dtype.
-macro_rules! with_float {
-    ($dtype:expr, $op:expr, |$t:ident| $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            DType::F16 => {
-                type $t = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $t = half::bf16;
-                $body
-            }
-            DType::I64 => {
-                return Err(TensorError::UnsupportedDType {
-                    op: $op,
-                    dtype: DType::I64,
-                    reason: "this op computes in floating point",
-                })
-            }
-        }
-    };
-}
-pub(crate) use with_float;

@@ -38,11 +38,11 @@ impl DType {
     }
 
     /// The kernels' float type, or `None` for i64.
-    pub const fn float(self) -> Option<cpu_kernels::DType> {
+    pub const fn float(self) -> Option<cpu_kernels::FloatDType> {
         match self {
-            DType::F32 => Some(cpu_kernels::DType::F32),
-            DType::F16 => Some(cpu_kernels::DType::F16),
-            DType::BF16 => Some(cpu_kernels::DType::BF16),
+            DType::F32 => Some(cpu_kernels::FloatDType::F32),
+            DType::F16 => Some(cpu_kernels::FloatDType::F16),
+            DType::BF16 => Some(cpu_kernels::FloatDType::BF16),
             DType::I64 => None,
         }
     }
@@ -59,12 +59,12 @@ impl DType {
     }
 }
 
-impl From<cpu_kernels::DType> for DType {
-    fn from(d: cpu_kernels::DType) -> DType {
+impl From<cpu_kernels::FloatDType> for DType {
+    fn from(d: cpu_kernels::FloatDType) -> DType {
         match d {
-            cpu_kernels::DType::F32 => DType::F32,
-            cpu_kernels::DType::F16 => DType::F16,
-            cpu_kernels::DType::BF16 => DType::BF16,
+            cpu_kernels::FloatDType::F32 => DType::F32,
+            cpu_kernels::FloatDType::F16 => DType::F16,
+            cpu_kernels::FloatDType::BF16 => DType::BF16,
         }
     }
 }
@@ -74,3 +74,31 @@ impl fmt::Display for DType {
         f.write_str(self.as_str())
     }
 }
+
+/// Runs `f` with the storage type of a float dtype.
+macro_rules! with_float {
+    ($dtype:expr, $op:expr, |$t:ident| $body:expr) => {
+        match $dtype {
+            $crate::dtype::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            $crate::dtype::DType::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            $crate::dtype::DType::BF16 => {
+                type $t = half::bf16;
+                $body
+            }
+            $crate::dtype::DType::I64 => {
+                return Err($crate::error::TensorError::UnsupportedDType {
+                    op: $op,
+                    dtype: $crate::dtype::DType::I64,
+                    reason: "this op computes in floating point",
+                })
+            }
+        }
+    };
+}
+pub(crate) use with_float;
