@@ -13,7 +13,7 @@ pub mod suite;
 pub mod suites;
 
 pub use harness::{HarnessConfig, measure};
-pub use runner::run_suite;
+pub use runner::{SnapshotSink, run_suite, run_suite_with};
 pub use schema::*;
 pub use suite::{Case, CaseError, CaseOutput, Context, NoProgress, Progress, Suite};
 

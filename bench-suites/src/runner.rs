@@ -1,8 +1,11 @@
 //! Runs suites: each case isolated (a failure, a panic or an overrun is recorded
-//! and the run goes on), its memory recorded by the profiler.
+//! and the run goes on), its memory recorded by the profiler. A
+//! [`SnapshotSink`] given to [`run_suite_with`] receives the cases' recordings
+//! as PyTorch memory snapshots (`cargo xtask bench --export-snapshot`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use vramlab_engine::alloc::snapshot::Snapshot;
 use vramlab_engine::hooks::now_ns;
 use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
 
@@ -12,9 +15,30 @@ use crate::schema::{
 };
 use crate::suite::{Case, CaseOutput, Context, Progress, Suite};
 
+/// Receives the recordings of profiled cases as PyTorch memory snapshots.
+pub trait SnapshotSink: Sync {
+    /// Whether the snapshot of `suite`'s case `case` is wanted (built only then).
+    fn wants(&self, suite: &str, case: &str) -> bool;
+    /// The case's recording on the device its results describe (the one with
+    /// the highest allocated peak), as that device's snapshot; `case` is its
+    /// finished result.
+    fn case_snapshot(&self, suite: &str, case: &CaseResult, snapshot: Snapshot);
+}
+
 /// Runs every case of `suite` and returns its results (never fails: failures
 /// are results).
 pub fn run_suite(suite: &dyn Suite, ctx: &Context, progress: &dyn Progress) -> SuiteResult {
+    run_suite_with(suite, ctx, progress, None)
+}
+
+/// [`run_suite`], handing each profiled case's recording to `sink` as a
+/// memory snapshot when it wants it.
+pub fn run_suite_with(
+    suite: &dyn Suite,
+    ctx: &Context,
+    progress: &dyn Progress,
+    sink: Option<&dyn SnapshotSink>,
+) -> SuiteResult {
     let started = now_ns();
     let cases = match catch_unwind(AssertUnwindSafe(|| suite.cases(ctx))) {
         Ok(c) => c,
@@ -46,7 +70,7 @@ pub fn run_suite(suite: &dyn Suite, ctx: &Context, progress: &dyn Progress) -> S
     let mut results = Vec::with_capacity(cases.len());
     for (i, case) in cases.into_iter().enumerate() {
         progress.case_started(suite.name(), &case.name, i);
-        let result = run_case(case, ctx);
+        let result = run_case(case, ctx, suite.name(), sink);
         progress.case_finished(suite.name(), &result);
         results.push(result);
     }
@@ -62,7 +86,7 @@ pub fn run_suite(suite: &dyn Suite, ctx: &Context, progress: &dyn Progress) -> S
     }
 }
 
-fn run_case(case: Case, ctx: &Context) -> CaseResult {
+fn run_case(case: Case, ctx: &Context, suite: &str, sink: Option<&dyn SnapshotSink>) -> CaseResult {
     let Case { name, params, budget, profile, run } = case;
     let profiler = if profile {
         let hub = ctx.device.allocator().hooks().clone();
@@ -127,6 +151,17 @@ fn run_case(case: Case, ctx: &Context) -> CaseResult {
         // The case's own work failed on the device after it returned.
         result.outcome = Outcome::Failed { message: format!("the device failed while finishing the case's work: {e}") };
     }
+    if let (Some(sink), Some(profile)) = (sink, &profile)
+        && sink.wants(suite, &result.name)
+        && let Some(d) = busiest_device(profile)
+    {
+        // The allocator's settings are known for the run's device; a suite's
+        // private device is written without them (PyTorch's defaults).
+        let config = (d == ctx.device.id().event_index()).then(|| ctx.device.allocator().config());
+        if let Ok(snapshot) = profile.memory_snapshot(d, config.as_ref()) {
+            sink.case_snapshot(suite, &result, snapshot);
+        }
+    }
     result
 }
 
@@ -155,6 +190,17 @@ fn case_kernels(profile: &vramlab_profiler::Profile, ctx: &Context) -> Vec<Kerne
             duration_ns: k.duration_ns,
         })
         .collect()
+}
+
+/// The device a case's memory figures describe: of those with allocator
+/// events, the one with the highest allocated peak.
+fn busiest_device(profile: &vramlab_profiler::Profile) -> Option<u32> {
+    profile
+        .devices
+        .iter()
+        .filter(|d| d.counts.allocator_events > 0)
+        .max_by_key(|d| d.peak_allocated.bytes)
+        .map(|d| d.info.index)
 }
 
 /// The case's memory from its recording: the peaks, the decimated timeline
@@ -241,4 +287,94 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(no message)".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use vramlab_engine::alloc::snapshot::{self, Action, SnapshotReplayOptions};
+
+    use super::*;
+    use crate::NoProgress;
+    use crate::schema::Finding;
+    use crate::suite::testing::quick_private_context;
+
+    /// The memory suite with only its training-step case.
+    struct OneCase(&'static str);
+
+    impl Suite for OneCase {
+        fn name(&self) -> &'static str {
+            "memory"
+        }
+        fn description(&self) -> &'static str {
+            "one case of the memory suite"
+        }
+        fn cases(&self, ctx: &Context) -> Vec<Case> {
+            let memory = crate::suite_by_name("memory").expect("the memory suite");
+            memory.cases(ctx).into_iter().filter(|c| c.name == self.0).collect()
+        }
+        fn findings(&self, _: &Context, _: &[CaseResult]) -> Vec<Finding> {
+            Vec::new()
+        }
+    }
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<(String, CaseResult, Snapshot)>>);
+
+    impl SnapshotSink for Collect {
+        fn wants(&self, _: &str, case: &str) -> bool {
+            case == "train_step_peak"
+        }
+        fn case_snapshot(&self, suite: &str, case: &CaseResult, snapshot: Snapshot) {
+            self.0.lock().unwrap().push((suite.to_owned(), case.clone(), snapshot));
+        }
+    }
+
+    #[test]
+    fn a_profiled_case_becomes_a_snapshot_that_replays_faithfully() {
+        let ctx = quick_private_context();
+        let sink = Collect::default();
+        let result = run_suite_with(&OneCase("train_step_peak"), &ctx, &NoProgress, Some(&sink));
+        assert_eq!(result.cases.len(), 1);
+        assert!(result.cases[0].outcome.is_ok(), "{:?}", result.cases[0].outcome);
+        let got = sink.0.into_inner().unwrap();
+        assert_eq!(got.len(), 1, "one snapshot for the one wanted case");
+        let (suite, case, snap) = &got[0];
+        assert_eq!((suite.as_str(), case.name.as_str()), ("memory", "train_step_peak"));
+        let memory = case.memory.as_ref().expect("the case is profiled");
+        let allocs = snap.device_traces[0].iter().filter(|e| e.action == Action::Alloc).count() as u64;
+        assert!(
+            allocs > 0 && allocs * 2 <= memory.allocator_events,
+            "{allocs} allocs of {} events",
+            memory.allocator_events
+        );
+
+        // Through the pickle and vramlab's reader, then the replay: the same
+        // segment events and end state, the peak the results report.
+        let mut bytes = Vec::new();
+        snapshot::write_snapshot(snap, &mut bytes).unwrap();
+        let back = snapshot::read_snapshot(&bytes[..]).unwrap();
+        let r = snapshot::replay_snapshot(&back, &SnapshotReplayOptions::default()).unwrap();
+        let f = r.fidelity.as_ref().expect("checked");
+        assert!(f.agrees(), "{f:?}");
+        assert!(f.recorded_segment_events > 0);
+        assert_eq!(r.peak_allocated_bytes, memory.peak_allocated_bytes);
+        assert_eq!(r.peak_reserved_bytes, memory.peak_reserved_bytes);
+        // Allocations carry their tags as frames.
+        let tagged = back.device_traces[0]
+            .iter()
+            .filter(|e| e.action == Action::Alloc)
+            .any(|e| back.frames.stack(e.frames).any(|f| f.name.starts_with("tag:")));
+        assert!(tagged, "the training step tags its tensors");
+    }
+
+    #[test]
+    fn no_sink_and_unwanted_cases_build_nothing() {
+        let ctx = quick_private_context();
+        let sink = Collect::default();
+        let result = run_suite_with(&OneCase("eval_no_grad_peak"), &ctx, &NoProgress, Some(&sink));
+        assert_eq!(result.cases.len(), 1);
+        assert!(sink.0.into_inner().unwrap().is_empty());
+    }
 }

@@ -68,7 +68,8 @@
 //! [`Profile::write_chrome_trace`] writes Chrome Trace Event JSON (Perfetto,
 //! `chrome://tracing`); the [`Profile`] serializes with serde (whole, records
 //! as columns), and [`Profile::summary`] gives a bounded [`ProfileSummary`]
-//! for results files.
+//! for results files. [`Profile::memory_snapshot`] gives a device's allocator
+//! events as a PyTorch memory snapshot (for pytorch.org/memory_viz).
 //!
 //! # Semantics
 //!
@@ -86,6 +87,7 @@ mod profile;
 mod profiler;
 pub mod record;
 mod sampler;
+mod snapshot;
 mod timeline;
 
 pub use analysis::{

@@ -101,8 +101,8 @@ impl Record {
         }
     }
 
-    #[cfg(test)]
-    fn tag(&self) -> Option<Tag> {
+    /// The allocation's tag (allocator records).
+    pub(crate) fn tag(&self) -> Option<Tag> {
         match self.flags & TAG_MASK {
             0 => None,
             t => Tag::ALL.get((t - 1) as usize).copied(),

@@ -1,7 +1,8 @@
 //! The regression check's and the history's cost at full-run size: `compare`
 //! on two runs shaped like a full `cargo xtask bench` (108 cases, 92 of them
 //! timed with 176 samples each, ~10 memory figures per case; bootstrap
-//! included), and `History::trends` over 1000 stored runs of that shape.
+//! included), `History::trends` over 1000 stored runs of that shape, and the
+//! report's Trends section (`trends::load_trends`) over the same history.
 //!
 //! Run: `cargo bench -p vramlab-reports --bench check`.
 
@@ -112,6 +113,11 @@ fn history_1000_runs(c: &mut Criterion) {
         b.iter(|| black_box(h.trends(Some("suite3/case3/21 * time"), 1000).unwrap()))
     });
     g.bench_function("trends_every_figure_over_1000_runs", |b| b.iter(|| black_box(h.trends(None, 1000).unwrap())));
+    // The report's Trends section: the headline figures over the last 20 runs.
+    let last = full_run(999, 1.3);
+    g.bench_function("report_trends_over_1000_runs", |b| {
+        b.iter(|| black_box(vramlab_reports::trends::load_trends(&last, Some(&path), 20)))
+    });
     g.finish();
     let _ = std::fs::remove_file(&path);
 }

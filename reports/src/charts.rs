@@ -42,6 +42,8 @@ pub enum Chart<'a> {
     Bars { title: String, unit: BarUnit, bars: Vec<(String, f64)> },
     /// No data here: the reason is written in the chart area.
     Unavailable { title: String, reason: String },
+    /// A figure over the runs of the history, change points marked (`trend_chart.rs`).
+    Trend { title: String, series: &'a crate::history::Series },
 }
 
 /// The unit of a bar chart's values.
@@ -91,7 +93,8 @@ impl Chart<'_> {
             Chart::Timeline { title, .. }
             | Chart::Categories { title, .. }
             | Chart::Bars { title, .. }
-            | Chart::Unavailable { title, .. } => title,
+            | Chart::Unavailable { title, .. }
+            | Chart::Trend { title, .. } => title,
         }
     }
 
@@ -102,6 +105,7 @@ impl Chart<'_> {
             Chart::Categories { title, stack } => draw_categories(root, title, stack),
             Chart::Bars { title, unit, bars } => draw_bars(root, title, *unit, bars),
             Chart::Unavailable { title, reason } => draw_message(root, title, reason),
+            Chart::Trend { title, series } => crate::trend_chart::draw_trend(root, title, series),
         }
         .map_err(|e| e.to_string())
     }

@@ -237,6 +237,19 @@ impl History {
             ),
             None => None,
         };
+        self.series_where(last, |name| matcher.as_ref().is_none_or(|m| m.is_match(name)))
+    }
+
+    /// The series named exactly `names` (those the history holds), in the
+    /// order of `names`, over their last `last` runs, with change points.
+    pub fn series_named(&self, names: &[String], last: usize) -> Result<Vec<Series>, HistoryError> {
+        let mut found = self.series_where(last, |name| names.iter().any(|n| n == name))?;
+        found.sort_by_key(|s| names.iter().position(|n| *n == s.name));
+        Ok(found)
+    }
+
+    /// The series whose names `keep`, over the last `last` runs.
+    fn series_where(&self, last: usize, keep: impl Fn(&str) -> bool) -> Result<Vec<Series>, HistoryError> {
         let mut names = self.conn.prepare("SELECT id, name FROM series ORDER BY name").map_err(|e| self.sql(e))?;
         let series: Vec<(i64, String)> = names
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -260,7 +273,7 @@ impl History {
             .map_err(|e| self.sql(e))?;
         let mut out = Vec::new();
         for (id, name) in series {
-            if matcher.as_ref().is_some_and(|m| !m.is_match(&name)) {
+            if !keep(&name) {
                 continue;
             }
             let mut points = Vec::new();

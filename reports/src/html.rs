@@ -49,6 +49,15 @@ pub struct SuiteExtras {
     pub csv: String,
 }
 
+/// The "Trends" section: trend charts, or the note saying why there are none.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TrendsView {
+    pub charts: Vec<ChartView>,
+    pub note: Option<String>,
+    /// Runs per chart, at most.
+    pub runs: usize,
+}
+
 /// The trace file the page links.
 #[derive(Debug, Clone, Serialize)]
 pub struct TraceLink {
@@ -166,6 +175,22 @@ pub fn render_index(
     problems: &[String],
     source: Option<&str>,
 ) -> Result<String, ReportError> {
+    let none = TrendsView {
+        note: Some("No trends: no run history was given (`cargo xtask report --history FILE`).".into()),
+        ..TrendsView::default()
+    };
+    render_index_with(results, extras, trace, problems, source, &none)
+}
+
+/// [`render_index`] with the "Trends" section's content.
+pub fn render_index_with(
+    results: &RunResults,
+    extras: &[SuiteExtras],
+    trace: Option<&TraceLink>,
+    problems: &[String],
+    source: Option<&str>,
+    trends: &TrendsView,
+) -> Result<String, ReportError> {
     let e = &results.environment;
     let env_view = EnvView {
         cpu: format!("{} ({} cores)", e.cpu_model, e.cpu_cores),
@@ -231,6 +256,7 @@ pub fn render_index(
         verdicts => verdicts,
         suites => suites,
         trace => trace,
+        trends => trends,
         problems => problems,
         css => CSS,
         js => JS,

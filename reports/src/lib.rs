@@ -2,7 +2,8 @@
 //! versioned JSON, one tidy CSV per suite ([`tidy`]), charts ([`charts`]), the
 //! offline HTML page ([`html`]), `summary.md` ([`markdown`]) and a Perfetto
 //! trace ([`trace`]), put together by [`report`]; the pages of a replay and a
-//! what-if ([`replay_page`]); the regression check against
+//! what-if ([`replay_page`]); bench cases' recordings as PyTorch memory
+//! snapshots ([`memory_snapshot`]); the regression check against
 //! a baseline ([`check`]), the run history ([`history`]), and the file stores
 //! of engine parts that persist state ([`FileTuningStore`]). Every file is
 //! written atomically (to a temporary file, then renamed), so an interrupted
@@ -13,11 +14,14 @@ pub mod check;
 pub mod history;
 pub mod html;
 pub mod markdown;
+pub mod memory_snapshot;
 pub mod replay_page;
 pub mod report;
 mod stores;
 pub mod tidy;
 pub mod trace;
+pub mod trend_chart;
+pub mod trends;
 pub mod units;
 
 use std::fs;
@@ -28,7 +32,7 @@ use thiserror::Error;
 use vramlab_suites::RunResults;
 
 pub use markdown::render_summary;
-pub use report::{ReportFiles, load_results, write_report};
+pub use report::{ReportFiles, ReportOptions, load_results, write_report, write_report_with};
 pub use tidy::write_suite_csv;
 
 pub use stores::FileTuningStore;

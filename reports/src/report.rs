@@ -1,6 +1,7 @@
 //! The whole report of a run, written into one folder (by default
 //! `target/vramlab/report/`): `index.html`, `summary.md`, one tidy CSV per
-//! suite, a PNG and an SVG per chart under `charts/`, and `trace.json`. Also
+//! suite, a PNG and an SVG per chart under `charts/`, and `trace.json`; with a
+//! run history, trend charts of the run's headline figures. Also
 //! reads a results file leniently: what parses is rendered, and what does not
 //! is listed as a problem naming the file.
 
@@ -15,7 +16,8 @@ use vramlab_suites::{
 };
 
 use crate::charts::{BarUnit, Chart};
-use crate::html::{ChartView, SuiteExtras, TimelineView, TraceLink, render_index};
+use crate::html::{ChartView, SuiteExtras, TimelineView, TraceLink, TrendsView, render_index_with};
+use crate::trends::{DEFAULT_TREND_RUNS, Trends, load_trends};
 use crate::units::{fmt_bytes, fmt_ns};
 use crate::{ReportError, markdown, tidy, trace, write_atomic};
 
@@ -261,14 +263,42 @@ pub fn trace_case(results: &RunResults) -> Option<(&SuiteResult, &CaseResult)> {
         .or_else(|| all().max_by_key(|(_, c)| c.timeline.as_ref().map_or(0, |t| t.peak_allocated_bytes)))
 }
 
+/// What a report shows beyond the results file.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportOptions<'a> {
+    /// The run history (`history.sqlite`) the trends are read from; `None`: no trends.
+    pub history: Option<&'a Path>,
+    /// Runs per trend chart.
+    pub trend_runs: usize,
+}
+
+impl Default for ReportOptions<'_> {
+    fn default() -> Self {
+        ReportOptions { history: None, trend_runs: DEFAULT_TREND_RUNS }
+    }
+}
+
 /// Writes the full report of `results` into `dir`. `problems` (from
 /// [`load_results`]) are listed at the top of the page; `source` names the
-/// results file.
+/// results file. No trends: see [`write_report_with`].
 pub fn write_report(
     results: &RunResults,
     dir: &Path,
     problems: &[String],
     source: Option<&Path>,
+) -> Result<ReportFiles, ReportError> {
+    write_report_with(results, dir, problems, source, &ReportOptions::default())
+}
+
+/// [`write_report`] with a "Trends" section: the run's headline figures over
+/// the last `options.trend_runs` runs of `options.history` (trend charts under
+/// `charts/trend-N.svg|png`), or the reason there are none.
+pub fn write_report_with(
+    results: &RunResults,
+    dir: &Path,
+    problems: &[String],
+    source: Option<&Path>,
+    options: &ReportOptions<'_>,
 ) -> Result<ReportFiles, ReportError> {
     fs::create_dir_all(dir.join(CHARTS_DIR)).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
     // Suites in parallel: drawing and PNG encoding are most of the time.
@@ -299,8 +329,19 @@ pub fn write_report(
         }
         None => None,
     };
+    let trends = match load_trends(results, options.history, options.trend_runs) {
+        Trends::NotShown(note) => TrendsView { charts: Vec::new(), note: Some(note), runs: options.trend_runs },
+        Trends::Charts(list) => {
+            let mut views = Vec::with_capacity(list.len());
+            for (k, t) in list.iter().enumerate() {
+                let chart = Chart::Trend { title: t.title.clone(), series: &t.series };
+                views.push(chart_files(dir, &format!("trend-{k}"), &chart, &mut charts)?);
+            }
+            TrendsView { charts: views, note: None, runs: options.trend_runs }
+        }
+    };
     let source = source.map(|p| p.display().to_string());
-    let html = render_index(results, &extras, trace.as_ref().map(|t| &t.1), problems, source.as_deref())?;
+    let html = render_index_with(results, &extras, trace.as_ref().map(|t| &t.1), problems, source.as_deref(), &trends)?;
     let index_html = dir.join(INDEX_HTML);
     write_atomic(&index_html, html.as_bytes())?;
     let summary_md = dir.join(SUMMARY_MD);

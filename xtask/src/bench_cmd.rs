@@ -1,7 +1,9 @@
 //! `cargo xtask bench`: runs the suites with progress bars and writes the
 //! results (JSON + CSV per suite) after each suite, atomically; then the
-//! report and a short summary, appends the run to the history, saves it as a
-//! baseline (`--save-baseline`) and compares it with one (`--baseline`).
+//! run to the history, then the report (its trends include this run) and a
+//! short summary; saves it as a baseline (`--save-baseline`) and compares it
+//! with one (`--baseline`). `--export-snapshot` writes the cases' memory
+//! recordings as PyTorch snapshots (`snapshot_export.rs`).
 
 use std::collections::HashMap;
 use std::process::Command as Process;
@@ -46,6 +48,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     };
     vramlab_reports::prepare_out_dir(&args.out)
         .with_context(|| format!("cannot write into the output folder {}", args.out.display()))?;
+    let export = match &args.export_snapshot {
+        Some(dir) => {
+            vramlab_reports::prepare_out_dir(dir)
+                .with_context(|| format!("cannot write into the snapshot folder {}", dir.display()))?;
+            Some(crate::snapshot_export::SnapshotExport::new(dir, &args.export_cases))
+        }
+        None => None,
+    };
 
     let options = RunOptions {
         suites: args.suites.clone(),
@@ -82,23 +92,42 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     );
     let bars = Bars::new();
     for suite in &suites {
-        let result = vramlab_suites::run_suite(suite.as_ref(), &ctx, &bars);
+        let sink = export.as_ref().map(|e| e as &dyn vramlab_suites::SnapshotSink);
+        let result = vramlab_suites::run_suite_with(suite.as_ref(), &ctx, &bars, sink);
         let csv = vramlab_reports::write_suite_csv(&args.out, &result)?;
         results.suites.push(result);
         vramlab_reports::write_results_json(&args.out, &results)?;
         bars.println(&format!("  wrote {}", csv.display()));
     }
     bars.clear();
-    let index = crate::report_cmd::write_for_bench(&results, &args.out.join("report"))?;
+    // The run goes into the history first, so the report's trends include it.
+    let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
+    let appended = vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results));
+    let history_ok = appended.is_ok() || history.is_file();
+    let index = crate::report_cmd::write_for_bench(
+        &results,
+        &args.out.join("report"),
+        history_ok.then_some(history.as_path()),
+    )?;
     // With --json, stdout carries only the comparison: the summary goes to stderr.
     let mut summary: Box<dyn std::io::Write> =
         if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
     crate::report_cmd::print_short_summary(&mut *summary, &results)?;
-
-    let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
-    match vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)) {
+    match appended {
         Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
         Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
+    }
+    if let (Some(e), Some(dir)) = (&export, &args.export_snapshot) {
+        let written = e.written();
+        writeln!(
+            summary,
+            "memory snapshots: {} written to {} (open them in pytorch.org/memory_viz, or `cargo xtask replay FILE`)",
+            written.len(),
+            dir.display()
+        )?;
+        for p in e.problems() {
+            eprintln!("warning: {p}");
+        }
     }
     if let Some(name) = &args.save_baseline {
         let path = crate::check_cmd::save_baseline(&results, name, &args.baseline_dir)?;

@@ -42,6 +42,8 @@ Examples:
   cargo xtask bench --quick                      every suite in under 2 minutes
   cargo xtask bench --suite memory --suite amp   two suites
   cargo xtask bench --device cpu --capacity 8GiB --out results/
+  cargo xtask bench --suite memory --export-snapshot snapshots/ --export-case train_step_peak
+                                                 the case's memory as a PyTorch snapshot pickle
 
   cargo xtask bench --quick --save-baseline main       store this run as the baseline `main`
   cargo xtask bench --quick --baseline main            run, then compare with it (see `cargo xtask check`)
@@ -169,12 +171,15 @@ const REPORT_LONG_ABOUT: &str = "\
 Render the report of a run from its results.json alone (it may come from another machine):
 index.html (self-contained, offline: charts inline, interactive memory timelines), summary.md
 (for $GITHUB_STEP_SUMMARY), one tidy CSV per suite, a PNG and an SVG per chart under charts/,
-and trace.json (open it in ui.perfetto.dev). `cargo xtask bench` writes the same report.";
+and trace.json (open it in ui.perfetto.dev). With a run history (--history), a Trends section
+charts the run's headline figures over the last 20 runs, change points marked. `cargo xtask
+bench` writes the same report.";
 
 const REPORT_AFTER_HELP: &str = "\
 Examples:
   cargo xtask report --from target/vramlab/results.json
   cargo xtask report --from ci/results.json --out /tmp/report
+  cargo xtask report --from ci/results.json --history ci/history.sqlite   with trend charts
 
 Exit status: 0 when the report was written; 2 when the file is not JSON, truncated, of another
 schema version or partly unreadable (what could be read is still rendered); 1 when the report
@@ -189,6 +194,11 @@ pub struct ReportArgs {
     /// Where the report goes
     #[arg(long, value_name = "DIR", default_value = "target/vramlab/report")]
     pub out: PathBuf,
+
+    /// The run history for the Trends section [default: history.sqlite beside --from, else
+    /// target/vramlab/history.sqlite, when present]
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -244,6 +254,15 @@ pub struct BenchArgs {
     /// Where named baselines are stored
     #[arg(long, value_name = "DIR", default_value = crate::check_cmd::DEFAULT_BASELINE_DIR)]
     pub baseline_dir: PathBuf,
+
+    /// Write each profiled case's memory recording as a PyTorch memory snapshot,
+    /// DIR/<suite>-<case>.pickle (for pytorch.org/memory_viz or `cargo xtask replay`)
+    #[arg(long, value_name = "DIR")]
+    pub export_snapshot: Option<PathBuf>,
+
+    /// With --export-snapshot: only this case (repeatable; its name, or SUITE/CASE)
+    #[arg(long = "export-case", value_name = "NAME", requires = "export_snapshot")]
+    pub export_cases: Vec<String>,
 
     #[command(flatten)]
     pub check: crate::check_cmd::CheckOptions,

@@ -3,7 +3,7 @@
 //! and the short terminal summary that `bench` prints too.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use vramlab_reports::markdown::verdict_text;
@@ -23,7 +23,9 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
         }
     };
     let shown: Vec<String> = loaded.problems.iter().chain(&loaded.notes).cloned().collect();
-    let files = vramlab_reports::write_report(&loaded.results, &args.out, &shown, Some(&args.from))?;
+    let history = history_for(args);
+    let options = vramlab_reports::ReportOptions { history: history.as_deref(), ..Default::default() };
+    let files = vramlab_reports::write_report_with(&loaded.results, &args.out, &shown, Some(&args.from), &options)?;
     print_short_summary(&mut std::io::stdout(), &loaded.results)?;
     for p in &loaded.problems {
         let _ = writeln!(std::io::stderr(), "error: {p}");
@@ -35,9 +37,22 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
     Ok(if loaded.problems.is_empty() { 0 } else { BAD_INPUT })
 }
 
-/// Writes the report for `bench` into `dir`; returns index.html's path.
-pub fn write_for_bench(results: &RunResults, dir: &Path) -> Result<std::path::PathBuf> {
-    Ok(vramlab_reports::write_report(results, dir, &[], None)?.index_html)
+/// The history the trends come from: `--history`, else `history.sqlite`
+/// beside the results file, else `target/vramlab/history.sqlite`, when there.
+fn history_for(args: &ReportArgs) -> Option<PathBuf> {
+    if let Some(p) = &args.history {
+        return Some(p.clone());
+    }
+    let beside = args.from.parent().map(|d| d.join(vramlab_reports::history::HISTORY_FILE));
+    let default = Path::new("target/vramlab").join(vramlab_reports::history::HISTORY_FILE);
+    beside.into_iter().chain([default]).find(|p| p.is_file())
+}
+
+/// Writes the report for `bench` into `dir`, with trends from `history`;
+/// returns index.html's path.
+pub fn write_for_bench(results: &RunResults, dir: &Path, history: Option<&Path>) -> Result<PathBuf> {
+    let options = vramlab_reports::ReportOptions { history, ..Default::default() };
+    Ok(vramlab_reports::write_report_with(results, dir, &[], None, &options)?.index_html)
 }
 
 /// One line per claim (its verdict and key number) and, once, why CUDA is

@@ -12,6 +12,7 @@ mod types;
 
 pub(crate) use levels::{CH_ACTIVE, CH_ALLOCATED, CH_REQUESTED, CH_RESERVED, apply_levels};
 pub(crate) use passes::analyze;
+pub(crate) use state::Phases;
 pub use types::*;
 
 /// How many OOMs per device are reported in full (later ones are only counted).
@@ -21,4 +22,4 @@ pub const MAX_OOM_REPORTS: usize = 64;
 pub const OOM_LIVE_ALLOCATIONS: usize = 16;
 
 /// The phase index of "no phase".
-const NO_PHASE: u32 = u32::MAX;
+pub(crate) const NO_PHASE: u32 = u32::MAX;

@@ -72,9 +72,9 @@ impl RangeSet {
 // Phases.
 
 #[derive(Debug, Clone)]
-pub(super) struct PhaseInstance {
-    pub(super) name: u32,
-    pub(super) parent: u32,
+pub(crate) struct PhaseInstance {
+    pub(crate) name: u32,
+    pub(crate) parent: u32,
     pub(super) thread: u32,
     pub(super) depth: u32,
     pub(super) start_ns: u64,
@@ -82,8 +82,8 @@ pub(super) struct PhaseInstance {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct Phases {
-    pub(super) instances: Vec<PhaseInstance>,
+pub(crate) struct Phases {
+    pub(crate) instances: Vec<PhaseInstance>,
     /// Open instances per recording thread, innermost last.
     pub(super) stacks: Vec<Vec<u32>>,
     /// Every open instance, in the order they began.
@@ -100,7 +100,7 @@ impl Phases {
         &mut self.stacks[t]
     }
 
-    pub(super) fn begin(&mut self, name: u32, thread: u32, time_ns: u64) -> u32 {
+    pub(crate) fn begin(&mut self, name: u32, thread: u32, time_ns: u64) -> u32 {
         let id = self.instances.len() as u32;
         let stack = self.stack(thread);
         let parent = stack.last().copied().unwrap_or(NO_PHASE);
@@ -113,7 +113,7 @@ impl Phases {
 
     /// Closes the innermost open instance of `name` on `thread` (and any
     /// instances opened inside it and left open); returns the closed ones.
-    pub(super) fn end(&mut self, name: u32, thread: u32, time_ns: u64, closed: &mut Vec<u32>) {
+    pub(crate) fn end(&mut self, name: u32, thread: u32, time_ns: u64, closed: &mut Vec<u32>) {
         closed.clear();
         let instances = &self.instances;
         let stack = {
@@ -139,7 +139,7 @@ impl Phases {
     /// The phase an event of `thread` belongs to: the thread's innermost open
     /// phase, else the most recently begun open phase of any thread.
     #[inline]
-    pub(super) fn current(&self, thread: u32) -> u32 {
+    pub(crate) fn current(&self, thread: u32) -> u32 {
         self.stacks
             .get(thread as usize)
             .and_then(|s| s.last().copied())

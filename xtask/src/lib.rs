@@ -1,0 +1,71 @@
+//! vramlab's command line as a library: every command (`bench`, `replay`,
+//! `whatif`, `report`, `gpu-check`, `check`, `history`) and [`main`], which
+//! parses the arguments and runs one. Two thin binaries call it: `xtask`
+//! (`src/main.rs`, what `cargo xtask …` runs) and `vramlab`
+//! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask --bin
+//! vramlab`). The only part of vramlab that talks to the terminal.
+//!
+//! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
+//! names the file and line), 2 for usage errors (clap's), from `report` for a
+//! bad results file and from `replay`/`whatif` for a `--report` folder that
+//! cannot be written, 3 from `gpu-check` when the machine has no GPU. `check`
+//! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
+//! be made.
+
+mod bench_cmd;
+mod check_cmd;
+mod cli;
+mod gpu_check;
+mod history_cmd;
+mod replay_cmd;
+mod report_cmd;
+mod size;
+mod snapshot_cmd;
+mod snapshot_export;
+mod whatif_cmd;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser};
+
+use cli::{Cli, Command};
+
+/// Which binary runs the commands: the help and usage lines name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// `cargo xtask …` inside the workspace.
+    Xtask,
+    /// The installed `vramlab` binary.
+    Vramlab,
+}
+
+/// Parses the process's arguments, runs the command and returns its exit status.
+pub fn main(program: Program) -> ExitCode {
+    let cli = if program == Program::Vramlab {
+        let matches = Cli::command().name("vramlab").bin_name("vramlab").get_matches();
+        match Cli::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    } else {
+        Cli::parse()
+    };
+    let result = match &cli.command {
+        Command::Bench(args) => bench_cmd::run(args),
+        Command::Replay(args) => replay_cmd::run(args),
+        Command::Whatif(args) => whatif_cmd::run(args),
+        Command::GpuCheck(args) => gpu_check::run(args),
+        Command::Check(args) => check_cmd::run(args),
+        Command::History(args) => history_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            // Nothing sensible is left to do if stderr is gone too.
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
