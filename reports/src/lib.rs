@@ -8,6 +8,8 @@
 //! run keeps every suite that finished and never leaves a half-written file.
 
 pub mod charts;
+mod plot;
+pub mod suite_charts;
 pub mod check;
 pub mod history;
 pub mod html;
