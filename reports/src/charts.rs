@@ -81,9 +81,7 @@ impl Chart<'_> {
 
     pub fn title(&self) -> &str {
         match self {
-            Chart::Timeline { title, .. }
-            | Chart::Categories { title, .. }
-            | Chart::Unavailable { title, .. } => title,
+            Chart::Timeline { title, .. } | Chart::Categories { title, .. } | Chart::Unavailable { title, .. } => title,
             Chart::Lines(c) => &c.title,
             Chart::Bars(c) => &c.title,
         }
@@ -104,7 +102,11 @@ impl Chart<'_> {
 
 pub(crate) type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
-pub(crate) fn draw_message<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, reason: &str) -> DrawResult<DB> {
+pub(crate) fn draw_message<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    reason: &str,
+) -> DrawResult<DB> {
     root.draw(&Text::new(title.to_owned(), (20, 20), (FAMILY, 20).into_font()))?;
     let style = TextStyle::from((FAMILY, 16).into_font()).color(&RGBColor(90, 90, 90));
     // Wrap the reason at about 90 characters a line.

@@ -8,14 +8,14 @@
 //! run keeps every suite that finished and never leaves a half-written file.
 
 pub mod charts;
-mod plot;
-pub mod suite_charts;
 pub mod check;
 pub mod history;
 pub mod html;
 pub mod markdown;
+mod plot;
 pub mod report;
 mod stores;
+pub mod suite_charts;
 pub mod tidy;
 pub mod trace;
 pub mod units;

@@ -201,6 +201,8 @@ pub struct GroupedBars {
     /// A value drawn as a vertical dashed line (e.g. 1× for a speedup).
     pub reference: Option<Mark>,
     pub notes: Vec<String>,
+    /// Bar lengths on a log scale (values spanning decades).
+    pub log: bool,
 }
 
 const MARK_RED: RGBColor = RGBColor(200, 30, 30);
@@ -385,7 +387,8 @@ fn draw_notes<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, notes: &[String
 
 pub(crate) fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> DrawResult<DB> {
     if c.lines.iter().all(|l| l.points.is_empty()) && c.points.is_empty() {
-        let why = if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
+        let why =
+            if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
         return draw_message(root, &c.title, &why);
     }
     let l = c.layout();
@@ -412,21 +415,20 @@ pub(crate) fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &
     for m in &c.hlines {
         let Some(y) = l.y.px(m.at) else { continue };
         root.draw(&DashedPathElement::new([(l.left, y), (l.right, y)], 6, 4, MARK_RED.stroke_width(2)))?;
-        let label = anchored(font(13).color(&MARK_RED), HPos::Right, VPos::Bottom);
-        root.draw(&Text::new(m.label.clone(), (l.right - 6, y - 3), label))?;
+        let label = anchored(font(13).color(&MARK_RED), HPos::Left, VPos::Bottom);
+        root.draw(&Text::new(m.label.clone(), (l.left + 6, y - 3), label))?;
     }
     for (k, m) in c.vlines.iter().enumerate() {
         let Some(x) = l.x.px(m.at) else { continue };
         root.draw(&DashedPathElement::new([(x, l.top), (x, l.bottom)], 6, 4, MARK_RED.stroke_width(2)))?;
         let h = if x > (l.left + l.right) / 2 { HPos::Right } else { HPos::Left };
         let dx = if matches!(h, HPos::Right) { -5 } else { 5 };
-        let label = anchored(font(13).color(&MARK_RED), h, VPos::Top);
-        root.draw(&Text::new(m.label.clone(), (x + dx, l.top + 4 + 16 * k as i32), label))?;
+        let label = anchored(font(13).color(&MARK_RED), h, VPos::Bottom);
+        root.draw(&Text::new(m.label.clone(), (x + dx, l.bottom - 4 - 16 * k as i32), label))?;
     }
     for line in &c.lines {
         let col = color(line.color);
-        let pts: Vec<(i32, i32)> =
-            line.points.iter().filter_map(|&(x, y)| Some((l.x.px(x)?, l.y.px(y)?))).collect();
+        let pts: Vec<(i32, i32)> = line.points.iter().filter_map(|&(x, y)| Some((l.x.px(x)?, l.y.px(y)?))).collect();
         if line.dashed {
             root.draw(&DashedPathElement::new(pts.clone(), 7, 4, col.stroke_width(2)))?;
         } else {
@@ -471,17 +473,19 @@ pub(crate) fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &
 /// Where a bar chart's rows and value axis lie.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BarLayout {
-    /// Pixel of value 0 and of the largest value.
+    /// Pixels where bars start and where the axis ends.
     pub x0: i32,
     pub x1: i32,
-    pub max: f64,
+    /// The value axis, from 0 (a decade below the smallest value on a log scale).
+    pub axis: AxisMap,
     pub top: i32,
     pub row_h: i32,
 }
 
 impl BarLayout {
+    /// Where a bar of value `v` ends (at least one pixel past its start).
     pub fn px(&self, v: f64) -> i32 {
-        self.x0 + ((v.max(0.0) / self.max) * (self.x1 - self.x0) as f64).round() as i32
+        self.axis.px(v).unwrap_or(self.x0).clamp(self.x0 + 1, self.x1)
     }
 }
 
@@ -496,21 +500,30 @@ impl GroupedBars {
         let top = 44 + if self.series.len() > 1 { 20 } else { 0 };
         let avail = HEIGHT as i32 - top - 8 - notes * NOTE_H;
         let row_h = (avail / self.rows().max(1) as i32).clamp(6, 26);
-        let max = self
+        let values: Vec<f64> = self
             .groups
             .iter()
             .flat_map(|g| g.bars.iter().map(|b| b.value))
             .chain(self.reference.iter().map(|m| m.at))
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max)
-            .max(1e-12);
-        BarLayout { x0: 300, x1: WIDTH as i32 - 190, max, top, row_h }
+            .collect();
+        let (x0, x1) = (300, WIDTH as i32 - 190);
+        let scale = if self.log { Scale::Log } else { Scale::Linear };
+        let mut axis = AxisMap::new(&values, &Axis::new("", self.unit, scale), x0 as f64, x1 as f64);
+        if !self.log {
+            // Bars start at 0 and the longest ends at the axis' end.
+            axis.hi = values.iter().copied().filter(|v| v.is_finite()).fold(0.0, f64::max).max(1e-12);
+        } else {
+            // Room for the smallest bar to show: start a decade below it.
+            axis.lo -= if axis.binary { std::f64::consts::LOG10_2 * 3.0 } else { 1.0 };
+        }
+        BarLayout { x0, x1, axis, top, row_h }
     }
 }
 
 pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &GroupedBars) -> DrawResult<DB> {
     if c.groups.iter().all(|g| g.bars.is_empty()) {
-        let why = if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
+        let why =
+            if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
         return draw_message(root, &c.title, &why);
     }
     let l = c.layout();
@@ -569,7 +582,7 @@ mod tests {
     fn numbers_read_well() {
         assert_eq!(sig3(2.5), "2.5");
         assert_eq!(sig3(120.0), "120");
-        assert_eq!(sig3(0.03125), "0.0313");
+        assert_eq!(sig3(0.0314159), "0.0314");
         assert_eq!(si(134_299.0), "134k");
         assert_eq!(Unit::Bytes.tick((64u64 << 20) as f64), "64 MiB");
         assert_eq!(Unit::Nanoseconds.tick(10_000.0), "10 µs");

@@ -187,7 +187,11 @@ fn plan_suite<'a>(index: usize, suite: &'a SuiteResult, jobs: &mut Vec<Planned<'
         }
         None => {
             for (what, unit, value) in [
-                ("time", Unit::Nanoseconds, &(|c: &CaseResult| Some(c.timing.as_ref()?.median_ns)) as &dyn Fn(&CaseResult) -> Option<f64>),
+                (
+                    "time",
+                    Unit::Nanoseconds,
+                    &(|c: &CaseResult| Some(c.timing.as_ref()?.median_ns)) as &dyn Fn(&CaseResult) -> Option<f64>,
+                ),
                 ("peak", Unit::Bytes, &|c: &CaseResult| Some(c.memory.as_ref()?.peak_allocated_bytes as f64)),
             ] {
                 let bars: Vec<Bar> =
@@ -200,6 +204,7 @@ fn plan_suite<'a>(index: usize, suite: &'a SuiteResult, jobs: &mut Vec<Planned<'
                     _ => format!("{}: peak allocated per case", suite.name),
                 };
                 let chart = Chart::Bars(GroupedBars {
+                    log: false,
                     title,
                     unit,
                     series: vec![],

@@ -134,23 +134,19 @@ fn cpu_vs_gpu(suite: &SuiteResult) -> Vec<Named> {
             notes.push(format!("GPU side {reason}; no crossover without it."));
             missing_gpu.get_or_insert(reason);
         } else {
-            let pairs: Vec<(f64, f64, f64)> = cpu
-                .iter()
-                .filter_map(|(f, c, _)| gpu.iter().find(|g| g.0 == *f).map(|g| (*f, *c, g.1)))
-                .collect();
+            let pairs: Vec<(f64, f64, f64)> =
+                cpu.iter().filter_map(|(f, c, _)| gpu.iter().find(|g| g.0 == *f).map(|g| (*f, *c, g.1))).collect();
             match crossover(&pairs) {
                 Some(i) => {
                     let label = cpu.iter().find(|c| c.0 == pairs[i].0).map_or("?", |c| c.2.as_str());
                     let from = if i == 0 { " (every size tried)" } else { "" };
-                    vlines.push(Mark {
-                        at: pairs[i].0,
-                        label: format!("crossover: the GPU wins from {label}{from}"),
-                    });
+                    vlines.push(Mark { at: pairs[i].0, label: format!("crossover: the GPU wins from {label}{from}") });
                 }
                 None if !pairs.is_empty() => notes.push("The GPU does not win at the largest size tried.".into()),
                 None => notes.push("No size ran on both devices.".into()),
             }
         }
+        let gpu_name = if gpu.is_empty() { "GPU (not available)" } else { "GPU" };
         let line = |name: &str, pts: &[(f64, f64, String)], color| Line {
             name: name.into(),
             points: pts.iter().map(|p| (p.0, p.1)).collect(),
@@ -163,7 +159,7 @@ fn cpu_vs_gpu(suite: &SuiteResult) -> Vec<Named> {
                 title,
                 x: Axis::new("work per call (FLOP, log)", Unit::Flop, Scale::Log),
                 y: Axis::new("median time per call (log)", Unit::Nanoseconds, Scale::Log),
-                lines: vec![line("CPU", &cpu, 0), line("GPU", &gpu, 1)],
+                lines: vec![line("CPU", &cpu, 0), line(gpu_name, &gpu, 1)],
                 vlines,
                 hlines: vec![],
                 points: vec![],
@@ -191,6 +187,7 @@ fn cpu_vs_gpu(suite: &SuiteResult) -> Vec<Named> {
             groups: speedups,
             reference: Some(Mark { at: 1.0, label: "1× (as fast as the CPU)".into() }),
             notes: vec![],
+            log: false,
         })
     };
     out.push(("speedup".into(), speedup));
@@ -228,6 +225,7 @@ fn amp(suite: &SuiteResult) -> Vec<Named> {
             return unavailable(title, reason);
         }
         Chart::Bars(GroupedBars {
+            log: false,
             title: title.into(),
             unit,
             series: vec!["f32".into(), "f16 autocast + GradScaler".into(), "bf16 autocast".into()],
@@ -243,7 +241,9 @@ fn amp(suite: &SuiteResult) -> Vec<Named> {
             chart(
                 "amp: peak allocated per precision",
                 Unit::Bytes,
-                per(&|c| metric(c, "peak_allocated_bytes").or(c.memory.as_ref().map(|m| m.peak_allocated_bytes as f64))),
+                per(&|c| {
+                    metric(c, "peak_allocated_bytes").or(c.memory.as_ref().map(|m| m.peak_allocated_bytes as f64))
+                }),
             ),
         ),
     ]
@@ -316,6 +316,7 @@ fn autotune(suite: &SuiteResult) -> Vec<Named> {
                 groups,
                 reference: None,
                 notes,
+                log: true,
             })
         };
         out.push((format!("{kind}-candidates"), chart));
@@ -341,6 +342,7 @@ fn autotune(suite: &SuiteResult) -> Vec<Named> {
         out.push((
             "tuning-cost".into(),
             Chart::Bars(GroupedBars {
+                log: false,
                 title: "autotune: tuning cost per shape (benchmark mode's first call)".into(),
                 unit: Unit::Nanoseconds,
                 series: vec!["never pays back here".into(), "pays back".into()],
@@ -435,7 +437,8 @@ fn transfer(suite: &SuiteResult) -> Vec<Named> {
             continue;
         }
         let mode = c.name.trim_start_matches("overlap/");
-        let pct = metric(c, "overlap_percent").map(|p| format!(" — {p:.0}% of the shorter one hidden")).unwrap_or_default();
+        let pct =
+            metric(c, "overlap_percent").map(|p| format!(" — {p:.0}% of the shorter one hidden")).unwrap_or_default();
         let bars: Vec<Bar> = [
             ("copy alone", metric(c, "copy_alone_ns")),
             ("compute alone", metric(c, "compute_alone_ns")),
@@ -455,6 +458,7 @@ fn transfer(suite: &SuiteResult) -> Vec<Named> {
             unavailable(title, first_reason(overlap.iter().copied()).unwrap_or_default())
         } else {
             Chart::Bars(GroupedBars {
+                log: false,
                 title: title.into(),
                 unit: Unit::Nanoseconds,
                 series: vec![],
@@ -497,6 +501,7 @@ fn async_timing(suite: &SuiteResult) -> Vec<Named> {
         unavailable(title, notes.join("; "))
     } else {
         Chart::Bars(GroupedBars {
+            log: false,
             title: format!("{title}{shape}"),
             unit: Unit::Nanoseconds,
             series: vec![],
@@ -571,6 +576,7 @@ fn memory(suite: &SuiteResult) -> Vec<Named> {
             unavailable(title, notes.join("; "))
         } else {
             Chart::Bars(GroupedBars {
+                log: false,
                 title: title.into(),
                 unit: Unit::Bytes,
                 series: vec!["peak allocated".into(), "peak reserved".into()],
@@ -596,6 +602,7 @@ fn memory(suite: &SuiteResult) -> Vec<Named> {
         let chart = match why_not(c) {
             Some(w) => unavailable(title, w),
             None => Chart::Bars(GroupedBars {
+                log: false,
                 title: title.into(),
                 unit: Unit::Bytes,
                 series: vec!["allocated".into(), "reserved".into()],
@@ -634,7 +641,9 @@ fn sweep_chart(c: &CaseResult) -> Chart<'static> {
     let trials = sweep_trials(c);
     let mut fits: Vec<(f64, f64)> = trials.iter().filter_map(|&(b, p)| Some((b, p?))).collect();
     // The largest fit's exact peak, where the note's rounding would differ.
-    if let (Some(b), Some(p)) = (metric(c, "largest_fitting_batch_count"), metric(c, "largest_fitting_peak_allocated_bytes")) {
+    if let (Some(b), Some(p)) =
+        (metric(c, "largest_fitting_batch_count"), metric(c, "largest_fitting_peak_allocated_bytes"))
+    {
         fits.retain(|f| f.0 != b);
         fits.push((b, p));
     }
@@ -704,6 +713,7 @@ fn fragmentation_chart(frag: &[&CaseResult]) -> Chart<'static> {
         return unavailable(title, notes.join("; "));
     }
     Chart::Bars(GroupedBars {
+        log: false,
         title: title.into(),
         unit: Unit::Bytes,
         series: vec![],
@@ -764,6 +774,7 @@ fn allocator(suite: &SuiteResult) -> Vec<Named> {
             unavailable(title, first_reason(rec.iter().copied()).unwrap_or_default())
         } else {
             Chart::Bars(GroupedBars {
+                log: false,
                 title: title.into(),
                 unit: Unit::Nanoseconds,
                 series: vec![],
@@ -813,4 +824,253 @@ fn input_pipeline(suite: &SuiteResult) -> Vec<Named> {
         })
     };
     vec![("throughput".into(), chart)]
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use vramlab_suites::harness::summarize;
+
+    use super::*;
+
+    pub(crate) fn case(name: &str, params: &[(&str, serde_json::Value)], metrics: &[(&str, f64)]) -> CaseResult {
+        CaseResult {
+            name: name.into(),
+            params: params.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
+            outcome: Outcome::Ok,
+            timing: None,
+            metrics: metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect::<BTreeMap<_, _>>(),
+            memory: None,
+            notes: vec![],
+            duration_ns: 1,
+            timeline: None,
+            categories: None,
+        }
+    }
+
+    pub(crate) fn timed(mut c: CaseResult, ns: f64) -> CaseResult {
+        c.timing = Some(summarize(vec![ns; 5], 1, "host"));
+        c
+    }
+
+    pub(crate) fn suite(name: &str, cases: Vec<CaseResult>) -> SuiteResult {
+        SuiteResult {
+            name: name.into(),
+            description: "test".into(),
+            device: "cpu".into(),
+            duration_ns: 1,
+            cases,
+            findings: vec![],
+        }
+    }
+
+    fn op_case(dev: &str, i: usize, flops: f64, ns: f64) -> CaseResult {
+        let size = format!("s{i}");
+        timed(
+            case(
+                &format!("matmul/{dev}/{size}"),
+                &[
+                    ("op", "matmul".into()),
+                    ("device", dev.into()),
+                    ("size", size.into()),
+                    ("size_index", i.into()),
+                    ("flops", flops.into()),
+                ],
+                &[],
+            ),
+            ns,
+        )
+    }
+
+    /// The `<text>` element showing `label`: its x and y.
+    pub(crate) fn text_at(svg: &str, label: &str) -> (f64, f64) {
+        let i = svg.find(&format!(">\n{label}\n")).unwrap_or_else(|| panic!("no text {label:?} in the SVG"));
+        let open = &svg[svg[..i].rfind("<text").expect("a text element")..i];
+        (attr(open, "x"), attr(open, "y"))
+    }
+
+    pub(crate) fn attr(tag: &str, name: &str) -> f64 {
+        let key = format!(" {name}=\"");
+        let i = tag.find(&key).unwrap_or_else(|| panic!("no {name} in {tag}")) + key.len();
+        tag[i..].split('"').next().unwrap().parse().unwrap()
+    }
+
+    fn chart<'a>(charts: &'a [Named], name: &str) -> &'a Chart<'static> {
+        &charts.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no chart {name}")).1
+    }
+
+    #[test]
+    fn crossover_is_marked_at_the_first_size_from_which_the_gpu_wins() {
+        // The GPU loses at s0 and s1 and wins from s2 up (s1 won't do: it loses again at s1).
+        let cases = vec![
+            op_case("cpu", 0, 1e3, 1_000.0),
+            op_case("cpu", 1, 1e5, 10_000.0),
+            op_case("cpu", 2, 1e7, 1_000_000.0),
+            op_case("cpu", 3, 1e9, 100_000_000.0),
+            op_case("gpu", 0, 1e3, 5_000.0),
+            op_case("gpu", 1, 1e5, 20_000.0),
+            {
+                let mut c = op_case("gpu", 2, 1e7, 100_000.0);
+                c.metrics.insert("speedup_vs_cpu_ratio".into(), 10.0);
+                c
+            },
+            op_case("gpu", 3, 1e9, 1_000_000.0),
+        ];
+        let charts = cpu_vs_gpu(&suite("cpu-vs-gpu", cases));
+        let Chart::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
+        assert_eq!(lines.vlines.len(), 1);
+        assert_eq!(lines.vlines[0].at, 1e7);
+        let svg = chart(&charts, "matmul-time-by-size").svg().unwrap();
+        let label = "crossover: the GPU wins from s2";
+        let (x, _) = text_at(&svg, label);
+        let at = f64::from(lines.layout().x.px(1e7).unwrap());
+        assert_eq!((x - at).abs(), 5.0, "label at {x}, crossover at {at}");
+        // Two lines of four markers each.
+        assert_eq!(svg.matches("<circle").count(), 8 + 2, "markers plus the legend's");
+        let svg = chart(&charts, "speedup").svg().unwrap();
+        assert!(svg.contains("\n10×\n") && svg.contains("\n1× (as fast as the CPU)\n"), "{svg}");
+    }
+
+    #[test]
+    fn a_gpu_that_never_wins_gets_no_crossover_and_gpu_absence_says_why() {
+        let cases = vec![op_case("cpu", 0, 1e3, 1_000.0), op_case("gpu", 0, 1e3, 5_000.0)];
+        let charts = cpu_vs_gpu(&suite("cpu-vs-gpu", cases));
+        let Chart::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
+        assert!(lines.vlines.is_empty());
+        assert!(lines.notes.iter().any(|n| n.contains("does not win")));
+        let mut gpu = case("matmul/gpu", &[("op", "matmul".into()), ("device", "gpu".into())], &[]);
+        gpu.outcome = Outcome::NotAvailable { reason: "no CUDA driver".into() };
+        let charts = cpu_vs_gpu(&suite("cpu-vs-gpu", vec![op_case("cpu", 0, 1e3, 1_000.0), gpu]));
+        let Chart::Unavailable { reason, .. } = chart(&charts, "speedup") else { panic!("the speedups need a GPU") };
+        assert!(reason.contains("no CUDA driver"), "{reason}");
+        let svg = chart(&charts, "matmul-time-by-size").svg().unwrap();
+        assert!(svg.contains("GPU side matmul/gpu: not available: no CUDA driver"), "{svg}");
+    }
+
+    fn sweep() -> CaseResult {
+        let mib = (1u64 << 20) as f64;
+        let mut c = case(
+            "batch_size_sweep",
+            &[("capacity_bytes", (4u64 << 20).into())],
+            &[
+                ("capacity_bytes", 4.0 * mib),
+                ("oom_batch_count", 1024.0),
+                ("largest_fitting_batch_count", 768.0),
+                ("largest_fitting_peak_allocated_bytes", 3.0 * mib),
+            ],
+        );
+        c.notes.push(
+            "trials: 256 fits (peak 1.00 MiB); 512 fits (peak 2.00 MiB); 1024 out of memory in forward (requested \
+             4.00 MiB); 768 fits (peak 3.00 MiB)"
+                .into(),
+        );
+        c
+    }
+
+    #[test]
+    fn sweep_trials_parse_from_the_note() {
+        let mib = (1u64 << 20) as f64;
+        assert_eq!(
+            sweep_trials(&sweep()),
+            vec![(256.0, Some(mib)), (512.0, Some(2.0 * mib)), (1024.0, None), (768.0, Some(3.0 * mib))]
+        );
+        assert_eq!(parse_size("512 bytes"), Some(512.0));
+        assert_eq!(parse_size("1.50 KiB"), Some(1536.0));
+    }
+
+    #[test]
+    fn sweep_chart_puts_the_capacity_line_and_the_oom_point_at_their_values() {
+        let chart = sweep_chart(&sweep());
+        let Chart::Lines(lines) = &chart else { panic!("a line chart") };
+        let l = lines.layout();
+        let svg = chart.svg().unwrap();
+        let cap_y = f64::from(l.y.px((4u64 << 20) as f64).unwrap());
+        let (_, y) = text_at(&svg, "capacity 4.00 MiB");
+        assert_eq!(y, cap_y - 3.0, "the capacity label sits on its line");
+        let (x, y) = text_at(&svg, "batch 1024: out of memory");
+        assert_eq!((x - f64::from(l.x.px(1024.0).unwrap())).abs(), 10.0);
+        assert_eq!(y, cap_y - 8.0, "the OOM point sits on the capacity line");
+        let (x, _) = text_at(&svg, "largest batch that fits: 768");
+        assert_eq!((x - f64::from(l.x.px(768.0).unwrap())).abs(), 5.0);
+        // The fits in batch order, the largest at its exact peak.
+        let mib = (1u64 << 20) as f64;
+        assert_eq!(lines.lines[0].points, vec![(256.0, mib), (512.0, 2.0 * mib), (768.0, 3.0 * mib)]);
+        // The capacity is above every fit: the line lies above (smaller y) every marker.
+        assert!(lines.lines[0].points.iter().all(|p| f64::from(l.y.px(p.1).unwrap()) > cap_y));
+    }
+
+    #[test]
+    fn autotune_marks_the_chosen_candidate_and_the_break_even() {
+        let shape = |mode: &str, ns: f64, alg: &str, metrics: &[(&str, f64)]| {
+            let mut c = timed(
+                case(
+                    &format!("conv_a/{mode}"),
+                    &[("shape", "conv_a".into()), ("op", "conv2d_forward".into()), ("mode", mode.into())],
+                    metrics,
+                ),
+                ns,
+            );
+            c.notes.push(format!("algorithm: {alg}"));
+            c
+        };
+        let s = suite(
+            "autotune",
+            vec![
+                shape("off", 2_000.0, "direct", &[]),
+                shape(
+                    "benchmark",
+                    1_000.0,
+                    "gemm",
+                    &[
+                        ("candidate_direct_median_ns", 2_000.0),
+                        ("candidate_gemm_median_ns", 1_000.0),
+                        ("tuning_ns", 50_000.0),
+                        ("payback_calls_count", 50.0),
+                    ],
+                ),
+            ],
+        );
+        let charts = autotune(&s);
+        let svg = chart(&charts, "convolution-candidates").svg().unwrap();
+        assert!(svg.contains("\n1.00 µs — chosen\n"), "{svg}");
+        assert!(svg.contains("\ndirect (heuristic&apos;s pick (off))\n"), "{svg}");
+        let c = chart(&charts, "conv_a-break-even");
+        let Chart::Lines(lines) = c else { panic!("a line chart") };
+        // Off costs 2 µs a call, benchmark 50 µs once plus 1 µs a call: equal at 50 calls.
+        assert_eq!(lines.vlines[0].at, 50.0);
+        let (x, _) = text_at(&c.svg().unwrap(), "break-even: 50 calls");
+        assert_eq!((x - f64::from(lines.layout().x.px(50.0).unwrap())).abs(), 5.0);
+        let off = &lines.lines[0].points;
+        let bench = &lines.lines[1].points;
+        let at50 = |p: &[(f64, f64)]| p.iter().find(|q| q.0 == 50.0).unwrap().1;
+        assert_eq!(at50(off), at50(bench));
+    }
+
+    #[test]
+    fn async_without_device_events_says_why_beside_the_host_clocks() {
+        let mut events = case("device_events", &[], &[]);
+        events.outcome = Outcome::NotAvailable { reason: "the CPU backend runs synchronously".into() };
+        let s = suite(
+            "async",
+            vec![
+                timed(case("host_clock/no_sync", &[("shape", "8x8x8".into())], &[]), 100.0),
+                timed(case("host_clock/synchronized", &[], &[]), 900.0),
+                events,
+            ],
+        );
+        let svg = chart(&async_timing(&s), "host-vs-device").svg().unwrap();
+        assert!(svg.contains("\n100 ns\n") && svg.contains("\n900 ns\n"), "{svg}");
+        assert!(svg.contains("device events (the kernel&apos;s time): not available: the CPU backend runs"), "{svg}");
+    }
+
+    #[test]
+    fn a_suite_that_did_not_run_says_why_in_every_chart() {
+        let mut c = case("h2d/pinned/1MiB", &[("direction", "h2d".into()), ("host_memory", "pinned".into())], &[]);
+        c.outcome = Outcome::NotAvailable { reason: "no GPU here".into() };
+        for (name, chart) in transfer(&suite("transfer", vec![c])) {
+            let Chart::Unavailable { reason, .. } = chart else { panic!("{name} drew axes without data") };
+            assert!(reason.contains("no GPU here"), "{reason}");
+        }
+    }
 }
