@@ -263,7 +263,7 @@ fn autotune(suite: &SuiteResult) -> Vec<Named> {
     let mode = |shape: &str, m: &str| case(suite, &format!("{shape}/{m}"));
     // Candidates per shape, one chart per kind of op.
     for (kind, is_kind) in [("convolution", true), ("matmul", false)] {
-        let title = format!("autotune: benchmark mode's candidates per {kind} shape");
+        let title = format!("autotune: benchmark mode's candidates per {kind} shape (time, log scale)");
         let of_kind: Vec<&String> = shapes
             .iter()
             .filter(|s| {
