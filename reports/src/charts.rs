@@ -16,7 +16,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 use vramlab_suites::{CategoryStack, MemoryTimeline};
 
-use crate::ReportError;
+use crate::{ReportError, write_unsynced};
 pub use crate::plot::{Bar, BarGroup, GroupedBars, Line, LineChart, Mark, PointLabel, Scale, Unit};
 use crate::plot::{draw_grouped, draw_lines};
 use crate::units::fmt_bytes;
@@ -66,17 +66,33 @@ impl Chart<'_> {
         Ok(out)
     }
 
-    /// The chart as a PNG file at `path`.
+    /// The chart as a PNG file at `path` (replaced whole, never half-written).
     pub fn write_png(&self, path: &Path) -> Result<(), ReportError> {
-        register_font();
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
-        }
         let err =
             |reason: String| ReportError::Chart { chart: format!("{} ({})", self.title(), path.display()), reason };
-        let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-        self.draw(&root).map_err(err)?;
-        root.present().map_err(|e| err(e.to_string()))
+        write_unsynced(path, &self.png().map_err(err)?)
+    }
+
+    /// The chart as PNG bytes: drawn into an RGB buffer, then encoded with the
+    /// `png` crate's fast compression (flat colours compress well at any
+    /// level; the default level took most of a chart's time).
+    pub fn png(&self) -> Result<Vec<u8>, String> {
+        register_font();
+        let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
+            self.draw(&root)?;
+            root.present().map_err(|e| e.to_string())?;
+        }
+        let mut out = Vec::with_capacity(64 << 10);
+        let mut encoder = png::Encoder::new(&mut out, WIDTH, HEIGHT);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_compression(png::Compression::Fast);
+        let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
+        writer.write_image_data(&rgb).map_err(|e| e.to_string())?;
+        writer.finish().map_err(|e| e.to_string())?;
+        Ok(out)
     }
 
     pub fn title(&self) -> &str {

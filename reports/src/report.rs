@@ -17,7 +17,7 @@ use vramlab_suites::{
 use crate::charts::{Bar, BarGroup, Chart, GroupedBars, Unit};
 use crate::html::{ChartView, SuiteExtras, TimelineView, TraceLink, render_index};
 use crate::units::{fmt_bytes, fmt_ns};
-use crate::{ReportError, markdown, suite_charts, tidy, trace, write_atomic};
+use crate::{ReportError, markdown, suite_charts, tidy, trace, write_atomic, write_unsynced};
 
 /// File names inside the report folder.
 pub const INDEX_HTML: &str = "index.html";
@@ -126,7 +126,7 @@ fn chart_files(dir: &Path, name: &str, chart: &Chart<'_>) -> Result<ChartView, R
     let (svg, png_done) = rayon::join(
         || -> Result<String, ReportError> {
             let svg = chart.svg()?;
-            write_atomic(&dir.join(&svg_file), svg.as_bytes())?;
+            write_unsynced(&dir.join(&svg_file), svg.as_bytes())?;
             Ok(svg)
         },
         || chart.write_png(&dir.join(&png)),
