@@ -16,10 +16,10 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 use vramlab_suites::{CategoryStack, MemoryTimeline};
 
-use crate::{ReportError, write_unsynced};
 pub use crate::plot::{Bar, BarGroup, GroupedBars, Line, LineChart, Mark, PointLabel, Scale, Unit};
 use crate::plot::{draw_grouped, draw_lines};
 use crate::units::fmt_bytes;
+use crate::{ReportError, write_unsynced};
 
 /// DejaVu Sans (Bitstream Vera / DejaVu licence, see `assets/DejaVuSans-LICENSE.txt`).
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
