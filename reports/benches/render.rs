@@ -3,7 +3,8 @@
 //! and a file whose one timeline holds 10 million events (decimated before
 //! drawing). The 10-million-event file is also left at
 //! `target/vramlab-bench/ten_million_events.json` for measuring memory with
-//! `/usr/bin/time -v cargo xtask report --from …`.
+//! `/usr/bin/time -v cargo xtask report --from …`. Where a chart's time goes:
+//! one 2000-point timeline drawn as SVG, and as PNG (drawing and encoding).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -128,6 +129,10 @@ fn render(c: &mut Criterion) {
             vramlab_reports::write_report(&l.results, &big.join("report"), &l.problems, None).expect("renders")
         })
     });
+    let t = timeline(2000);
+    let chart = vramlab_reports::charts::Chart::Timeline { title: "timeline".into(), timeline: &t };
+    g.bench_function("one_timeline_svg", |b| b.iter(|| chart.svg().expect("draws")));
+    g.bench_function("one_timeline_png", |b| b.iter(|| chart.png().expect("draws")));
     g.finish();
 }
 

@@ -1,7 +1,12 @@
 //! Charts drawn with plotters, each as an SVG string (inlined in the HTML
 //! report) and a PNG file (bitmap backend). Text uses DejaVu Sans, bundled into
 //! the binary through `ab_glyph` — no system font library. A chart without data
-//! says so in its area instead of drawing empty axes.
+//! says so in its area instead of drawing empty axes. The kinds: memory
+//! timelines and category stacks (plotters' cartesian charts), and two drawn
+//! on our own pixel mapping so every mark sits exactly where tests expect it:
+//! line charts (linear or log axes, markers, vertical and horizontal reference
+//! lines, labelled points) and grouped horizontal bars (highlighted bars, a
+//! reference value).
 
 use std::path::Path;
 use std::sync::Once;
@@ -11,8 +16,10 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 use vramlab_suites::{CategoryStack, MemoryTimeline};
 
-use crate::ReportError;
-use crate::units::{fmt_bytes, fmt_ns};
+pub use crate::plot::{Bar, BarGroup, GroupedBars, Line, LineChart, Mark, PointLabel, Scale, Unit};
+use crate::plot::{draw_grouped, draw_lines};
+use crate::units::fmt_bytes;
+use crate::{ReportError, write_unsynced};
 
 /// DejaVu Sans (Bitstream Vera / DejaVu licence, see `assets/DejaVuSans-LICENSE.txt`).
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -38,28 +45,14 @@ pub enum Chart<'a> {
     Timeline { title: String, timeline: &'a MemoryTimeline },
     /// Allocated bytes by category, stacked.
     Categories { title: String, stack: &'a CategoryStack },
-    /// One horizontal bar per label (e.g. median time per case).
-    Bars { title: String, unit: BarUnit, bars: Vec<(String, f64)> },
+    /// Lines over x (linear or log axes) with markers and reference lines.
+    Lines(LineChart),
+    /// Horizontal bars in named groups (e.g. median time per case).
+    Bars(GroupedBars),
     /// No data here: the reason is written in the chart area.
     Unavailable { title: String, reason: String },
     /// A figure over the runs of the history, change points marked (`trend_chart.rs`).
     Trend { title: String, series: &'a crate::history::Series },
-}
-
-/// The unit of a bar chart's values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BarUnit {
-    Nanoseconds,
-    Bytes,
-}
-
-impl BarUnit {
-    fn fmt(self, v: f64) -> String {
-        match self {
-            BarUnit::Nanoseconds => fmt_ns(v),
-            BarUnit::Bytes => fmt_bytes(v.max(0.0) as u64),
-        }
-    }
 }
 
 impl Chart<'_> {
@@ -75,26 +68,43 @@ impl Chart<'_> {
         Ok(out)
     }
 
-    /// The chart as a PNG file at `path`.
+    /// The chart as a PNG file at `path` (replaced whole, never half-written).
     pub fn write_png(&self, path: &Path) -> Result<(), ReportError> {
-        register_font();
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
-        }
         let err =
             |reason: String| ReportError::Chart { chart: format!("{} ({})", self.title(), path.display()), reason };
-        let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-        self.draw(&root).map_err(err)?;
-        root.present().map_err(|e| err(e.to_string()))
+        write_unsynced(path, &self.png().map_err(err)?)
+    }
+
+    /// The chart as PNG bytes: drawn into an RGB buffer, then encoded with the
+    /// `png` crate's fast compression (flat colours compress well at any
+    /// level; the default level took most of a chart's time).
+    pub fn png(&self) -> Result<Vec<u8>, String> {
+        register_font();
+        let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
+            self.draw(&root)?;
+            root.present().map_err(|e| e.to_string())?;
+        }
+        let mut out = Vec::with_capacity(64 << 10);
+        let mut encoder = png::Encoder::new(&mut out, WIDTH, HEIGHT);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.set_compression(png::Compression::Fast);
+        let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
+        writer.write_image_data(&rgb).map_err(|e| e.to_string())?;
+        writer.finish().map_err(|e| e.to_string())?;
+        Ok(out)
     }
 
     pub fn title(&self) -> &str {
         match self {
             Chart::Timeline { title, .. }
             | Chart::Categories { title, .. }
-            | Chart::Bars { title, .. }
             | Chart::Unavailable { title, .. }
             | Chart::Trend { title, .. } => title,
+            Chart::Lines(c) => &c.title,
+            Chart::Bars(c) => &c.title,
         }
     }
 
@@ -103,7 +113,8 @@ impl Chart<'_> {
         match self {
             Chart::Timeline { title, timeline } => draw_timeline(root, title, timeline),
             Chart::Categories { title, stack } => draw_categories(root, title, stack),
-            Chart::Bars { title, unit, bars } => draw_bars(root, title, *unit, bars),
+            Chart::Lines(c) => draw_lines(root, c),
+            Chart::Bars(c) => draw_grouped(root, c),
             Chart::Unavailable { title, reason } => draw_message(root, title, reason),
             Chart::Trend { title, series } => crate::trend_chart::draw_trend(root, title, series),
         }
@@ -111,9 +122,13 @@ impl Chart<'_> {
     }
 }
 
-type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+pub(crate) type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
-fn draw_message<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, reason: &str) -> DrawResult<DB> {
+pub(crate) fn draw_message<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    reason: &str,
+) -> DrawResult<DB> {
     root.draw(&Text::new(title.to_owned(), (20, 20), (FAMILY, 20).into_font()))?;
     let style = TextStyle::from((FAMILY, 16).into_font()).color(&RGBColor(90, 90, 90));
     // Wrap the reason at about 90 characters a line.
@@ -251,7 +266,7 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str,
         .draw()
 }
 
-const CATEGORY_COLORS: [RGBColor; 8] = [
+pub(crate) const CATEGORY_COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -301,38 +316,6 @@ fn draw_categories<DB: DrawingBackend>(
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .draw()
-}
-
-fn draw_bars<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    title: &str,
-    unit: BarUnit,
-    bars: &[(String, f64)],
-) -> DrawResult<DB> {
-    if bars.is_empty() {
-        return draw_message(root, title, "no case of this suite produced this measurement");
-    }
-    let max = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(1e-9);
-    let (title_area, area) = root.split_vertically(36);
-    title_area.draw(&Text::new(title.to_owned(), (12, 8), (FAMILY, 20).into_font()))?;
-    let label_w = 330i32;
-    let rows = bars.len() as i32;
-    let row_h = ((HEIGHT as i32 - 50) / rows.max(1)).clamp(4, 28);
-    let width = WIDTH as i32 - label_w - 130;
-    let color = RGBColor(31, 100, 180);
-    let small = (FAMILY, (row_h - 4).clamp(8, 13)).into_font();
-    for (i, (label, v)) in bars.iter().enumerate() {
-        let y = 6 + i as i32 * row_h;
-        let w = ((v / max) * width as f64).round() as i32;
-        let mut name = label.clone();
-        if name.chars().count() > 44 {
-            name = name.chars().take(43).collect::<String>() + "…";
-        }
-        area.draw(&Text::new(name, (8, y + 2), small.clone()))?;
-        area.draw(&Rectangle::new([(label_w, y + 1), (label_w + w.max(1), y + row_h - 2)], color.filled()))?;
-        area.draw(&Text::new(unit.fmt(*v), (label_w + w + 6, y + 2), small.clone()))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,9 +15,11 @@ pub mod history;
 pub mod html;
 pub mod markdown;
 pub mod memory_snapshot;
+mod plot;
 pub mod replay_page;
 pub mod report;
 mod stores;
+pub mod suite_charts;
 pub mod tidy;
 pub mod trace;
 pub mod trend_chart;
@@ -68,8 +70,21 @@ pub enum ReportError {
     Template { reason: String },
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, then a rename.
+/// Writes `bytes` to `path` atomically: a temporary file beside it, synced to
+/// disk, then a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    write_replacing(path, bytes, true)
+}
+
+/// Like [`write_atomic`] without waiting for the disk (`fsync`): for chart
+/// files, which are redrawn from `results.json`; an interrupted run still
+/// leaves whole files only. A report has a couple of hundred of them, and
+/// syncing each took longer than drawing it.
+pub(crate) fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    write_replacing(path, bytes, false)
+}
+
+fn write_replacing(path: &Path, bytes: &[u8], sync: bool) -> Result<(), ReportError> {
     let io = |source| ReportError::Io { path: path.to_path_buf(), source };
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(io)?;
@@ -77,7 +92,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
     let mut f = fs::File::create(&tmp).map_err(io)?;
     f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
+    if sync {
+        f.sync_all().map_err(io)?;
+    }
     drop(f);
     fs::rename(&tmp, path).map_err(io)
 }

@@ -15,11 +15,11 @@ use vramlab_suites::{
     TIMELINE_POINTS,
 };
 
-use crate::charts::{BarUnit, Chart};
+use crate::charts::{Bar, BarGroup, Chart, GroupedBars, Unit};
 use crate::html::{ChartView, SuiteExtras, TimelineView, TraceLink, TrendsView, render_index_with};
 use crate::trends::{DEFAULT_TREND_RUNS, Trends, load_trends};
 use crate::units::{fmt_bytes, fmt_ns};
-use crate::{ReportError, markdown, tidy, trace, write_atomic};
+use crate::{ReportError, markdown, suite_charts, tidy, trace, write_atomic, write_unsynced};
 
 /// File names inside the report folder.
 pub const INDEX_HTML: &str = "index.html";
@@ -121,22 +121,51 @@ fn slug(s: &str) -> String {
 }
 
 /// Draws a chart to `charts/{name}.svg|png` under `dir` and returns its view.
-fn chart_files(dir: &Path, name: &str, chart: &Chart<'_>, files: &mut Vec<PathBuf>) -> Result<ChartView, ReportError> {
-    let svg = chart.svg()?;
+fn chart_files(dir: &Path, name: &str, chart: &Chart<'_>) -> Result<ChartView, ReportError> {
     let svg_file = format!("{CHARTS_DIR}/{name}.svg");
     let png = format!("{CHARTS_DIR}/{name}.png");
-    write_atomic(&dir.join(&svg_file), svg.as_bytes())?;
-    chart.write_png(&dir.join(&png))?;
-    files.push(dir.join(&png));
-    files.push(dir.join(&svg_file));
+    // The two backends are independent: draw them at the same time.
+    let (svg, png_done) = rayon::join(
+        || -> Result<String, ReportError> {
+            let svg = chart.svg()?;
+            write_unsynced(&dir.join(&svg_file), svg.as_bytes())?;
+            Ok(svg)
+        },
+        || chart.write_png(&dir.join(&png)),
+    );
+    let svg = svg?;
+    png_done?;
     // The inline copy drops the XML prolog, if any, and keeps the <svg> element.
     let inline = svg.find("<svg").map_or(svg.clone(), |i| svg[i..].to_owned());
     Ok(ChartView { title: chart.title().to_owned(), svg: inline, png, svg_file })
 }
 
-fn suite_charts(dir: &Path, suite: &SuiteResult, files: &mut Vec<PathBuf>) -> Result<SuiteExtras, ReportError> {
-    let mut x = SuiteExtras { csv: format!("{}.csv", suite.name), ..SuiteExtras::default() };
+/// One chart file pair to draw, planned before any is drawn so that all of a
+/// report's charts are drawn in parallel, whatever suite they belong to.
+enum Job<'a> {
+    Static(Chart<'a>),
+    Stack { title: String, stack: CategoryStack },
+    Timeline { title: String, id: String, timeline: MemoryTimeline },
+}
+
+struct Planned<'a> {
+    suite: usize,
+    name: String,
+    job: Job<'a>,
+}
+
+/// What a drawn job adds to its suite's section.
+enum Drawn {
+    Static(ChartView),
+    Timeline(Box<TimelineView>),
+}
+
+/// The charts of one suite, in page order: the suite's claim charts (or,
+/// for a suite without its own, median time and peak per case), the category
+/// stacks, then the memory timelines.
+fn plan_suite<'a>(index: usize, suite: &'a SuiteResult, jobs: &mut Vec<Planned<'a>>) {
     let s = slug(&suite.name);
+    let mut push = |name: String, job: Job<'a>| jobs.push(Planned { suite: index, name, job });
     let ok: Vec<&CaseResult> = suite.cases.iter().filter(|c| c.outcome.is_ok()).collect();
     if ok.is_empty() {
         let reason = suite
@@ -149,59 +178,85 @@ fn suite_charts(dir: &Path, suite: &SuiteResult, files: &mut Vec<PathBuf>) -> Re
             })
             .unwrap_or_else(|| "the suite has no cases".into());
         let chart = Chart::Unavailable { title: format!("{}: no measurements", suite.name), reason };
-        x.charts.push(chart_files(dir, &format!("{s}-unavailable"), &chart, files)?);
-        return Ok(x);
+        push(format!("{s}-unavailable"), Job::Static(chart));
+        return;
     }
-    let times: Vec<(String, f64)> =
-        ok.iter().filter_map(|c| Some((c.name.clone(), c.timing.as_ref()?.median_ns))).take(MAX_BARS).collect();
-    if !times.is_empty() {
-        let chart = Chart::Bars {
-            title: format!("{}: median time per case", suite.name),
-            unit: BarUnit::Nanoseconds,
-            bars: times,
-        };
-        x.charts.push(chart_files(dir, &format!("{s}-time"), &chart, files)?);
-    }
-    let peaks: Vec<(String, f64)> = ok
-        .iter()
-        .filter_map(|c| Some((c.name.clone(), c.memory.as_ref()?.peak_allocated_bytes as f64)))
-        .take(MAX_BARS)
-        .collect();
-    if !peaks.is_empty() {
-        let chart = Chart::Bars {
-            title: format!("{}: peak allocated per case", suite.name),
-            unit: BarUnit::Bytes,
-            bars: peaks,
-        };
-        x.charts.push(chart_files(dir, &format!("{s}-peak"), &chart, files)?);
+    match suite_charts::for_suite(suite) {
+        Some(charts) => {
+            for (name, chart) in charts {
+                push(format!("{s}-{}", slug(&name)), Job::Static(chart));
+            }
+        }
+        None => {
+            for (what, unit, value) in [
+                (
+                    "time",
+                    Unit::Nanoseconds,
+                    &(|c: &CaseResult| Some(c.timing.as_ref()?.median_ns)) as &dyn Fn(&CaseResult) -> Option<f64>,
+                ),
+                ("peak", Unit::Bytes, &|c: &CaseResult| Some(c.memory.as_ref()?.peak_allocated_bytes as f64)),
+            ] {
+                let bars: Vec<Bar> =
+                    ok.iter().filter_map(|c| Some(Bar::new(c.name.clone(), value(c)?, 0))).take(MAX_BARS).collect();
+                if bars.is_empty() {
+                    continue;
+                }
+                let title = match what {
+                    "time" => format!("{}: median time per case", suite.name),
+                    _ => format!("{}: peak allocated per case", suite.name),
+                };
+                let chart = Chart::Bars(GroupedBars {
+                    log: false,
+                    title,
+                    unit,
+                    series: vec![],
+                    groups: vec![BarGroup { name: String::new(), bars }],
+                    reference: None,
+                    notes: vec![],
+                });
+                push(format!("{s}-{what}"), Job::Static(chart));
+            }
+        }
     }
     for c in ok.iter().filter(|c| c.categories.is_some()).take(MAX_TIMELINES_PER_SUITE) {
-        if let Some(stack) = &c.categories.as_ref().map(decimated_stack) {
-            let chart = Chart::Categories { title: format!("{}: allocated by category", c.name), stack };
-            x.charts.push(chart_files(dir, &format!("{s}-{}-categories", slug(&c.name)), &chart, files)?);
+        if let Some(stack) = c.categories.as_ref().map(decimated_stack) {
+            let title = format!("{}: allocated by category", c.name);
+            push(format!("{s}-{}-categories", slug(&c.name)), Job::Stack { title, stack });
         }
     }
     let mut with_timeline: Vec<(&CaseResult, &MemoryTimeline)> =
         ok.iter().filter_map(|c| Some((*c, c.timeline.as_ref()?))).collect();
     with_timeline.sort_by_key(|(_, t)| std::cmp::Reverse(t.peak_allocated_bytes));
     for (k, (c, t)) in with_timeline.into_iter().take(MAX_TIMELINES_PER_SUITE).enumerate() {
-        let t = &decimated(t);
         let title = format!("{}: memory over time", c.name);
-        // The page draws this one interactively from its data; the files are linked.
-        let chart = Chart::Timeline { title: title.clone(), timeline: t };
-        let view = chart_files(dir, &format!("{s}-{}-timeline", slug(&c.name)), &chart, files)?;
-        x.timelines.push(TimelineView {
-            png: view.png,
-            svg_file: view.svg_file,
-            id: format!("tl-{s}-{k}"),
-            title,
-            peak: fmt_bytes(t.peak_allocated_bytes),
-            peak_time: fmt_ns(t.peak_time_ns as f64),
-            peak_phase: t.peak_phase.clone(),
-            data: t.clone(),
-        });
+        push(
+            format!("{s}-{}-timeline", slug(&c.name)),
+            Job::Timeline { title, id: format!("tl-{s}-{k}"), timeline: decimated(t) },
+        );
     }
-    Ok(x)
+}
+
+fn draw_job(dir: &Path, p: &Planned<'_>) -> Result<Drawn, ReportError> {
+    Ok(match &p.job {
+        Job::Static(chart) => Drawn::Static(chart_files(dir, &p.name, chart)?),
+        Job::Stack { title, stack } => {
+            Drawn::Static(chart_files(dir, &p.name, &Chart::Categories { title: title.clone(), stack })?)
+        }
+        Job::Timeline { title, id, timeline: t } => {
+            // The page draws this one interactively from its data; the files are linked.
+            let view = chart_files(dir, &p.name, &Chart::Timeline { title: title.clone(), timeline: t })?;
+            Drawn::Timeline(Box::new(TimelineView {
+                png: view.png,
+                svg_file: view.svg_file,
+                id: id.clone(),
+                title: title.clone(),
+                peak: fmt_bytes(t.peak_allocated_bytes),
+                peak_time: fmt_ns(t.peak_time_ns as f64),
+                peak_phase: t.peak_phase.clone(),
+                data: t.clone(),
+            }))
+        }
+    })
 }
 
 fn decimated_series(s: &Series) -> Series {
@@ -301,23 +356,39 @@ pub fn write_report_with(
     options: &ReportOptions<'_>,
 ) -> Result<ReportFiles, ReportError> {
     fs::create_dir_all(dir.join(CHARTS_DIR)).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })?;
-    // Suites in parallel: drawing and PNG encoding are most of the time.
-    let per_suite: Vec<(SuiteExtras, PathBuf, Vec<PathBuf>)> = results
+    // Every chart of every suite in parallel: drawing and PNG encoding are
+    // most of the time, and one suite (memory, amp) can hold most charts.
+    let mut jobs = Vec::new();
+    for (i, suite) in results.suites.iter().enumerate() {
+        plan_suite(i, suite, &mut jobs);
+    }
+    let (drawn, csv) = rayon::join(
+        || jobs.par_iter().map(|j| draw_job(dir, j)).collect::<Result<Vec<Drawn>, ReportError>>(),
+        || results.suites.par_iter().map(|s| tidy::write_suite_csv(dir, s)).collect::<Result<Vec<PathBuf>, _>>(),
+    );
+    let (drawn, csv) = (drawn?, csv?);
+    let mut extras: Vec<SuiteExtras> = results
         .suites
-        .par_iter()
-        .map(|suite| {
-            let mut files = Vec::new();
-            let extras = suite_charts(dir, suite, &mut files)?;
-            Ok((extras, tidy::write_suite_csv(dir, suite)?, files))
-        })
-        .collect::<Result<_, ReportError>>()?;
-    let mut charts = Vec::new();
-    let mut extras = Vec::with_capacity(per_suite.len());
-    let mut csv = Vec::with_capacity(per_suite.len());
-    for (x, c, files) in per_suite {
-        extras.push(x);
-        csv.push(c);
-        charts.extend(files);
+        .iter()
+        .map(|s| SuiteExtras { csv: format!("{}.csv", s.name), ..SuiteExtras::default() })
+        .collect();
+    let mut charts = Vec::with_capacity(2 * drawn.len());
+    for (job, d) in jobs.iter().zip(drawn) {
+        let x = &mut extras[job.suite];
+        let (png, svg) = match d {
+            Drawn::Static(v) => {
+                let files = (v.png.clone(), v.svg_file.clone());
+                x.charts.push(v);
+                files
+            }
+            Drawn::Timeline(v) => {
+                let files = (v.png.clone(), v.svg_file.clone());
+                x.timelines.push(*v);
+                files
+            }
+        };
+        charts.push(dir.join(png));
+        charts.push(dir.join(svg));
     }
     let trace = match trace_case(results) {
         Some((s, c)) => {
@@ -332,10 +403,17 @@ pub fn write_report_with(
     let trends = match load_trends(results, options.history, options.trend_runs) {
         Trends::NotShown(note) => TrendsView { charts: Vec::new(), note: Some(note), runs: options.trend_runs },
         Trends::Charts(list) => {
-            let mut views = Vec::with_capacity(list.len());
-            for (k, t) in list.iter().enumerate() {
-                let chart = Chart::Trend { title: t.title.clone(), series: &t.series };
-                views.push(chart_files(dir, &format!("trend-{k}"), &chart, &mut charts)?);
+            let views = list
+                .par_iter()
+                .enumerate()
+                .map(|(k, t)| {
+                    let chart = Chart::Trend { title: t.title.clone(), series: &t.series };
+                    chart_files(dir, &format!("trend-{k}"), &chart)
+                })
+                .collect::<Result<Vec<ChartView>, ReportError>>()?;
+            for v in &views {
+                charts.push(dir.join(&v.png));
+                charts.push(dir.join(&v.svg_file));
             }
             TrendsView { charts: views, note: None, runs: options.trend_runs }
         }

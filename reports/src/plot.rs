@@ -1,0 +1,610 @@
+//! The report's generic chart kinds drawn on our own pixel mapping (plotters'
+//! drawing areas and elements, no cartesian chart): [`LineChart`] — lines over
+//! linear or log axes with markers, vertical and horizontal reference lines and
+//! labelled points — and [`GroupedBars`] — horizontal bars in named groups with
+//! highlighted bars and a reference value. Owning the mapping keeps tick
+//! labels readable on log axes (binary steps for bytes and counts, decades
+//! otherwise) and lets tests check where a mark lies ([`LineLayout`]).
+
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::{FontStyle, FontTransform};
+
+use crate::charts::{CATEGORY_COLORS, DrawResult, FAMILY, HEIGHT, WIDTH, draw_message};
+use crate::units::{fmt_bytes, fmt_ns};
+
+/// The unit of an axis or of bar values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Shown as ns, µs, ms or s.
+    Nanoseconds,
+    /// Shown in binary units (KiB, MiB, GiB).
+    Bytes,
+    /// Gigabytes (10⁹ bytes) per second.
+    GigabytesPerSecond,
+    /// A ratio, shown as `2.5×`.
+    Ratio,
+    /// Items (samples) per second.
+    PerSecond,
+    /// A plain count (batch size, workers, calls).
+    Count,
+    /// Floating-point operations.
+    Flop,
+}
+
+impl Unit {
+    /// A value as a label beside a bar or a mark.
+    pub fn fmt(self, v: f64) -> String {
+        match self {
+            Unit::Nanoseconds => fmt_ns(v),
+            Unit::Bytes => fmt_bytes(v.max(0.0) as u64),
+            Unit::GigabytesPerSecond => format!("{} GB/s", sig3(v)),
+            Unit::Ratio => format!("{}×", sig3(v)),
+            Unit::PerSecond => format!("{}/s", si(v)),
+            Unit::Count if v == v.trunc() => format!("{v:.0}"),
+            Unit::Count => sig3(v),
+            Unit::Flop => format!("{} FLOP", si(v)),
+        }
+    }
+
+    /// A value as a short tick label.
+    fn tick(self, v: f64) -> String {
+        match self {
+            Unit::Nanoseconds => {
+                let (d, u) = match v.abs() {
+                    a if a >= 1e9 => (1e9, "s"),
+                    a if a >= 1e6 => (1e6, "ms"),
+                    a if a >= 1e3 => (1e3, "µs"),
+                    _ => (1.0, "ns"),
+                };
+                format!("{} {u}", sig3(v / d))
+            }
+            Unit::Bytes => {
+                let (d, u) = match v.abs() {
+                    a if a >= (1u64 << 30) as f64 => ((1u64 << 30) as f64, "GiB"),
+                    a if a >= (1u64 << 20) as f64 => ((1u64 << 20) as f64, "MiB"),
+                    a if a >= 1024.0 => (1024.0, "KiB"),
+                    _ => (1.0, "B"),
+                };
+                format!("{} {u}", sig3(v / d))
+            }
+            Unit::Ratio => format!("{}×", sig3(v)),
+            Unit::GigabytesPerSecond => sig3(v),
+            Unit::PerSecond | Unit::Count | Unit::Flop => si(v),
+        }
+    }
+
+    /// Log axes of bytes and counts step by powers of two.
+    fn binary(self) -> bool {
+        matches!(self, Unit::Bytes | Unit::Count)
+    }
+}
+
+/// Three significant digits, trailing zeros dropped: `2.5`, `120`, `0.0312`.
+fn sig3(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return if v.is_finite() { "0".into() } else { format!("{v}") };
+    }
+    let decimals = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
+}
+
+/// SI suffixes (k, M, G) for large numbers.
+fn si(v: f64) -> String {
+    match v.abs() {
+        a if a >= 1e12 => format!("{}T", sig3(v / 1e12)),
+        a if a >= 1e9 => format!("{}G", sig3(v / 1e9)),
+        a if a >= 1e6 => format!("{}M", sig3(v / 1e6)),
+        a if a >= 1e4 => format!("{}k", sig3(v / 1e3)),
+        _ => sig3(v),
+    }
+}
+
+/// How an axis maps values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    Linear,
+    Log,
+}
+
+/// One axis: what it shows, its unit and its scale.
+#[derive(Debug, Clone)]
+pub struct Axis {
+    pub desc: String,
+    pub unit: Unit,
+    pub scale: Scale,
+}
+
+impl Axis {
+    pub fn new(desc: impl Into<String>, unit: Unit, scale: Scale) -> Self {
+        Axis { desc: desc.into(), unit, scale }
+    }
+}
+
+/// One line: points joined in order, each with a marker.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// Drawn dashed with hollow markers (e.g. the second of a pair).
+    pub dashed: bool,
+    /// Colour index into the palette (lines of one colour belong together).
+    pub color: usize,
+}
+
+/// A reference value on an axis, drawn as a dashed line across the plot.
+#[derive(Debug, Clone)]
+pub struct Mark {
+    pub at: f64,
+    pub label: String,
+}
+
+/// A point drawn large and red with its label (e.g. the out-of-memory batch).
+#[derive(Debug, Clone)]
+pub struct PointLabel {
+    pub x: f64,
+    pub y: f64,
+    pub label: String,
+}
+
+/// Lines over an x axis, with reference lines, labelled points and notes
+/// written under the plot (e.g. which side is not available here and why).
+#[derive(Debug, Clone)]
+pub struct LineChart {
+    pub title: String,
+    pub x: Axis,
+    pub y: Axis,
+    pub lines: Vec<Line>,
+    /// Vertical lines at x values (a crossover, a break-even point).
+    pub vlines: Vec<Mark>,
+    /// Horizontal lines at y values (a capacity).
+    pub hlines: Vec<Mark>,
+    pub points: Vec<PointLabel>,
+    pub notes: Vec<String>,
+}
+
+/// One bar.
+#[derive(Debug, Clone)]
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    /// Series (colour and legend entry).
+    pub series: usize,
+    /// Drawn outlined in red with this text after the value (e.g. "chosen").
+    pub mark: Option<String>,
+}
+
+impl Bar {
+    pub fn new(label: impl Into<String>, value: f64, series: usize) -> Self {
+        Bar { label: label.into(), value, series, mark: None }
+    }
+}
+
+/// Bars under a group heading (no heading when the name is empty).
+#[derive(Debug, Clone)]
+pub struct BarGroup {
+    pub name: String,
+    pub bars: Vec<Bar>,
+}
+
+/// Horizontal bars in groups, one unit, a legend of series names.
+#[derive(Debug, Clone)]
+pub struct GroupedBars {
+    pub title: String,
+    pub unit: Unit,
+    /// Legend names by series index; no legend when there is at most one.
+    pub series: Vec<String>,
+    pub groups: Vec<BarGroup>,
+    /// A value drawn as a vertical dashed line (e.g. 1× for a speedup).
+    pub reference: Option<Mark>,
+    pub notes: Vec<String>,
+    /// Bar lengths on a log scale (values spanning decades).
+    pub log: bool,
+}
+
+const MARK_RED: RGBColor = RGBColor(200, 30, 30);
+const GRID: RGBColor = RGBColor(232, 232, 232);
+const NOTE_GRAY: RGBColor = RGBColor(90, 90, 90);
+const NOTE_H: i32 = 16;
+/// Characters per note line (13 px text over the chart's width).
+const NOTE_CHARS: usize = 130;
+
+fn color(i: usize) -> RGBColor {
+    CATEGORY_COLORS[i % CATEGORY_COLORS.len()]
+}
+
+/// Wraps text at about `width` characters a line.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let last = lines.last_mut().expect("one line at least");
+        if !last.is_empty() && last.chars().count() + word.chars().count() > width {
+            lines.push(word.to_owned());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
+}
+
+fn note_lines(notes: &[String]) -> Vec<String> {
+    notes.iter().flat_map(|n| wrap(n, NOTE_CHARS)).take(4).collect()
+}
+
+/// Where values land along one axis, in pixels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AxisMap {
+    /// The axis range (log10 of it on a log axis).
+    lo: f64,
+    hi: f64,
+    log: bool,
+    binary: bool,
+    /// Pixels of `lo` and `hi`.
+    p0: f64,
+    p1: f64,
+}
+
+impl AxisMap {
+    fn new(values: &[f64], axis: &Axis, p0: f64, p1: f64) -> Self {
+        let finite = || values.iter().copied().filter(|v| v.is_finite());
+        let log = axis.scale == Scale::Log;
+        let binary = axis.unit.binary();
+        let (lo, hi) = if log {
+            let pos: Vec<f64> = finite().filter(|v| *v > 0.0).collect();
+            let min = pos.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = pos.iter().copied().fold(0.0, f64::max);
+            if pos.is_empty() {
+                (0.0, 1.0)
+            } else if binary {
+                let l2 = std::f64::consts::LOG10_2;
+                let (a, b) = (min.log2().floor(), max.log2().ceil());
+                (a * l2, b.max(a + 1.0) * l2)
+            } else {
+                let (a, b) = (min.log10().floor(), max.log10().ceil());
+                (a, b.max(a + 1.0))
+            }
+        } else {
+            let min = finite().fold(0.0, f64::min);
+            let max = finite().fold(0.0, f64::max);
+            let hi = if max > 0.0 { max * 1.12 } else { 1.0 };
+            (if min < 0.0 { min * 1.12 } else { 0.0 }, hi)
+        };
+        AxisMap { lo, hi, log, binary, p0, p1 }
+    }
+
+    /// The pixel of `v`, or None where a log axis cannot show it (v ≤ 0).
+    pub fn px(&self, v: f64) -> Option<i32> {
+        if !v.is_finite() || (self.log && v <= 0.0) {
+            return None;
+        }
+        let v = if self.log { v.log10() } else { v };
+        let t = (v - self.lo) / (self.hi - self.lo);
+        Some((self.p0 + t * (self.p1 - self.p0)).round() as i32)
+    }
+
+    fn ticks(&self, unit: Unit) -> Vec<f64> {
+        if self.log {
+            if self.binary {
+                let l2 = std::f64::consts::LOG10_2;
+                let (a, b) = ((self.lo / l2).round() as i32, (self.hi / l2).round() as i32);
+                let step = ((b - a) as f64 / 8.0).ceil().max(1.0) as i32;
+                // Steps of whole binary units where they fit (1 KiB, 1 MiB, …).
+                let step = if step > 5 { 10 * ((step + 9) / 10) } else { step };
+                let first = if step >= 10 { (a + 9).div_euclid(10) * 10 } else { a };
+                (first..=b).step_by(step as usize).map(|e| 2f64.powi(e)).collect()
+            } else {
+                let (a, b) = (self.lo.round() as i32, self.hi.round() as i32);
+                let step = ((b - a) as f64 / 8.0).ceil().max(1.0) as usize;
+                let mut t: Vec<f64> = (a..=b).step_by(step).map(|e| 10f64.powi(e)).collect();
+                if b - a <= 2 {
+                    t.extend((a..b).flat_map(|e| [2.0 * 10f64.powi(e), 5.0 * 10f64.powi(e)]));
+                    t.sort_by(f64::total_cmp);
+                }
+                t
+            }
+        } else {
+            // A 1-2-5 step giving about six ticks, in binary units for bytes.
+            let scale = if unit == Unit::Bytes {
+                let top = self.hi.abs().max(self.lo.abs());
+                [1u64 << 30, 1 << 20, 1 << 10, 1].into_iter().map(|d| d as f64).find(|d| top >= *d).unwrap_or(1.0)
+            } else {
+                1.0
+            };
+            let raw = (self.hi - self.lo) / scale / 6.0;
+            let mag = 10f64.powf(raw.log10().floor());
+            let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(raw) * scale;
+            let first = (self.lo / step).ceil() as i64;
+            let last = (self.hi / step).floor() as i64;
+            (first..=last).map(|k| k as f64 * step).collect()
+        }
+    }
+}
+
+/// Where a line chart's plot and axes lie.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LineLayout {
+    pub x: AxisMap,
+    pub y: AxisMap,
+    pub left: i32,
+    pub right: i32,
+    pub top: i32,
+    pub bottom: i32,
+}
+
+const LEGEND_W: i32 = 190;
+
+impl LineChart {
+    /// The plot's pixel mapping (what [`draw_lines`] uses).
+    pub fn layout(&self) -> LineLayout {
+        let notes = note_lines(&self.notes).len() as i32;
+        let left = 84;
+        let right = WIDTH as i32 - if self.lines.len() > 1 { LEGEND_W } else { 20 };
+        let top = 44;
+        let bottom = HEIGHT as i32 - 48 - notes * NOTE_H;
+        let xs: Vec<f64> = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0))
+            .chain(self.vlines.iter().map(|m| m.at))
+            .chain(self.points.iter().map(|p| p.x))
+            .collect();
+        let ys: Vec<f64> = self
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .chain(self.hlines.iter().map(|m| m.at))
+            .chain(self.points.iter().map(|p| p.y))
+            .collect();
+        // A little room inside the frame so markers at the ends stay whole.
+        let x = AxisMap::new(&xs, &self.x, (left + 12) as f64, (right - 12) as f64);
+        let y = AxisMap::new(&ys, &self.y, (bottom - 6) as f64, (top + 6) as f64);
+        LineLayout { x, y, left, right, top, bottom }
+    }
+}
+
+fn font(size: i32) -> TextStyle<'static> {
+    TextStyle::from((FAMILY, size).into_font())
+}
+
+fn anchored(style: TextStyle<'static>, h: HPos, v: VPos) -> TextStyle<'static> {
+    style.pos(Pos::new(h, v))
+}
+
+fn draw_notes<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, notes: &[String]) -> DrawResult<DB> {
+    let lines = note_lines(notes);
+    let y0 = HEIGHT as i32 - 8 - NOTE_H * lines.len() as i32;
+    for (i, l) in lines.into_iter().enumerate() {
+        root.draw(&Text::new(l, (12, y0 + NOTE_H * i as i32), font(13).color(&NOTE_GRAY)))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> DrawResult<DB> {
+    if c.lines.iter().all(|l| l.points.is_empty()) && c.points.is_empty() {
+        let why =
+            if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
+        return draw_message(root, &c.title, &why);
+    }
+    let l = c.layout();
+    root.draw(&Text::new(c.title.clone(), (12, 10), font(20)))?;
+    // Grid and tick labels.
+    for t in l.x.ticks(c.x.unit) {
+        let Some(x) = l.x.px(t) else { continue };
+        root.draw(&PathElement::new([(x, l.top), (x, l.bottom)], GRID))?;
+        let label = anchored(font(13), HPos::Center, VPos::Top);
+        root.draw(&Text::new(c.x.unit.tick(t), (x, l.bottom + 5), label))?;
+    }
+    for t in l.y.ticks(c.y.unit) {
+        let Some(y) = l.y.px(t) else { continue };
+        root.draw(&PathElement::new([(l.left, y), (l.right, y)], GRID))?;
+        let label = anchored(font(13), HPos::Right, VPos::Center);
+        root.draw(&Text::new(c.y.unit.tick(t), (l.left - 6, y), label))?;
+    }
+    root.draw(&Rectangle::new([(l.left, l.top), (l.right, l.bottom)], RGBColor(160, 160, 160)))?;
+    let desc = anchored(font(14), HPos::Center, VPos::Top);
+    root.draw(&Text::new(c.x.desc.clone(), ((l.left + l.right) / 2, l.bottom + 24), desc.clone()))?;
+    let ydesc = desc.transform(FontTransform::Rotate270);
+    root.draw(&Text::new(c.y.desc.clone(), (8, (l.top + l.bottom) / 2), ydesc))?;
+    // Reference lines under the data.
+    for m in &c.hlines {
+        let Some(y) = l.y.px(m.at) else { continue };
+        root.draw(&DashedPathElement::new([(l.left, y), (l.right, y)], 6, 4, MARK_RED.stroke_width(2)))?;
+        let label = anchored(font(13).color(&MARK_RED), HPos::Left, VPos::Bottom);
+        root.draw(&Text::new(m.label.clone(), (l.left + 6, y - 3), label))?;
+    }
+    for (k, m) in c.vlines.iter().enumerate() {
+        let Some(x) = l.x.px(m.at) else { continue };
+        root.draw(&DashedPathElement::new([(x, l.top), (x, l.bottom)], 6, 4, MARK_RED.stroke_width(2)))?;
+        let h = if x > (l.left + l.right) / 2 { HPos::Right } else { HPos::Left };
+        let dx = if matches!(h, HPos::Right) { -5 } else { 5 };
+        let label = anchored(font(13).color(&MARK_RED), h, VPos::Bottom);
+        root.draw(&Text::new(m.label.clone(), (x + dx, l.bottom - 4 - 16 * k as i32), label))?;
+    }
+    for line in &c.lines {
+        let col = color(line.color);
+        let pts: Vec<(i32, i32)> = line.points.iter().filter_map(|&(x, y)| Some((l.x.px(x)?, l.y.px(y)?))).collect();
+        if line.dashed {
+            root.draw(&DashedPathElement::new(pts.clone(), 7, 4, col.stroke_width(2)))?;
+        } else {
+            root.draw(&PathElement::new(pts.clone(), col.stroke_width(2)))?;
+        }
+        for p in pts {
+            let style = if line.dashed { col.stroke_width(2) } else { col.filled() };
+            root.draw(&Circle::new(p, 4, style))?;
+        }
+    }
+    for p in &c.points {
+        let (Some(x), Some(y)) = (l.x.px(p.x), l.y.px(p.y)) else { continue };
+        root.draw(&Cross::new((x, y), 7, MARK_RED.stroke_width(3)))?;
+        let h = if x > (l.left + l.right) / 2 { HPos::Right } else { HPos::Left };
+        let dx = if matches!(h, HPos::Right) { -10 } else { 10 };
+        let label = anchored(font(13).color(&MARK_RED), h, VPos::Bottom);
+        root.draw(&Text::new(p.label.clone(), (x + dx, y - 8), label))?;
+    }
+    // Legend in the right margin.
+    if c.lines.len() > 1 {
+        for (i, line) in c.lines.iter().enumerate() {
+            let y = l.top + 8 + 20 * i as i32;
+            let x = l.right + 12;
+            let col = color(line.color);
+            if line.dashed {
+                root.draw(&DashedPathElement::new([(x, y), (x + 22, y)], 5, 3, col.stroke_width(2)))?;
+                root.draw(&Circle::new((x + 11, y), 4, col.stroke_width(2)))?;
+            } else {
+                root.draw(&PathElement::new([(x, y), (x + 22, y)], col.stroke_width(2)))?;
+                root.draw(&Circle::new((x + 11, y), 4, col.filled()))?;
+            }
+            let mut name = line.name.clone();
+            if name.chars().count() > 22 {
+                name = name.chars().take(21).collect::<String>() + "…";
+            }
+            root.draw(&Text::new(name, (x + 28, y), anchored(font(13), HPos::Left, VPos::Center)))?;
+        }
+    }
+    draw_notes(root, &c.notes)
+}
+
+/// Where a bar chart's rows and value axis lie.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BarLayout {
+    /// Pixels where bars start and where the axis ends.
+    pub x0: i32,
+    pub x1: i32,
+    /// The value axis, from 0 (a decade below the smallest value on a log scale).
+    pub axis: AxisMap,
+    pub top: i32,
+    pub row_h: i32,
+}
+
+impl BarLayout {
+    /// Where a bar of value `v` ends (at least one pixel past its start).
+    pub fn px(&self, v: f64) -> i32 {
+        self.axis.px(v).unwrap_or(self.x0).clamp(self.x0 + 1, self.x1)
+    }
+}
+
+impl GroupedBars {
+    fn rows(&self) -> usize {
+        self.groups.iter().map(|g| g.bars.len() + usize::from(!g.name.is_empty())).sum()
+    }
+
+    /// The chart's pixel mapping (what [`draw_grouped`] uses).
+    pub fn layout(&self) -> BarLayout {
+        let notes = note_lines(&self.notes).len() as i32;
+        let top = 44 + if self.series.len() > 1 { 20 } else { 0 };
+        let avail = HEIGHT as i32 - top - 8 - notes * NOTE_H;
+        let row_h = (avail / self.rows().max(1) as i32).clamp(6, 26);
+        let values: Vec<f64> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.bars.iter().map(|b| b.value))
+            .chain(self.reference.iter().map(|m| m.at))
+            .collect();
+        let (x0, x1) = (300, WIDTH as i32 - 190);
+        let scale = if self.log { Scale::Log } else { Scale::Linear };
+        let mut axis = AxisMap::new(&values, &Axis::new("", self.unit, scale), x0 as f64, x1 as f64);
+        if !self.log {
+            // Bars start at 0 and the longest ends at the axis' end.
+            axis.hi = values.iter().copied().filter(|v| v.is_finite()).fold(0.0, f64::max).max(1e-12);
+        } else {
+            // Room for the smallest bar to show: start a decade below it.
+            axis.lo -= if axis.binary { std::f64::consts::LOG10_2 * 3.0 } else { 1.0 };
+        }
+        BarLayout { x0, x1, axis, top, row_h }
+    }
+}
+
+pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &GroupedBars) -> DrawResult<DB> {
+    if c.groups.iter().all(|g| g.bars.is_empty()) {
+        let why =
+            if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
+        return draw_message(root, &c.title, &why);
+    }
+    let l = c.layout();
+    root.draw(&Text::new(c.title.clone(), (12, 10), font(20)))?;
+    if c.series.len() > 1 {
+        let mut x = 12;
+        for (i, name) in c.series.iter().enumerate() {
+            root.draw(&Rectangle::new([(x, 46), (x + 12, 58)], color(i).filled()))?;
+            root.draw(&Text::new(name.clone(), (x + 18, 52), anchored(font(13), HPos::Left, VPos::Center)))?;
+            x += 40 + 8 * name.chars().count() as i32;
+        }
+    }
+    let size = (l.row_h - 5).clamp(8, 13);
+    let mut y = l.top;
+    let bottom = l.top + l.row_h * c.rows() as i32;
+    for g in &c.groups {
+        if !g.name.is_empty() {
+            let head = TextStyle::from((FAMILY, size + 1, FontStyle::Bold).into_font());
+            root.draw(&Text::new(g.name.clone(), (8, y + l.row_h / 2), anchored(head, HPos::Left, VPos::Center)))?;
+            y += l.row_h;
+        }
+        for b in &g.bars {
+            let mut name = b.label.clone();
+            if name.chars().count() > 40 {
+                name = name.chars().take(39).collect::<String>() + "…";
+            }
+            let mid = y + l.row_h / 2;
+            root.draw(&Text::new(name, (24, mid), anchored(font(size), HPos::Left, VPos::Center)))?;
+            let w = l.px(b.value);
+            let rect = [(l.x0, y + 2), (w.max(l.x0 + 1), y + l.row_h - 2)];
+            root.draw(&Rectangle::new(rect, color(b.series).filled()))?;
+            let mut text = c.unit.fmt(b.value);
+            if let Some(m) = &b.mark {
+                root.draw(&Rectangle::new(rect, MARK_RED.stroke_width(2)))?;
+                text = format!("{text} — {m}");
+            }
+            let style = if b.mark.is_some() { font(size).color(&MARK_RED) } else { font(size) };
+            root.draw(&Text::new(text, (w + 6, mid), anchored(style, HPos::Left, VPos::Center)))?;
+            y += l.row_h;
+        }
+    }
+    if let Some(m) = &c.reference {
+        let x = l.px(m.at);
+        root.draw(&DashedPathElement::new([(x, l.top), (x, bottom)], 6, 4, MARK_RED.stroke_width(2)))?;
+        let label = anchored(font(13).color(&MARK_RED), HPos::Center, VPos::Bottom);
+        root.draw(&Text::new(m.label.clone(), (x, l.top - 2), label))?;
+    }
+    draw_notes(root, &c.notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(sig3(2.5), "2.5");
+        assert_eq!(sig3(120.0), "120");
+        assert_eq!(sig3(0.0314159), "0.0314");
+        assert_eq!(si(134_299.0), "134k");
+        assert_eq!(Unit::Bytes.tick((64u64 << 20) as f64), "64 MiB");
+        assert_eq!(Unit::Nanoseconds.tick(10_000.0), "10 µs");
+        assert_eq!(Unit::Ratio.fmt(2.0), "2×");
+        assert_eq!(Unit::Count.fmt(134_299.0), "134299");
+    }
+
+    #[test]
+    fn log_axes_tick_at_powers_and_map_monotonically() {
+        let bytes = Axis::new("size", Unit::Bytes, Scale::Log);
+        let m = AxisMap::new(&[1024.0, (64u64 << 20) as f64], &bytes, 0.0, 1000.0);
+        let t = m.ticks(Unit::Bytes);
+        assert!(t.iter().all(|v| v.log2().fract() == 0.0), "{t:?}");
+        assert!(t.contains(&1024.0) && t.contains(&((1u64 << 20) as f64)), "{t:?}");
+        assert_eq!(m.px(1024.0), Some(0));
+        assert_eq!(m.px((64u64 << 20) as f64), Some(1000));
+        assert_eq!(m.px(0.0), None);
+        let ns = Axis::new("time", Unit::Nanoseconds, Scale::Log);
+        let m = AxisMap::new(&[300.0, 4e6], &ns, 0.0, 400.0);
+        assert_eq!(m.ticks(Unit::Nanoseconds), vec![100.0, 1e3, 1e4, 1e5, 1e6, 1e7]);
+        assert_eq!(m.px(1e4), Some(160));
+        let lin = AxisMap::new(&[0.0, 9.0], &Axis::new("n", Unit::Count, Scale::Linear), 0.0, 100.0);
+        assert_eq!(lin.ticks(Unit::Count), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+    }
+}
