@@ -846,6 +846,7 @@ pub(crate) mod tests {
             duration_ns: 1,
             timeline: None,
             categories: None,
+            kernels: Vec::new(),
         }
     }
 
