@@ -487,7 +487,7 @@ impl Backend for CpuBackend {
                 Ok(took)
             };
             let algo = autotune::global().choose(device, &shape, dtype, |algo| {
-                let mut scratch = zeros::<T>(device, out_len)?;
+                let mut scratch = tuning_scratch::<T>(device, out_len)?;
                 run(algo, scratch.slice_mut::<T>())
             })?;
             let mut out = Storage::new(device, out_len, a.dtype, current_tag())?;
@@ -529,7 +529,7 @@ impl Backend for CpuBackend {
                 Ok(took)
             };
             let algo = autotune::global().choose(device, &problem, dtype, |algo| {
-                let mut scratch = zeros::<T>(device, out_len)?;
+                let mut scratch = tuning_scratch::<T>(device, out_len)?;
                 run(algo, scratch.slice_mut::<T>())
             })?;
             let mut out = Storage::new(device, out_len, a.dtype, current_tag())?;
@@ -548,12 +548,14 @@ pub(crate) fn conv_out_len(pass: ConvPass, shape: &Conv2dShape) -> usize {
     }
 }
 
-/// `len` zeros (scratch outputs of autotuning runs).
-fn zeros<T: Pod>(device: &Device, len: usize) -> Result<Storage> {
-    output::<T>(device, len, |s| {
-        s.fill(T::default());
-        Ok(())
-    })
+/// `len` zeros, the scratch output of an autotuning run, tagged `workspace`
+/// whatever the caller's tag: tuning happens once per shape in the process, so
+/// counting its scratch as activations (the forward pass's tag) would make a
+/// case's activation bytes depend on which case met the shape first.
+fn tuning_scratch<T: Pod>(device: &Device, len: usize) -> Result<Storage> {
+    let mut s = Storage::new(device, len, T::DTYPE, Some(Tag::Workspace))?;
+    s.slice_mut::<T>().fill(T::default());
+    Ok(s)
 }
 
 /// Casts to or from i64 (through f64, truncating toward zero like PyTorch).
