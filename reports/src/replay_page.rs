@@ -23,7 +23,7 @@ use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use crate::charts::{FAMILY, HEIGHT, WIDTH, byte_unit, register_font};
 use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
 use crate::units::fmt_bytes;
-use crate::{ReportError, prepare_out_dir, trace, write_atomic};
+use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
 
 const REPLAY_TEMPLATE: &str = include_str!("../templates/replay.html");
 const WHATIF_TEMPLATE: &str = include_str!("../templates/whatif.html");
@@ -193,7 +193,7 @@ impl PageChart<'_> {
             root.present().map_err(|e| err(format!("{}: {e}", png.display())))?;
         }
         let svg_path = dir.join(CHARTS_DIR).join(format!("{name}.svg"));
-        write_atomic(&svg_path, svg.as_bytes())?;
+        write_unsynced(&svg_path, svg.as_bytes())?;
         files.push(png);
         files.push(svg_path);
         Ok(ChartView {
@@ -513,8 +513,8 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     let html = render("replay.html", ctx)?;
     let index_html = dir.join(INDEX_HTML);
     let trace_json = dir.join(TRACE_JSON);
-    write_atomic(&trace_json, trace::replay_trace(&page.unit, &[(page.source.as_str(), t)]).as_bytes())?;
-    write_atomic(&index_html, html.as_bytes())?;
+    write_unsynced(&trace_json, trace::replay_trace(&page.unit, &[(page.source.as_str(), t)]).as_bytes())?;
+    write_unsynced(&index_html, html.as_bytes())?;
     Ok(PageFiles { index_html, trace_json, charts: files })
 }
 
@@ -575,8 +575,8 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
     let runs: Vec<(&str, &ReplayTimeline)> = page.settings.iter().map(|s| (s.name.as_str(), s.timeline)).collect();
     let index_html = dir.join(INDEX_HTML);
     let trace_json = dir.join(TRACE_JSON);
-    write_atomic(&trace_json, trace::replay_trace(&page.unit, &runs).as_bytes())?;
-    write_atomic(&index_html, html.as_bytes())?;
+    write_unsynced(&trace_json, trace::replay_trace(&page.unit, &runs).as_bytes())?;
+    write_unsynced(&index_html, html.as_bytes())?;
     Ok(PageFiles { index_html, trace_json, charts: files })
 }
 

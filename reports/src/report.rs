@@ -19,7 +19,7 @@ use crate::charts::{Bar, BarGroup, Chart, GroupedBars, Unit};
 use crate::html::{ChartView, SuiteExtras, TimelineView, TraceLink, TrendsView, render_index_with};
 use crate::trends::{DEFAULT_TREND_RUNS, Trends, load_trends};
 use crate::units::{fmt_bytes, fmt_ns};
-use crate::{ReportError, markdown, suite_charts, tidy, trace, write_atomic, write_unsynced};
+use crate::{ReportError, markdown, suite_charts, tidy, trace, write_unsynced};
 
 /// File names inside the report folder.
 pub const INDEX_HTML: &str = "index.html";
@@ -395,7 +395,7 @@ pub fn write_report_with(
             let t = decimated(c.timeline.as_ref().expect("trace_case keeps cases with a timeline"));
             let path = dir.join(TRACE_JSON);
             let c = CaseResult { categories: c.categories.as_ref().map(decimated_stack), ..c.clone() };
-            write_atomic(&path, trace::case_trace(&s.name, &c, &t).as_bytes())?;
+            write_unsynced(&path, trace::case_trace(&s.name, &c, &t).as_bytes())?;
             Some((path, TraceLink { case: format!("{} / {}", s.name, c.name), file: TRACE_JSON.into() }))
         }
         None => None,
@@ -421,8 +421,8 @@ pub fn write_report_with(
     let source = source.map(|p| p.display().to_string());
     let html = render_index_with(results, &extras, trace.as_ref().map(|t| &t.1), problems, source.as_deref(), &trends)?;
     let index_html = dir.join(INDEX_HTML);
-    write_atomic(&index_html, html.as_bytes())?;
+    write_unsynced(&index_html, html.as_bytes())?;
     let summary_md = dir.join(SUMMARY_MD);
-    write_atomic(&summary_md, markdown::render_summary(results).as_bytes())?;
+    write_unsynced(&summary_md, markdown::render_summary(results).as_bytes())?;
     Ok(ReportFiles { index_html, summary_md, trace_json: trace.map(|t| t.0), csv, charts })
 }

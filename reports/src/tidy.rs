@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use vramlab_suites::{CaseResult, Outcome, SuiteResult};
 
-use crate::{ReportError, units, write_atomic};
+use crate::{ReportError, units, write_unsynced};
 
 /// The header of every suite CSV.
 pub const HEADER: [&str; 12] =
@@ -90,6 +90,6 @@ pub fn suite_csv(suite: &SuiteResult) -> Result<Vec<u8>, csv::Error> {
 pub fn write_suite_csv(dir: &Path, suite: &SuiteResult) -> Result<PathBuf, ReportError> {
     let path = dir.join(format!("{}.csv", suite.name));
     let bytes = suite_csv(suite).map_err(|source| ReportError::Csv { path: path.clone(), source })?;
-    write_atomic(&path, &bytes)?;
+    write_unsynced(&path, &bytes)?;
     Ok(path)
 }
