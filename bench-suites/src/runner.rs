@@ -333,6 +333,7 @@ mod tests {
 
     #[test]
     fn a_profiled_case_becomes_a_snapshot_that_replays_faithfully() {
+        let _tuner = crate::suite::testing::tuner_lock();
         let ctx = quick_private_context();
         let sink = Collect::default();
         let result = run_suite_with(&OneCase("train_step_peak"), &ctx, &NoProgress, Some(&sink));

@@ -191,6 +191,15 @@ pub(crate) mod testing {
         }
     }
 
+    /// Serializes the tests that switch the process-wide autotuner's mode (the
+    /// autotune suite's) with the tests whose memory figures depend on it (a
+    /// case that tunes allocates scratch outputs, which raise its peak): run
+    /// side by side, an AMP case could tune or not depending on timing.
+    pub(crate) fn tuner_lock() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// A quick context on the process-wide cpu device.
     pub(crate) fn quick_cpu_context() -> Context {
         quick_context_on(Device::cpu(), Hooks::new())

@@ -724,6 +724,7 @@ mod tests {
 
     #[test]
     fn tiny_run_measures_every_precision_against_f32() {
+        let _tuner = crate::suite::testing::tuner_lock();
         let ctx = quick_context();
         let r = run_suite(&TinyAmp, &ctx, &NoProgress);
         assert_eq!(r.name, "amp");

@@ -766,6 +766,7 @@ mod tests {
 
     #[test]
     fn quick_cpu_run_is_sane_and_restores_the_mode() {
+        let _tuner = crate::suite::testing::tuner_lock();
         let _serial = serial();
         let ctx = quick_cpu_context();
         let before = autotune::global().mode();
@@ -822,6 +823,7 @@ mod tests {
 
     #[test]
     fn a_failing_case_restores_the_mode() {
+        let _tuner = crate::suite::testing::tuner_lock();
         let _serial = serial();
         let before = autotune::global().mode();
         let shape = Shape {
@@ -837,6 +839,7 @@ mod tests {
 
     #[test]
     fn a_shape_tuned_before_is_tuned_again_from_cold() {
+        let _tuner = crate::suite::testing::tuner_lock();
         let _serial = serial();
         let ctx = quick_cpu_context();
         let shape = Shape {

@@ -982,6 +982,7 @@ mod tests {
 
     #[test]
     fn tiny_run_holds_every_claim() {
+        let _tuner = crate::suite::testing::tuner_lock();
         let ctx = quick_context();
         let r = run_suite(&TinyMemory, &ctx, &NoProgress);
         assert_eq!(r.name, "memory");
