@@ -12,8 +12,13 @@ use crate::markdown::verdict_text;
 use crate::tidy::params_text;
 use crate::units::{fmt_bytes, fmt_metric, fmt_ns};
 
+/// The `<head>` every page shares (charset, viewport, title, the CSS inline).
+const HEAD: &str = include_str!("../templates/head.html");
 const TEMPLATE: &str = include_str!("../templates/report.html");
-const CSS: &str = include_str!("../templates/report.css");
+const REPLAY_TEMPLATE: &str = include_str!("../templates/replay.html");
+const WHATIF_TEMPLATE: &str = include_str!("../templates/whatif.html");
+/// The pages' stylesheet, inlined into each.
+pub(crate) const CSS: &str = include_str!("../templates/report.css");
 const JS: &str = include_str!("../templates/timeline.js");
 
 /// A chart already drawn, as the page shows it.
@@ -160,10 +165,19 @@ fn case_row(c: &CaseResult) -> CaseRow {
     }
 }
 
-fn environment() -> Environment<'static> {
+/// Every page template (the run's report, a replay's and a what-if's) with
+/// their shared head, auto-escaping on for `.html`.
+pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|name| if name.ends_with(".html") { AutoEscape::Html } else { AutoEscape::None });
-    env.add_template("report.html", TEMPLATE).expect("the bundled template parses");
+    for (name, source) in [
+        ("head.html", HEAD),
+        ("report.html", TEMPLATE),
+        ("replay.html", REPLAY_TEMPLATE),
+        ("whatif.html", WHATIF_TEMPLATE),
+    ] {
+        env.add_template(name, source).expect("the bundled templates parse");
+    }
     env
 }
 

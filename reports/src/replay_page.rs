@@ -12,7 +12,6 @@
 
 use std::path::{Path, PathBuf};
 
-use minijinja::{AutoEscape, Environment};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -24,10 +23,6 @@ use crate::charts::{FAMILY, HEIGHT, WIDTH, byte_unit, register_font};
 use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
 use crate::units::fmt_bytes;
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
-
-const REPLAY_TEMPLATE: &str = include_str!("../templates/replay.html");
-const WHATIF_TEMPLATE: &str = include_str!("../templates/whatif.html");
-const CSS: &str = include_str!("../templates/report.css");
 
 /// Segments drawn in the segment map (in address order); the table lists up to
 /// [`MAX_SEGMENT_ROWS`].
@@ -369,16 +364,8 @@ struct SettingRow {
     oom: Option<String>,
 }
 
-fn environment() -> Environment<'static> {
-    let mut env = Environment::new();
-    env.set_auto_escape_callback(|name| if name.ends_with(".html") { AutoEscape::Html } else { AutoEscape::None });
-    env.add_template("replay.html", REPLAY_TEMPLATE).expect("the bundled template parses");
-    env.add_template("whatif.html", WHATIF_TEMPLATE).expect("the bundled template parses");
-    env
-}
-
 fn render(template: &str, ctx: minijinja::Value) -> Result<String, ReportError> {
-    environment()
+    crate::html::environment()
         .get_template(template)
         .and_then(|t| t.render(ctx))
         .map_err(|e| ReportError::Template { reason: format!("{e:#}") })
@@ -508,7 +495,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         ooms => ooms,
         ooms_left_out => ooms_left_out,
         trace => TRACE_JSON,
-        css => CSS,
+        css => crate::html::CSS,
     };
     let html = render("replay.html", ctx)?;
     let index_html = dir.join(INDEX_HTML);
@@ -569,7 +556,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         overlay => overlay,
         charts => per_setting,
         trace => TRACE_JSON,
-        css => CSS,
+        css => crate::html::CSS,
     };
     let html = render("whatif.html", ctx)?;
     let runs: Vec<(&str, &ReplayTimeline)> = page.settings.iter().map(|s| (s.name.as_str(), s.timeline)).collect();
