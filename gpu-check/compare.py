@@ -9,6 +9,10 @@ torch_reference.py (same keys). A key's unit is in its name: `_tflops` and
 "vramlab speed" column is vramlab's speed relative to PyTorch's: above 1.00
 vramlab is faster, below slower, whatever the unit. A file that is missing or
 unreadable counts as empty, so the table still shows the other side.
+
+`alloc_sequence_stats` (the same allocations and frees on both sides) is
+compared key by key: every statistic both sides name should be identical;
+the differences and the keys only one side has are listed.
 Standard library only.
 """
 
@@ -42,6 +46,44 @@ def speed_ratio(key, ours, theirs):
     if key.endswith(TIME_SUFFIXES):
         return theirs / ours
     return None
+
+
+STATS_KEY = "alloc_sequence_stats"
+STATS_PHASES = ("live", "after_empty_cache")
+
+
+def compare_stats(ours, theirs):
+    """The allocation sequence's statistics, key by key, or None when a side lacks them."""
+    if not isinstance(ours, dict) or not isinstance(theirs, dict):
+        return None
+    result = {"same_sequence": ours.get("ops") == theirs.get("ops"), "phases": {}}
+    for phase in STATS_PHASES:
+        a, b = ours.get(phase) or {}, theirs.get(phase) or {}
+        common = sorted(set(a) & set(b))
+        result["phases"][phase] = {
+            "identical": sum(1 for k in common if a[k] == b[k]),
+            "compared": len(common),
+            "differ": [{"key": k, "vramlab": a[k], "torch": b[k]} for k in common if a[k] != b[k]],
+            "only_vramlab": sorted(set(a) - set(b)),
+            "only_torch": sorted(set(b) - set(a)),
+        }
+    return result
+
+
+def print_stats(result):
+    print("allocator statistics after the same allocation sequence (torch.cuda.memory_stats keys):")
+    if not result["same_sequence"]:
+        print("  WARNING: the two sides ran different sequences (ALLOC_SEQUENCE differs)")
+    for phase, r in result["phases"].items():
+        verdict = "identical" if not r["differ"] else f"{len(r['differ'])} differ"
+        print(f"  {phase}: {r['identical']} of {r['compared']} statistics identical ({verdict})")
+        for d in r["differ"]:
+            print(f"    {d['key']}: vramlab {d['vramlab']} | torch {d['torch']}")
+        if r["only_vramlab"]:
+            print(f"    only vramlab has: {', '.join(r['only_vramlab'])}")
+        if r["only_torch"]:
+            print(f"    only torch has: {', '.join(r['only_torch'])}")
+    print()
 
 
 def fmt(v):
@@ -81,7 +123,8 @@ def main(argv):
         for k in keys
         if k.endswith(RATE_SUFFIXES + TIME_SUFFIXES) and (is_number(ours.get(k)) or is_number(theirs.get(k)))
     ]
-    info = [k for k in keys if k not in figures]
+    info = [k for k in keys if k not in figures and k != STATS_KEY]
+    stats = compare_stats(ours.get(STATS_KEY), theirs.get(STATS_KEY))
 
     for k in info:
         a, b = ours.get(k), theirs.get(k)
@@ -90,6 +133,8 @@ def main(argv):
         print(f"{k}: vramlab {fmt(a)} | torch {fmt(b)}")
     if info:
         print()
+    if stats is not None:
+        print_stats(stats)
 
     width = max([len("figure")] + [len(k) for k in figures])
     header = f"{'figure':<{width}}  {'vramlab':>12}  {'torch':>12}  {'vramlab speed':>13}"
@@ -108,7 +153,7 @@ def main(argv):
 
     if out_json:
         with open(out_json, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "vramlab": ours, "torch": theirs}, f, indent=2)
+            json.dump({"rows": rows, "alloc_sequence_stats": stats, "vramlab": ours, "torch": theirs}, f, indent=2)
             f.write("\n")
     return 0
 

@@ -7,17 +7,21 @@
 # needs no Rust toolchain and no network: bash, and python3 with torch for the
 # reference figures and the comparison table.
 #
-# Usage: ./run.sh [RESULTS_DIR] [all|tests|cuda|figures]
+# Usage: ./run.sh [RESULTS_DIR] [all|tests|cuda|figures|snapshots|bench]...
 #   RESULTS_DIR  where logs and JSON go (default: results/ next to this script)
-#   all          every test binary, then the figures (default)
+#   all          every test binary, the figures, the snapshots, the bench (default)
 #   tests        every test binary
 #   cuda         only the CUDA test binaries
 #   figures      only the figures and the comparison
+#   snapshots    PyTorch memory snapshots (RESULTS_DIR/torch-snapshots/)
+#   bench        `vramlab bench` and its report (RESULTS_DIR/bench/)
+# Several steps may be named, e.g. `./run.sh out cuda figures`.
 #
 # Exit status:
 #   0  every test binary passed and (when run) the GPU figures were measured
-#   1  a test binary failed, gpu_figures failed, or a GPU is visible
-#      (nvidia-smi) but vramlab did not find it (its CUDA tests skipped)
+#   1  a test binary failed, gpu_figures, the snapshots or the bench failed,
+#      or a GPU is visible (nvidia-smi) but vramlab did not find it (its CUDA
+#      tests skipped)
 #   2  bad usage
 #   3  no GPU here: the tests passed, the CUDA tests skipped, and gpu_figures
 #      found no CUDA device
@@ -32,14 +36,26 @@ TIME_LIMIT_S="${VRAMLAB_GPU_CHECK_TIME_LIMIT_S:-480}"
 
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 RESULTS="${1:-$BUNDLE/results}"
-WHAT="${2:-all}"
-case "$WHAT" in
-    all | tests | cuda | figures) ;;
-    *)
-        echo "usage: $0 [RESULTS_DIR] [all|tests|cuda|figures]" >&2
-        exit 2
-        ;;
-esac
+shift $(($# > 0 ? 1 : 0))
+STEPS=("$@")
+[ "${#STEPS[@]}" -eq 0 ] && STEPS=(all)
+for step in "${STEPS[@]}"; do
+    case "$step" in
+        all | tests | cuda | figures | snapshots | bench) ;;
+        *)
+            echo "usage: $0 [RESULTS_DIR] [all|tests|cuda|figures|snapshots|bench]..." >&2
+            exit 2
+            ;;
+    esac
+done
+# Whether step $1 runs: named, or implied by `all`.
+wants() {
+    local s
+    for s in "${STEPS[@]}"; do
+        [ "$s" = "$1" ] || [ "$s" = all ] && return 0
+    done
+    return 1
+}
 mkdir -p "$RESULTS/logs" || exit 2
 RESULTS="$(cd "$RESULTS" && pwd)"
 
@@ -126,10 +142,10 @@ run_test_binary() {
     fi
 }
 
-if [ "$WHAT" != figures ]; then
+if wants tests || wants cuda; then
     echo "== tests"
     for name in "${TEST_BINARIES[@]}"; do
-        if [ "$WHAT" = cuda ] && ! is_cuda_binary "$name"; then
+        if ! wants tests && ! is_cuda_binary "$name"; then
             continue
         fi
         run_test_binary "$name"
@@ -138,7 +154,7 @@ if [ "$WHAT" != figures ]; then
 fi
 
 FIGURES_STATUS=-1
-if [ "$WHAT" = all ] || [ "$WHAT" = figures ]; then
+if wants figures; then
     echo "== figures"
     with_limit "$BUNDLE/bin/gpu_figures" > "$RESULTS/vramlab_figures.json" 2> "$RESULTS/logs/gpu_figures.log"
     FIGURES_STATUS=$?
@@ -168,6 +184,40 @@ if [ "$WHAT" = all ] || [ "$WHAT" = figures ]; then
         echo
         python3 "$BUNDLE/compare.py" "$RESULTS/vramlab_figures.json" "$RESULTS/torch_figures.json" \
             --json "$RESULTS/comparison.json" | tee "$RESULTS/comparison.txt"
+    fi
+    echo
+fi
+
+if wants snapshots; then
+    echo "== PyTorch memory snapshots"
+    if [ "$HAVE_PYTHON" = 1 ]; then
+        with_limit python3 "$BUNDLE/record_snapshots.py" "$RESULTS/torch-snapshots" 2> "$RESULTS/logs/record_snapshots.log"
+        case $? in
+            0) echo "  snapshots: $RESULTS/torch-snapshots ($(ls "$RESULTS/torch-snapshots" | wc -l) files)" ;;
+            3) echo "  snapshots: not recorded ($(tail -n 1 "$RESULTS/logs/record_snapshots.log"))" ;;
+            *)
+                echo "  snapshots: FAILED; last lines of logs/record_snapshots.log:"
+                tail -n 20 "$RESULTS/logs/record_snapshots.log" | sed 's/^/    /'
+                FAILED+=(snapshots)
+                ;;
+        esac
+    else
+        echo "  snapshots: no python3"
+    fi
+    echo
+fi
+
+if wants bench; then
+    echo "== vramlab bench"
+    start=$(date +%s)
+    (cd "$RESULTS" && with_limit "$BUNDLE/bin/vramlab" bench --out "$RESULTS/bench") > "$RESULTS/logs/bench.log" 2>&1
+    status=$?
+    if [ "$status" -eq 0 ]; then
+        echo "  bench: $(($(date +%s) - start)) s; report: $RESULTS/bench/report/index.html"
+    else
+        echo "  bench: FAILED (exit $status); last lines of logs/bench.log:"
+        tail -n 20 "$RESULTS/logs/bench.log" | sed 's/^/    /'
+        FAILED+=(bench)
     fi
     echo
 fi

@@ -14,7 +14,15 @@ on stdout (progress on stderr):
 - cuDNN convolution forward, N=64 C=64 H=W=56 K=64 3x3 stride 1 padding 1, in
   float32 with TF32 off (`f32`) and on (`tf32`: `torch.backends.cudnn.allow_tf32`,
   PyTorch's default) and bfloat16, with `torch.backends.cudnn.benchmark` on and
-  off: time per call in nanoseconds.
+  off: time per call in nanoseconds;
+- one allocation and free of 1 MiB through the caching allocator
+  (`torch.cuda.caching_allocator_alloc` / `caching_allocator_delete`, what
+  vramlab's pair measures), and `torch.empty` / `del` of a 1 MiB tensor (the
+  Python-level cost, PyTorch only): host time per pair in nanoseconds, the
+  median of 7 loops of 20 000 pairs;
+- `alloc_sequence_stats`: ALLOC_SEQUENCE (gpu_figures.rs's, the same list) run
+  first, and `torch.cuda.memory_stats()` read with its survivors live and after
+  freeing them and `empty_cache`.
 
 Method (the same in gpu_figures): 3 warm-up calls; one timed call sizes the
 loop to about 0.2 s (at least 3 and at most 1000 calls); 7 repetitions of the
@@ -41,6 +49,30 @@ MATMUL_N = 8192
 COPY_BYTES = 256 << 20
 CONV = dict(n=64, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1)
 CONV_NAME = "conv2d_fwd_{dtype}_n64_c64_56x56_k64_3x3_{mode}_ns"
+MIB = 1 << 20
+ALLOC_PAIRS = 20_000
+# gpu_figures.rs's ALLOC_SEQUENCE: ("alloc", bytes) appends an allocation,
+# ("free", i) frees the i-th.
+ALLOC_SEQUENCE = [
+    ("alloc", 1),
+    ("alloc", 512),
+    ("alloc", 513),
+    ("alloc", MIB - 1),
+    ("alloc", MIB),
+    ("alloc", MIB + 1),
+    ("alloc", 10 * MIB),
+    ("alloc", 10 * MIB + 1),
+    ("alloc", 25 * MIB),
+    ("free", 1),
+    ("free", 3),
+    ("free", 6),
+    ("alloc", 3 * MIB),
+    ("alloc", 200 << 10),
+    ("free", 8),
+    ("alloc", 24 * MIB),
+    ("alloc", 50 * MIB),
+    ("free", 0),
+]
 
 
 def log(msg):
@@ -69,6 +101,50 @@ def per_call_seconds(torch, fn):
         end.synchronize()
         per_call.append(start.elapsed_time(end) / 1e3 / iters)
     return statistics.median(per_call)
+
+
+def alloc_sequence_stats(torch):
+    live = []
+    for op, arg in ALLOC_SEQUENCE:
+        if op == "alloc":
+            live.append(torch.cuda.caching_allocator_alloc(arg))
+        else:
+            torch.cuda.caching_allocator_delete(live[arg])
+            live[arg] = None
+    with_live = dict(torch.cuda.memory_stats())
+    for ptr in live:
+        if ptr is not None:
+            torch.cuda.caching_allocator_delete(ptr)
+    torch.cuda.empty_cache()
+    after = dict(torch.cuda.memory_stats())
+    return {"ops": [list(op) for op in ALLOC_SEQUENCE], "live": with_live, "after_empty_cache": after}
+
+
+def host_ns_per_pair(pair):
+    import time
+
+    for _ in range(WARMUP):
+        pair()
+    per_pair = []
+    for _ in range(REPS):
+        t = time.perf_counter()
+        for _ in range(ALLOC_PAIRS):
+            pair()
+        per_pair.append((time.perf_counter() - t) * 1e9 / ALLOC_PAIRS)
+    return statistics.median(per_pair)
+
+
+def alloc_free_pair_ns(torch):
+    alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
+    return host_ns_per_pair(lambda: delete(alloc(MIB)))
+
+
+def empty_del_ns(torch):
+    def pair():
+        t = torch.empty(MIB, dtype=torch.uint8, device="cuda")
+        del t
+
+    return host_ns_per_pair(pair)
 
 
 def set_tf32(torch, matmul, conv):
@@ -142,6 +218,12 @@ def main():
         ),
     }
     errors = []
+    # First, while nothing else has touched the GPU's memory.
+    log("running the allocation sequence")
+    try:
+        out["alloc_sequence_stats"] = alloc_sequence_stats(torch)
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"alloc_sequence_stats: {type(e).__name__}: {e}")
     figures = [
         ("matmul_f32_8192_tflops", lambda: matmul_tflops(torch, torch.float32, False)),
         ("matmul_tf32_8192_tflops", lambda: matmul_tflops(torch, torch.float32, True)),
@@ -149,6 +231,8 @@ def main():
         ("copy_d2d_256mib_read_plus_write_gbps", lambda: copy_d2d_gbps(torch)),
         ("copy_h2d_pinned_256mib_gbps", lambda: copy_h2d_gbps(torch, True)),
         ("copy_h2d_pageable_256mib_gbps", lambda: copy_h2d_gbps(torch, False)),
+        ("alloc_free_pair_1mib_ns", lambda: alloc_free_pair_ns(torch)),
+        ("torch_empty_del_1mib_ns", lambda: empty_del_ns(torch)),
     ]
     convs = (("f32", torch.float32, False), ("tf32", torch.float32, True), ("bf16", torch.bfloat16, False))
     for dtype_name, dtype, tf32 in convs:

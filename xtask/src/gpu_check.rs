@@ -1,8 +1,9 @@
-//! `cargo xtask gpu-check`: builds the engine's test binaries and the
-//! `gpu_figures` example in release into a self-contained bundle folder — the
-//! binaries, `run.sh` (generated from `gpu-check/run.sh`), the PyTorch
-//! reference script and the comparison script — that runs on a GPU machine
-//! without a Rust toolchain, and (unless `--bundle-only`) runs it here.
+//! `cargo xtask gpu-check`: builds the engine's test binaries, the
+//! `gpu_figures` example and the `vramlab` command in release into a
+//! self-contained bundle folder — the binaries, `run.sh` (generated from
+//! `gpu-check/run.sh`), the PyTorch reference script, the snapshot recorder and
+//! the comparison script — that runs on a GPU machine without a Rust
+//! toolchain, and (unless `--bundle-only`) runs it here.
 //!
 //! The bundle is built with `debug = 0` and `strip = "debuginfo"` (symbols kept
 //! for backtraces) in its own target folder, `target/gpu-check/build`, so that
@@ -34,10 +35,13 @@ const RUNTIME_PACKAGE: &str = "vramlab-engine";
 /// (`engine/runtime/tests/cuda.rs`, `engine/train/tests/cuda_training.rs`).
 const CUDA_TEST_TARGETS: &[&str] = &["cuda", "cuda_training"];
 const FIGURES_EXAMPLE: &str = "gpu_figures";
+/// The command-line binary (`xtask`'s `vramlab`), for `run.sh bench`.
+const CLI_PACKAGE: &str = "xtask";
+const CLI_BIN: &str = "vramlab";
 /// Written into every bundle folder: only such a folder is ever replaced.
 const MARKER: &str = ".vramlab-gpu-check-bundle";
 /// The bundle files copied from `gpu-check/` as they are.
-const SCRIPTS: &[&str] = &["torch_reference.py", "compare.py"];
+const SCRIPTS: &[&str] = &["torch_reference.py", "record_snapshots.py", "compare.py"];
 /// What a device machine may be sent in one go.
 const TRANSFER_LIMIT_BYTES: u64 = 64 << 20;
 
@@ -60,16 +64,22 @@ pub fn run(args: &GpuCheckArgs) -> Result<u8> {
         "gpu_figures example",
         &["build", "--release", "--example", FIGURES_EXAMPLE, "-p", RUNTIME_PACKAGE, "--target-dir", &target_dir],
     )?;
-    let binaries = select_binaries(&tests, &examples)?;
+    let cli = cargo_artifacts(
+        &root,
+        "vramlab command",
+        &["build", "--release", "-p", CLI_PACKAGE, "--bin", CLI_BIN, "--target-dir", &target_dir],
+    )?;
+    let binaries = select_binaries(&tests, &examples, &cli)?;
 
     prepare_bundle_dir(&bundle)?;
     let manifest = assemble(&root, &bundle, &binaries)?;
     let size = dir_size(&bundle)?;
     eprintln!(
-        "  bundle: {} test binaries ({}), {} and the scripts — {} in all, built in {:.0} s",
+        "  bundle: {} test binaries ({}), {}, {} and the scripts — {} in all, built in {:.0} s",
         binaries.tests.len(),
         binaries.tests.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "),
         FIGURES_EXAMPLE,
+        CLI_BIN,
         format_bytes(size),
         started.elapsed().as_secs_f64(),
     );
@@ -206,11 +216,13 @@ struct TestBinary {
 struct Binaries {
     tests: Vec<TestBinary>,
     figures: PathBuf,
+    cli: PathBuf,
 }
 
-/// The test harnesses (the lib's tests and every integration test) and the
-/// figures example; the CUDA tests and the example must be there.
-fn select_binaries(tests: &[Artifact], examples: &[Artifact]) -> Result<Binaries> {
+/// The test harnesses (the lib's tests and every integration test), the
+/// figures example and the `vramlab` command; the CUDA tests, the example and
+/// the command must be there.
+fn select_binaries(tests: &[Artifact], examples: &[Artifact], cli: &[Artifact]) -> Result<Binaries> {
     let mut selected: Vec<TestBinary> = tests
         .iter()
         .filter(|a| a.test && (a.kind == "lib" || a.kind == "test"))
@@ -234,7 +246,12 @@ fn select_binaries(tests: &[Artifact], examples: &[Artifact]) -> Result<Binaries
         .find(|a| a.kind == "example" && a.target == FIGURES_EXAMPLE)
         .map(|a| a.path.clone())
         .with_context(|| format!("cargo built no {FIGURES_EXAMPLE} example"))?;
-    Ok(Binaries { tests: selected, figures })
+    let cli = cli
+        .iter()
+        .find(|a| a.kind == "bin" && a.target == CLI_BIN)
+        .map(|a| a.path.clone())
+        .with_context(|| format!("cargo built no {CLI_BIN} binary"))?;
+    Ok(Binaries { tests: selected, figures, cli })
 }
 
 /// Letters, digits, `_` and `-`: safe as a file name and as a bash word.
@@ -274,6 +291,7 @@ struct Manifest {
     rustc: Option<String>,
     test_binaries: Vec<ManifestBinary>,
     figures: ManifestBinary,
+    cli: ManifestBinary,
 }
 
 #[derive(Debug, Serialize)]
@@ -300,6 +318,8 @@ fn assemble(root: &Path, bundle: &Path, binaries: &Binaries) -> Result<Manifest>
     }
     let mut figures = copy(&binaries.figures, &format!("bin/{FIGURES_EXAMPLE}"))?;
     figures.kind = "example".into();
+    let mut cli = copy(&binaries.cli, &format!("bin/{CLI_BIN}"))?;
+    cli.kind = "command".into();
     let scripts = root.join("gpu-check");
     for s in SCRIPTS {
         copy(&scripts.join(s), s)?;
@@ -318,7 +338,7 @@ fn assemble(root: &Path, bundle: &Path, binaries: &Binaries) -> Result<Manifest>
     set_executable(&run_sh)?;
 
     let manifest =
-        Manifest { commit, built_at, rustc: command_output("rustc", &["--version"]), test_binaries, figures };
+        Manifest { commit, built_at, rustc: command_output("rustc", &["--version"]), test_binaries, figures, cli };
     let text = serde_json::to_string_pretty(&manifest).expect("the manifest serializes");
     std::fs::write(bundle.join("manifest.json"), text + "\n").context("cannot write manifest.json")?;
     Ok(manifest)
@@ -419,6 +439,8 @@ mod tests {
 {"reason":"build-finished","success":true}"#;
 
     const EXAMPLE_JSON: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/engine#vramlab-engine@0.1.0","target":{"kind":["example"],"name":"gpu_figures"},"profile":{"test":false},"executable":"/w/target/release/examples/gpu_figures","fresh":false}"#;
+    const CLI_JSON: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/xtask#0.1.0","target":{"kind":["lib"],"name":"xtask"},"profile":{"test":false},"executable":null,"fresh":true}
+{"reason":"compiler-artifact","package_id":"path+file:///w/xtask#0.1.0","target":{"kind":["bin"],"name":"vramlab"},"profile":{"test":false},"executable":"/w/target/release/vramlab","fresh":false}"#;
 
     #[test]
     fn executables_are_read_from_cargo_messages() {
@@ -443,16 +465,20 @@ mod tests {
     fn the_bundle_takes_test_harnesses_cuda_first_and_the_figures() {
         let tests = parse_artifacts(CARGO_JSON).unwrap();
         let examples = parse_artifacts(EXAMPLE_JSON).unwrap();
-        let b = select_binaries(&tests, &examples).unwrap();
+        let cli = parse_artifacts(CLI_JSON).unwrap();
+        let b = select_binaries(&tests, &examples, &cli).unwrap();
         let names: Vec<_> = b.tests.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["cuda", "cuda_training", "vramlab_engine", "tensor"]);
         assert_eq!(b.figures, PathBuf::from("/w/target/release/examples/gpu_figures"));
+        assert_eq!(b.cli, PathBuf::from("/w/target/release/vramlab"));
 
         let without_cuda: Vec<_> = tests.iter().filter(|a| a.target != "cuda").cloned().collect();
-        let err = select_binaries(&without_cuda, &examples).unwrap_err().to_string();
+        let err = select_binaries(&without_cuda, &examples, &cli).unwrap_err().to_string();
         assert!(err.contains("no 'cuda' test binary"), "{err}");
-        let err = select_binaries(&tests, &[]).unwrap_err().to_string();
+        let err = select_binaries(&tests, &[], &cli).unwrap_err().to_string();
         assert!(err.contains("no gpu_figures example"), "{err}");
+        let err = select_binaries(&tests, &examples, &cli[..1]).unwrap_err().to_string();
+        assert!(err.contains("no vramlab binary"), "{err}");
     }
 
     #[test]

@@ -14,7 +14,15 @@
 //!   float32 with TF32 off (`f32`) and on (`tf32`, PyTorch's default for
 //!   convolutions: `torch.backends.cudnn.allow_tf32`) and bfloat16, with the
 //!   autotuner in `benchmark` mode (`cudnn.benchmark = True`) and `off`: time
-//!   per call in nanoseconds, and the algorithm each mode chose.
+//!   per call in nanoseconds, and the algorithm each mode chose;
+//! - one allocation and free of 1 MiB through the device's caching allocator
+//!   (PyTorch: `torch.cuda.caching_allocator_alloc` / `_delete`), host time per
+//!   pair in nanoseconds: the median of 7 loops of 20 000 pairs;
+//! - `alloc_sequence_stats`: the same sequence of allocations and frees
+//!   ([`ALLOC_SEQUENCE`], the first thing either program does) on a fresh
+//!   allocator, and `torch.cuda.memory_stats()`'s keys read twice: with the
+//!   sequence's survivors live, and after freeing them and `empty_cache`.
+//!   PyTorch's numbers should be identical, key for key.
 //!
 //! Method: 3 warm-up calls; one timed call sizes the loop to about 0.2 s (at
 //! least 3, at most 1000 calls); 7 repetitions of the loop, each between two
@@ -34,6 +42,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_engine::alloc::consts::MIB;
 use vramlab_engine::autotune::{self, TuneMode};
 use vramlab_engine::cuda;
 use vramlab_engine::device::{Device, cuda_probe};
@@ -52,6 +61,45 @@ const COPY_BYTES: usize = 256 << 20;
 const CONV: [usize; 6] = [64, 64, 56, 56, 64, 3];
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// One step of [`ALLOC_SEQUENCE`].
+#[derive(Clone, Copy)]
+enum SeqOp {
+    /// Allocate this many bytes (the next allocation's index is the count so far).
+    Alloc(u64),
+    /// Free the allocation with this index.
+    Free(usize),
+}
+
+/// The allocations whose statistics are compared with PyTorch's, exercising
+/// the small and large pools, 512-byte rounding, splitting, best-fit reuse and
+/// segment sizes. `torch_reference.py`'s `ALLOC_SEQUENCE` is the same list;
+/// both programs print it and `compare.py` checks that they agree.
+const ALLOC_SEQUENCE: &[SeqOp] = {
+    use SeqOp::{Alloc, Free};
+    &[
+        Alloc(1),
+        Alloc(512),
+        Alloc(513),
+        Alloc(MIB - 1),
+        Alloc(MIB),
+        Alloc(MIB + 1),
+        Alloc(10 * MIB),
+        Alloc(10 * MIB + 1),
+        Alloc(25 * MIB),
+        Free(1),
+        Free(3),
+        Free(6),
+        Alloc(3 * MIB),
+        Alloc(200 << 10),
+        Free(8),
+        Alloc(24 * MIB),
+        Alloc(50 * MIB),
+        Free(0),
+    ]
+};
+/// Pairs per timed loop of the allocation figure.
+const ALLOC_PAIRS: usize = 20_000;
 
 fn log(msg: &str) {
     eprintln!("gpu_figures: {msg}");
@@ -86,6 +134,56 @@ fn per_call_seconds<T>(devices: &[&Device], mut f: impl FnMut() -> Res<T>) -> Re
     }
     per_call.sort_by(f64::total_cmp);
     Ok(per_call[REPS / 2])
+}
+
+/// [`ALLOC_SEQUENCE`] on a fresh allocator of GPU `index`: the sequence, and
+/// the statistics with its survivors live and after freeing them and
+/// `empty_cache`, keyed as `torch.cuda.memory_stats()` keys them.
+fn alloc_sequence_stats(index: u32) -> Res<Value> {
+    let device = Device::cuda_with(index, AllocatorConfig::default(), &Hooks::new())?;
+    let allocator = device.allocator();
+    let mut live = Vec::new();
+    let mut ops = Vec::new();
+    for op in ALLOC_SEQUENCE {
+        match *op {
+            SeqOp::Alloc(bytes) => {
+                live.push(Some(allocator.malloc(bytes, 0, None)?));
+                ops.push(json!(["alloc", bytes]));
+            }
+            SeqOp::Free(i) => {
+                let block = live.get_mut(i).and_then(Option::take).ok_or("the sequence frees an allocation twice")?;
+                allocator.free(block)?;
+                ops.push(json!(["free", i]));
+            }
+        }
+    }
+    let with_live = allocator.stats().flatten();
+    for block in live.into_iter().flatten() {
+        allocator.free(block)?;
+    }
+    device.empty_cache();
+    let after = allocator.stats().flatten();
+    Ok(json!({ "ops": ops, "live": with_live, "after_empty_cache": after }))
+}
+
+/// Host time of one 1 MiB allocation and free through the caching allocator:
+/// the median of [`REPS`] loops of [`ALLOC_PAIRS`] pairs, after warm-up.
+fn alloc_free_pair_ns(gpu: &Device) -> Res<f64> {
+    let allocator = gpu.allocator();
+    let pair = || -> Res<()> { Ok(allocator.free(allocator.malloc(MIB, 0, None)?)?) };
+    for _ in 0..WARMUP {
+        pair()?;
+    }
+    let mut per_pair = Vec::with_capacity(REPS);
+    for _ in 0..REPS {
+        let t = Instant::now();
+        for _ in 0..ALLOC_PAIRS {
+            pair()?;
+        }
+        per_pair.push(t.elapsed().as_secs_f64() * 1e9 / ALLOC_PAIRS as f64);
+    }
+    per_pair.sort_by(f64::total_cmp);
+    Ok(per_pair[REPS / 2])
 }
 
 /// Sets both TF32 switches until dropped.
@@ -202,13 +300,19 @@ fn main() -> ExitCode {
         }
     };
 
-    let figures: [(&str, &dyn Fn() -> Res<f64>); 6] = [
+    // First, while nothing else has touched the GPU's memory (PyTorch's side
+    // runs it first too).
+    log("running the allocation sequence");
+    record("alloc_sequence_stats", alloc_sequence_stats(gpu.id().index));
+
+    let figures: [(&str, &dyn Fn() -> Res<f64>); 7] = [
         ("matmul_f32_8192_tflops", &|| matmul_tflops(&gpu, DType::F32, false)),
         ("matmul_tf32_8192_tflops", &|| matmul_tflops(&gpu, DType::F32, true)),
         ("matmul_bf16_8192_tflops", &|| matmul_tflops(&gpu, DType::BF16, false)),
         ("copy_d2d_256mib_read_plus_write_gbps", &|| copy_d2d_gbps(&gpu)),
         ("copy_h2d_pinned_256mib_gbps", &|| copy_h2d_gbps(&gpu, true)),
         ("copy_h2d_pageable_256mib_gbps", &|| copy_h2d_gbps(&gpu, false)),
+        ("alloc_free_pair_1mib_ns", &|| alloc_free_pair_ns(&gpu)),
     ];
     for (key, measure) in figures {
         log(&format!("measuring {key}"));
