@@ -252,6 +252,22 @@ fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay, args: &ReplayArg
                     show(d.replayed)
                 );
             }
+            if let Some(m) = &f.first_misplaced_alloc {
+                let show = |p: Option<snapshot::Placement>| match p {
+                    None => "in memory placed before the trace".to_owned(),
+                    Some(p) => {
+                        format!("at offset {} of segment #{} ({})", p.offset, p.segment, format_bytes(p.segment_bytes))
+                    }
+                };
+                let _ = writeln!(
+                    s,
+                    "    first misplaced allocation: entry {}, {}: recorded {}, replayed {}",
+                    m.trace_index,
+                    exact(m.requested_bytes),
+                    show(Some(m.recorded)),
+                    show(m.replayed)
+                );
+            }
             if let Some(d) = &f.final_segments_disagreement {
                 let _ = writeln!(s, "    final segments: {d}");
             }

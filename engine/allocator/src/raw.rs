@@ -253,6 +253,18 @@ pub struct SimulatedMemory {
     budget: Budget,
     next_addr: AtomicU64,
     events: Mutex<SimEvents>,
+    plan: Mutex<AddressPlan>,
+}
+
+/// Addresses to hand out for the coming segment allocations, in order (a
+/// recording's own, so that a replay breaks ties between equal free blocks by
+/// address exactly as the recording did).
+#[derive(Debug, Default)]
+struct AddressPlan {
+    /// (size, address) of each coming segment allocation.
+    next: std::collections::VecDeque<(u64, u64)>,
+    /// Whether allocations take their address from the plan yet.
+    armed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -274,6 +286,45 @@ impl SimulatedMemory {
             budget: Budget { capacity: capacity_bytes, used: AtomicU64::new(0) },
             next_addr: AtomicU64::new(SIM_BASE),
             events: Mutex::new(SimEvents::default()),
+            plan: Mutex::new(AddressPlan::default()),
+        }
+    }
+
+    /// A simulated device of `capacity_bytes` whose segment allocations, once
+    /// [`arm_address_plan`](Self::arm_address_plan) is called, take their
+    /// addresses from `plan` ((size, address) pairs, in order) for as long as
+    /// each asks for the size planned next. The first allocation of another
+    /// size ends the plan; it and every later one, and those before arming,
+    /// take fresh addresses above every planned range, so none can overlap a
+    /// planned one.
+    pub fn with_address_plan(capacity_bytes: u64, plan: Vec<(u64, u64)>) -> SimulatedMemory {
+        let above = plan.iter().map(|&(size, addr)| addr.saturating_add(size)).max().unwrap_or(0);
+        let base = above.max(SIM_BASE).div_ceil(2 * MIB).saturating_mul(2 * MIB);
+        let m = SimulatedMemory::with_capacity(capacity_bytes);
+        m.next_addr.store(base, Ordering::Relaxed);
+        *m.plan.lock().unwrap_or_else(|e| e.into_inner()) = AddressPlan { next: plan.into(), armed: false };
+        m
+    }
+
+    /// From now on, segment allocations follow the address plan.
+    pub fn arm_address_plan(&self) {
+        self.plan.lock().unwrap_or_else(|e| e.into_inner()).armed = true;
+    }
+
+    /// The planned address for a segment of `size`, if the plan is armed and
+    /// plans this size next; any other size ends the plan.
+    fn planned_address(&self, size: u64) -> Option<u64> {
+        let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        if !plan.armed {
+            return None;
+        }
+        match plan.next.pop_front() {
+            Some((planned, addr)) if planned == size => Some(addr),
+            Some(_) => {
+                plan.next.clear();
+                None
+            }
+            None => None,
         }
     }
 
@@ -318,7 +369,7 @@ impl RawAllocator for SimulatedMemory {
 
     fn malloc(&self, size: u64) -> Result<u64, RawError> {
         self.budget.take(size)?;
-        Ok(self.take_addresses(size))
+        Ok(self.planned_address(size).unwrap_or_else(|| self.take_addresses(size)))
     }
 
     fn free(&self, _addr: u64, size: u64) {

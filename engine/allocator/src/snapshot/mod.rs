@@ -25,8 +25,8 @@ pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
 pub use replay::{
-    FidelityReport, LiveAtStart, ReplayOom, SegmentDisagreement, SnapshotReplay, SnapshotReplayError,
-    SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
+    FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
+    SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
 pub use whatif::{PeakHolder, SWEEP_GRID, WhatIf, peak_holders, recommend, what_if, what_if_timelines};
 

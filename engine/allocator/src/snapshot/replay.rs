@@ -1,8 +1,11 @@
 //! Replaying a snapshot's trace through the [`CachingAllocator`] on a simulated
 //! device, and the fidelity check: with the snapshot's own allocator settings
 //! the replay must reproduce the recorded segment allocations and frees (sizes,
-//! in order), the final segments and the totals they imply; the first place
-//! where they part is reported.
+//! in order), put every allocation at the same offset of the same segment (the
+//! n-th segment the trace allocates pairs with the replay's n-th; checked
+//! without expandable segments, for segments allocated in the trace), and end
+//! with the same segments and the totals they imply; the first place where they
+//! part is reported.
 //!
 //! Memory live before the first event (blocks allocated in the final segments
 //! with no `alloc` in the trace, and frees of blocks whose `alloc` the ring
@@ -75,6 +78,27 @@ pub struct SegmentDisagreement {
     pub replayed: Option<(u64, Action, u64)>,
 }
 
+/// Where an allocation landed: the segment (numbered in the order the trace,
+/// or the replay, allocated segments, from 0), its size and the offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    pub segment: u64,
+    pub segment_bytes: u64,
+    pub offset: u64,
+}
+
+/// The first allocation the replay put somewhere other than the recording did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Misplacement {
+    /// Index of the `alloc` in the device trace.
+    pub trace_index: u64,
+    pub requested_bytes: u64,
+    pub recorded: Placement,
+    /// `None`: the replay's block lies in a segment it allocated outside the
+    /// trace (memory live at the start).
+    pub replayed: Option<Placement>,
+}
+
 /// The fidelity check's outcome (only for a whole-trace replay under the
 /// snapshot's own settings on an unlimited device).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -82,6 +106,9 @@ pub struct FidelityReport {
     pub recorded_segment_events: u64,
     pub replayed_segment_events: u64,
     pub first_segment_disagreement: Option<SegmentDisagreement>,
+    /// The first allocation placed differently (`None` also when the check
+    /// does not apply: expandable segments).
+    pub first_misplaced_alloc: Option<Misplacement>,
     pub recorded_segments: u64,
     pub replayed_segments: u64,
     /// The first difference between the final segments (sorted by size, then
@@ -96,6 +123,7 @@ pub struct FidelityReport {
 impl FidelityReport {
     pub fn agrees(&self) -> bool {
         self.first_segment_disagreement.is_none()
+            && self.first_misplaced_alloc.is_none()
             && self.final_segments_disagreement.is_none()
             && self.recorded_allocated_bytes == self.replayed_allocated_bytes
             && self.recorded_reserved_bytes == self.replayed_reserved_bytes
@@ -151,6 +179,10 @@ pub struct SnapshotReplay {
     /// Index in the trace of the entry at which allocated memory peaked (after it ran).
     pub peak_allocated_index: Option<u64>,
     pub fidelity: Option<FidelityReport>,
+    /// `torch.cuda.memory_stats()` of the replay's allocator at the end, keyed
+    /// as PyTorch keys it. Equal to the recording process's own when the trace
+    /// holds everything from its first allocation (nothing live at the start).
+    pub final_memory_stats: std::collections::BTreeMap<String, i64>,
     /// The replay as a snapshot (its trace and final segments, the simulated
     /// addresses; the memory placed before the first entry comes first), when
     /// [`SnapshotReplayOptions::record`] asked for it.
@@ -189,7 +221,8 @@ type RawEvent = (Action, u64, u64, u32);
 
 #[derive(Default)]
 struct SegmentLog {
-    events: Mutex<Vec<(Action, u64)>>,
+    /// Segment events: action, size, address.
+    events: Mutex<Vec<(Action, u64, u64)>>,
     /// Every event (action, addr, size as PyTorch's trace gives it, stream), when recording.
     all: Option<Mutex<Vec<RawEvent>>>,
 }
@@ -219,7 +252,7 @@ impl Subscriber for SegmentLog {
                 v.push((action, e.addr, size, e.stream));
             }
             if segment && let Ok(mut v) = self.events.lock() {
-                v.push((action, e.rounded_bytes));
+                v.push((action, e.rounded_bytes, e.addr));
             }
         }
     }
@@ -373,13 +406,18 @@ fn replay(
     {
         return Err(SnapshotReplayError::CapacityTooLarge(c));
     }
-    let raw = SimulatedMemory::with_capacity(opts.capacity_bytes.unwrap_or(MAX_BYTES));
+    // The recording's segment addresses, in order: PyTorch breaks ties between
+    // free blocks of one size by address, so the replay must place its segments
+    // where the recording's were to choose the same block.
+    let plan =
+        trace.iter().filter(|e| in_window(e) && e.action == Action::SegmentAlloc).map(|e| (e.size, e.addr)).collect();
+    let raw = Arc::new(SimulatedMemory::with_address_plan(opts.capacity_bytes.unwrap_or(MAX_BYTES), plan));
     let hooks = Hooks::new();
     let log = Arc::new(SegmentLog { events: Mutex::default(), all: opts.record.then(Mutex::default) });
     let mut recorder = opts.record.then(|| Recorder { trace: Vec::new(), frames_of: HashMap::default() });
     let first_time_us = trace.iter().find(|e| in_window(e)).map_or(0, |e| e.time_us);
     hooks.subscribe(log.clone());
-    let allocator = CachingAllocator::with_hooks(Arc::new(raw), config.clone(), hooks, device as u32)
+    let allocator = CachingAllocator::with_hooks(raw.clone(), config.clone(), hooks, device as u32)
         .map_err(SnapshotReplayError::Setup)?;
     let pools = PoolMap::new(snapshot, device as i64);
     for &(_, _, pool) in &pools.ranges {
@@ -432,6 +470,7 @@ fn replay(
         }
     }
     allocator.reset_peak_stats();
+    raw.arm_address_plan();
     // The segments the placed memory needed are not in the trace: not compared.
     if let Ok(mut v) = log.events.lock() {
         v.clear();
@@ -465,10 +504,15 @@ fn replay(
         private_pools: snapshot.private_pools(device as i64),
         peak_allocated_index: None,
         fidelity: None,
+        final_memory_stats: Default::default(),
         recording: None,
     };
     let mut recorded_seg: Vec<(u64, Action, u64)> = Vec::new();
     let mut replayed_seg: Vec<(u64, Action, u64)> = Vec::new();
+    let check_placement = !config.expandable_segments;
+    let mut recorded_segs = LiveSegments::default();
+    let mut replayed_segs = LiveSegments::default();
+    let mut first_misplaced: Option<Misplacement> = None;
     let mut failed: HashMap<u64, ()> = HashMap::default();
     let mut prev_action = Action::Snapshot;
     let mut peak_reserved_seen = allocator.memory_reserved();
@@ -496,6 +540,9 @@ fn replay(
         }
         let i = i as u64;
         r.entries_in_window += 1;
+        // The allocation to place once this entry's segment events are in:
+        // (recorded address, replayed address).
+        let mut placed: Option<(u64, u64)> = None;
         match e.action {
             Action::Alloc => {
                 r.allocs += 1;
@@ -512,6 +559,7 @@ fn replay(
                 let stream = streams.id(e.stream)?;
                 match malloc_in(&allocator, e.size, stream, pools.pool_of(e.addr)) {
                     Ok(a) => {
+                        placed = Some((e.addr, a.addr()));
                         handles.insert(e.addr, a);
                     }
                     Err(AllocError::OutOfMemory(err)) => {
@@ -546,13 +594,17 @@ fn replay(
             }
             Action::SegmentFree | Action::SegmentUnmap => {
                 recorded_seg.push((i, e.action, e.size));
+                recorded_segs.free(e.addr);
                 // A run of segment frees is an empty_cache() (or the release of
                 // cached blocks on a retry): release what is cached once per run.
                 if prev_action != e.action {
                     allocator.empty_cache();
                 }
             }
-            Action::SegmentAlloc | Action::SegmentMap => recorded_seg.push((i, e.action, e.size)),
+            Action::SegmentAlloc | Action::SegmentMap => {
+                recorded_seg.push((i, e.action, e.size));
+                recorded_segs.alloc(e.addr, e.size);
+            }
             Action::Oom => r.recorded_ooms += 1,
             _ => {}
         }
@@ -561,11 +613,24 @@ fn replay(
             rec.take(&log, e.time_us, e.frames);
         }
         if let Ok(mut v) = log.events.lock() {
-            for (a, size) in v.drain(..) {
+            for (a, size, addr) in v.drain(..) {
                 if matches!(a, Action::SegmentAlloc | Action::SegmentMap) {
                     r.segment_allocs += 1;
+                    replayed_segs.alloc(addr, size);
+                } else {
+                    replayed_segs.free(addr);
                 }
                 replayed_seg.push((i, a, size));
+            }
+        }
+        if check_placement
+            && first_misplaced.is_none()
+            && let Some((recorded_addr, replayed_addr)) = placed
+            && let Some(recorded) = recorded_segs.place(recorded_addr)
+        {
+            let replayed = replayed_segs.place(replayed_addr);
+            if replayed != Some(recorded) {
+                first_misplaced = Some(Misplacement { trace_index: i, requested_bytes: e.size, recorded, replayed });
             }
         }
         let reserved = allocator.memory_reserved();
@@ -593,9 +658,12 @@ fn replay(
     r.peak_reserved_bytes = allocator.max_memory_reserved();
     r.final_allocated_bytes = allocator.memory_allocated();
     r.final_reserved_bytes = allocator.memory_reserved();
+    r.final_memory_stats = allocator.stats().flatten();
 
     if !windowed && settings_from_snapshot && opts.capacity_bytes.is_none() && !r.stopped_early {
-        r.fidelity = Some(fidelity(snapshot, device, &allocator, &recorded_seg, &replayed_seg));
+        let mut report = fidelity(snapshot, device, &allocator, &recorded_seg, &replayed_seg);
+        report.first_misplaced_alloc = first_misplaced;
+        r.fidelity = Some(report);
     }
     if let Some(rec) = recorder {
         r.recording = Some(recording(snapshot, device, &allocator, &config, rec));
@@ -665,6 +733,31 @@ fn recording(
     }
 }
 
+/// The live segments of the recording or of the replay, by address, each with
+/// its number in allocation order.
+#[derive(Default)]
+struct LiveSegments {
+    by_addr: std::collections::BTreeMap<u64, (u64, u64)>,
+    allocated: u64,
+}
+
+impl LiveSegments {
+    fn alloc(&mut self, addr: u64, size: u64) {
+        self.by_addr.insert(addr, (size, self.allocated));
+        self.allocated += 1;
+    }
+
+    fn free(&mut self, addr: u64) {
+        self.by_addr.remove(&addr);
+    }
+
+    /// Where `addr` lies, if in a live segment.
+    fn place(&self, addr: u64) -> Option<Placement> {
+        let (&base, &(size, segment)) = self.by_addr.range(..=addr).next_back()?;
+        (addr < base + size).then_some(Placement { segment, segment_bytes: size, offset: addr - base })
+    }
+}
+
 type SegKey = (u64, Vec<(u64, bool)>);
 
 fn fidelity(
@@ -721,6 +814,7 @@ fn fidelity(
         recorded_segment_events: recorded.len() as u64,
         replayed_segment_events: replayed.len() as u64,
         first_segment_disagreement,
+        first_misplaced_alloc: None,
         recorded_segments: rec_segs.len() as u64,
         replayed_segments: rep_segs.len() as u64,
         final_segments_disagreement,
