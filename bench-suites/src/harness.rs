@@ -83,6 +83,42 @@ pub fn measure<E>(cfg: &HarnessConfig, mut work: impl FnMut() -> Result<(), E>) 
     Ok(summarize(raw, iterations, "host"))
 }
 
+/// Times `work` alone, one call per sample, with `prepare` run before each call
+/// outside the clock (waiting for a GPU to go idle, say, so that every sample
+/// times one call made to an idle device). Warm-up and the number of samples
+/// follow `cfg` as in [`measure`]; errors from either end the measurement.
+pub fn measure_each<E>(
+    cfg: &HarnessConfig,
+    mut prepare: impl FnMut() -> Result<(), E>,
+    mut work: impl FnMut() -> Result<(), E>,
+) -> Result<TimingStats, E> {
+    let warm_start = now_ns();
+    let warmup_ns = cfg.warmup.as_nanos() as u64;
+    let mut warm_runs = 0u64;
+    loop {
+        prepare()?;
+        work()?;
+        warm_runs += 1;
+        if now_ns().saturating_sub(warm_start) >= warmup_ns {
+            break;
+        }
+    }
+    let per_round_ns = (now_ns().saturating_sub(warm_start) / warm_runs).max(1);
+    let samples = match cfg.fixed_samples {
+        Some(n) => n.max(1),
+        None => ((cfg.target.as_nanos() as u64 / per_round_ns).max(1) as usize)
+            .clamp(cfg.min_samples, cfg.max_samples.max(cfg.min_samples)),
+    };
+    let mut raw = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        prepare()?;
+        let t0 = now_ns();
+        work()?;
+        raw.push((now_ns() - t0) as f64);
+    }
+    Ok(summarize(raw, 1, "host"))
+}
+
 /// Summary statistics of per-iteration samples (ns).
 pub fn summarize(samples_ns: Vec<f64>, iterations_per_sample: u64, clock: &str) -> TimingStats {
     let mut sorted = samples_ns.clone();
@@ -129,6 +165,34 @@ mod tests {
         assert_eq!(s.samples_ns, vec![5.0, 1.0, 3.0, 2.0, 4.0], "raw order kept");
         let even = summarize(vec![1.0, 2.0, 3.0, 4.0], 1, "host");
         assert_eq!(even.median_ns, 2.5);
+    }
+
+    #[test]
+    fn measure_each_keeps_the_preparation_off_the_clock() {
+        let cfg = HarnessConfig {
+            warmup: Duration::from_millis(1),
+            target: Duration::from_millis(30),
+            ..HarnessConfig::quick()
+        };
+        let (mut prepared, mut worked) = (0u64, 0u64);
+        let s = measure_each(
+            &cfg,
+            || {
+                prepared += 1;
+                std::thread::sleep(Duration::from_millis(2));
+                Ok::<(), ()>(())
+            },
+            || {
+                worked += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(prepared, worked, "one preparation before every call");
+        assert!(s.samples_ns.len() >= 10, "{}", s.samples_ns.len());
+        assert_eq!(s.iterations_per_sample, 1);
+        // Each sample times the empty call alone, not the 2 ms sleep before it.
+        assert!(s.median_ns < 1e6, "{}", s.median_ns);
     }
 
     #[test]

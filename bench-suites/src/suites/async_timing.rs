@@ -13,7 +13,7 @@ use vramlab_engine::device::Device;
 use vramlab_engine::hooks::{Event, Subscriber};
 use vramlab_engine::tensor::{DType, Tensor, TensorError};
 
-use crate::harness::{measure, summarize};
+use crate::harness::{measure, measure_each, summarize};
 use crate::schema::{CaseResult, Finding, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
 
@@ -90,14 +90,26 @@ fn operands(ctx: &Context, n: usize) -> Result<(Tensor, Tensor), TensorError> {
 fn host_clock(ctx: &Context, n: usize, synchronize: bool, medians: &Medians) -> Result<CaseOutput, CaseError> {
     let device = &ctx.device;
     let (a, b) = operands(ctx, n)?;
-    let stats = measure(&ctx.harness, || {
-        let y = a.matmul(&b)?;
-        if synchronize {
+    let stats = if synchronize {
+        measure(&ctx.harness, || {
+            let y = a.matmul(&b)?;
             device.synchronize()?;
-        }
-        black_box(y);
-        Ok::<(), TensorError>(())
-    })?;
+            black_box(y);
+            Ok::<(), TensorError>(())
+        })?
+    } else {
+        // Each call is made to an idle device, as the pitfall's `t0; y = f(x);
+        // t1` is: back to back, the launch queue would fill and the host would
+        // wait for the device, timing the work after all.
+        measure_each(
+            &ctx.harness,
+            || device.synchronize().map_err(TensorError::from),
+            || {
+                black_box(a.matmul(&b)?);
+                Ok::<(), TensorError>(())
+            },
+        )?
+    };
     // Whatever is still queued must not spill into the next case.
     device.synchronize()?;
     let flops = 2.0 * (n as f64).powi(3);
@@ -112,7 +124,10 @@ fn host_clock(ctx: &Context, n: usize, synchronize: bool, medians: &Medians) -> 
         }
         out = out.note("device.synchronize() after every call: the clock stops when the work is done");
     } else {
-        out = out.note("no synchronize: the clock stops when the call returns, which on a GPU is after the launch");
+        out = out.note(
+            "no synchronize after the call (the device is idle before it, waited for outside the clock): the clock \
+             stops when the call returns, which on a GPU is after the launch",
+        );
     }
     if device.is_cpu() {
         out = out.note(format!(

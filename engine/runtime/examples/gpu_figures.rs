@@ -240,8 +240,9 @@ fn copy_h2d_gbps(gpu: &Device, pinned: bool) -> Res<f64> {
     Ok(COPY_BYTES as f64 / s / 1e9)
 }
 
-/// Time per call in ns and the algorithm chosen.
-fn conv_ns(gpu: &Device, dtype: DType, tf32: bool, mode: TuneMode) -> Res<(f64, String)> {
+/// Time per call in ns, the algorithm chosen, and in benchmark mode each
+/// candidate's measured median (ns) as the tuner saw it.
+fn conv_ns(gpu: &Device, dtype: DType, tf32: bool, mode: TuneMode) -> Res<(f64, String, Value)> {
     let _tf32 = Tf32::set(tf32, tf32);
     let [n, c, h, w, k, r] = CONV;
     let x = Tensor::randn(&[n, c, h, w], dtype, 3, gpu)?;
@@ -253,11 +254,18 @@ fn conv_ns(gpu: &Device, dtype: DType, tf32: bool, mode: TuneMode) -> Res<(f64, 
     tuner.clear();
     let previous = tuner.mode();
     tuner.set_mode(mode);
-    let measured = (|| -> Res<(f64, String)> {
+    let measured = (|| -> Res<(f64, String, Value)> {
         // The first call tunes (benchmark mode); the timing's warm-up covers it too.
         let (_, timing) = x.conv2d_timed(&wt, opts)?;
         let s = per_call_seconds(&[gpu], || Ok(x.conv2d(&wt, opts)?))?;
-        Ok((s * 1e9, timing.algorithm.to_owned()))
+        let candidates: Map<String, Value> = tuner
+            .records()
+            .iter()
+            .filter(|r| r.op == "conv2d")
+            .flat_map(|r| &r.candidates)
+            .map(|c| (c.algorithm.clone(), json!(c.median_ns)))
+            .collect();
+        Ok((s * 1e9, timing.algorithm.to_owned(), Value::Object(candidates)))
     })();
     tuner.set_mode(previous);
     measured
@@ -326,9 +334,12 @@ fn main() -> ExitCode {
             let key = format!("conv2d_fwd_{dtype_name}_n64_c64_56x56_k64_3x3_{mode_name}");
             log(&format!("measuring {key}"));
             match conv_ns(&gpu, dtype, tf32, mode) {
-                Ok((ns, algorithm)) => {
+                Ok((ns, algorithm, candidates)) => {
                     record(&format!("{key}_ns"), Ok(json!(ns)));
                     record(&format!("{key}_algorithm"), Ok(json!(algorithm)));
+                    if mode == TuneMode::Benchmark {
+                        record(&format!("{key}_candidates_median_ns"), Ok(candidates));
+                    }
                 }
                 Err(e) => record(&format!("{key}_ns"), Err(e)),
             }

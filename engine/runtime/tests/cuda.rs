@@ -237,7 +237,17 @@ fn bias_add_and_gradient_match_cpu() {
     let Some(gpu) = gpu() else { return };
     let mut rng = rng_for_test("cuda_bias");
     for dtype in FLOATS {
-        for shape in [vec![7, 5], vec![3, 4, 9], vec![2, 3, 12_000], vec![4, 16, 7, 9]] {
+        // [rows, >= 128 channels] takes the chunked row kernels: one chunk,
+        // two (the second partial), and a tall batch of 32.
+        for shape in [
+            vec![7, 5],
+            vec![3, 4, 9],
+            vec![2, 3, 12_000],
+            vec![4, 16, 7, 9],
+            vec![3, 200],
+            vec![300, 130],
+            vec![8192, 256],
+        ] {
             let what = |op: &str| format!("{op} {dtype} {shape:?}");
             let (x, gx) = random_pair(&mut rng, &shape, 1.0, dtype, &gpu);
             let (b, gb) = random_pair(&mut rng, &[shape[1]], 1.0, dtype, &gpu);
@@ -803,6 +813,32 @@ fn copies_report_copy_events_with_their_kind_and_bytes() {
     let d2h = copies.iter().find(|c| c.kind == CopyKind::DeviceToHost).expect("a device-to-host copy event");
     assert_eq!((d2h.bytes, d2h.non_blocking), (n as u64 * 4, false), "{d2h:?}");
     assert!(copies.iter().all(|c| c.device == DeviceId::cuda(0).event_index()), "{copies:?}");
+}
+
+#[test]
+fn timed_ops_emit_their_kernel_event_before_they_return() {
+    let Some(_) = gpu() else { return };
+    let _mode = TunerMode::set(TuneMode::Off);
+    let (gpu, hooks) = private_gpu(AllocatorConfig::default());
+    let a = Tensor::randn(&[64, 64], DType::F32, 1, &gpu).unwrap();
+    let x = Tensor::randn(&[2, 3, 8, 8], DType::F32, 2, &gpu).unwrap();
+    let w = Tensor::randn(&[4, 3, 3, 3], DType::F32, 3, &gpu).unwrap();
+    gpu.synchronize().unwrap();
+    let log = EventLog::new();
+    hooks.subscribe(log.clone());
+    // No synchronize: a timed call waits for its work, so its event is out.
+    let (_, mm) = a.matmul_timed(&a).unwrap();
+    let (_, conv) = x.conv2d_timed(&w, Conv2dOptions::new(1, 1)).unwrap();
+    let kernels: Vec<_> = log
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Kernel(k) => Some((k.name, k.algorithm)),
+            _ => None,
+        })
+        .collect();
+    assert!(kernels.contains(&("matmul", mm.algorithm)), "{kernels:?}");
+    assert!(kernels.contains(&("conv2d_forward", conv.algorithm)), "{kernels:?}");
 }
 
 // ---------------------------------------------------------------------------------

@@ -275,7 +275,8 @@ impl CudaBackend {
     }
 
     /// Device time of the work `launch` queues on `stream`, in nanoseconds
-    /// (waits for it). For timed ops and the autotuner.
+    /// (waits for it, then emits the kernel events that completed). For timed
+    /// ops and the autotuner.
     pub fn time_on_device(
         &self,
         stream: StreamId,
@@ -296,8 +297,10 @@ impl CudaBackend {
                 Ok((f64::from(ms) * 1e6) as u64)
             }
         })();
-        let mut timing = self.timing.lock().unwrap_or_else(|e| e.into_inner());
-        timing.free.extend([start as usize, stop as usize]);
+        self.timing.lock().unwrap_or_else(|e| e.into_inner()).free.extend([start as usize, stop as usize]);
+        // The timed work has finished: its kernel events (and any older ones)
+        // go out now, so a timed op's event is there when the op returns.
+        self.poll_timings(false);
         measured
     }
 

@@ -335,18 +335,46 @@ template <class S> __device__ void bias_grad_k(const void* gyv, void* gbv, u64 o
 }
 INSTANTIATE(bias_grad, (const void* gy, void* gb, u64 outer, u64 channels, u64 inner), (gy, gb, outer, channels, inner))
 
-// The same for inner = 1 (a linear layer's [rows, channels]): one thread per
-// channel walks the rows in order, reading whole rows together.
-template <class S> __device__ void bias_grad_rows_k(const void* gyv, void* gbv, u64 rows, u64 channels) {
+// The same for inner = 1 (a linear layer's [rows, channels]), in two steps
+// that read whole rows together and keep the GPU busy for tall inputs.
+// Step 1: block (bx, by) sums rows [by * chunk, (by + 1) * chunk) of channels
+// bx * 32 .. bx * 32 + 31; thread (tx, ty) adds every 8th row from ty, then the
+// block adds its 8 sums in order into parts[by * channels + c].
+#define BIAS_ROWS_TX 32
+#define BIAS_ROWS_TY 8
+template <class S>
+__device__ void bias_grad_rows_partial_k(const void* gyv, void* partsv, u64 rows, u64 channels, u64 chunk) {
     const S* gy = (const S*)gyv;
+    double* parts = (double*)partsv;
+    __shared__ double sums[BIAS_ROWS_TY][BIAS_ROWS_TX];
+    const u64 c = (u64)blockIdx.x * BIAS_ROWS_TX + threadIdx.x;
+    const u64 r0 = (u64)blockIdx.y * chunk;
+    const u64 r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    double acc = 0.0;
+    if (c < channels)
+        for (u64 r = r0 + threadIdx.y; r < r1; r += BIAS_ROWS_TY) acc += (double)to_f32(gy[r * channels + c]);
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < channels) {
+        double total = 0.0;
+        for (int k = 0; k < BIAS_ROWS_TY; ++k) total += sums[k][threadIdx.x];
+        parts[(u64)blockIdx.y * channels + c] = total;
+    }
+}
+INSTANTIATE(bias_grad_rows_partial, (const void* gy, void* parts, u64 rows, u64 channels, u64 chunk),
+            (gy, parts, rows, channels, chunk))
+
+// Step 2: gb[c] = the sum of parts[0 .. chunks][c], in order.
+template <class S> __device__ void bias_grad_rows_finish_k(const void* partsv, void* gbv, u64 chunks, u64 channels) {
+    const double* parts = (const double*)partsv;
     S* gb = (S*)gbv;
     GRID_STRIDE(c, channels) {
         double acc = 0.0;
-        for (u64 r = 0; r < rows; ++r) acc += (double)to_f32(gy[r * channels + c]);
+        for (u64 k = 0; k < chunks; ++k) acc += parts[k * channels + c];
         gb[c] = from_f64<S>(acc);
     }
 }
-INSTANTIATE(bias_grad_rows, (const void* gy, void* gb, u64 rows, u64 channels), (gy, gb, rows, channels))
+INSTANTIATE(bias_grad_rows_finish, (const void* parts, void* gb, u64 chunks, u64 channels), (parts, gb, chunks, channels))
 
 // out[r] = index of the first NaN of row r, else of its first maximum.
 template <class S> __device__ void argmax_k(const void* xv, void* outv, u64 rows, u64 cols) {

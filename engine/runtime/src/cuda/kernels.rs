@@ -108,8 +108,11 @@ float_kernels! {
     /// Per-block f64 partial sums, finished by [`REDUCE_FINISH`].
     SumPartial = "sum_partial",
     BiasGrad = "bias_grad",
-    /// [`FloatKernel::BiasGrad`] for `inner = 1`, one thread per channel.
-    BiasGradRows = "bias_grad_rows",
+    /// [`FloatKernel::BiasGrad`] for `inner = 1`: f64 sums of row chunks,
+    /// 32 channels by 8 row lanes a block, one block row per chunk ...
+    BiasGradRowsPartial = "bias_grad_rows_partial",
+    /// ... then each channel's chunks added in order.
+    BiasGradRowsFinish = "bias_grad_rows_finish",
     Argmax = "argmax",
     Softmax = "softmax",
     LogSoftmax = "log_softmax",

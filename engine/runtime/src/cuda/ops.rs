@@ -358,16 +358,48 @@ pub(crate) fn bias_grad(
     let dtype = float_of(op, gy)?;
     let (outer, channels, inner) = layout;
     let gb = Storage::new(&gy.device, channels, gy.dtype, current_tag())?;
-    let launch = if inner == 1 && channels >= 128 {
-        // Enough channels for a thread each: coalesced reads of whole rows.
-        let args = [ptr(gy), ptr(&gb), count(outer), count(channels)];
-        Launch::new(FloatKernel::BiasGradRows.name(dtype), elementwise(q, channels), args)
+    let call = Some(KernelCall::BiasGrad { outer, channels, inner, dtype });
+    if inner == 1 && channels >= 128 {
+        // A linear layer's [rows, channels]: coalesced reads of whole rows, the
+        // rows cut into chunks summed by blocks of their own, then each
+        // channel's chunks added in order (a tall batch is not one thread's walk).
+        let (chunk, chunks) = bias_rows_chunks(outer);
+        let parts = scratch_f64(&gy.device, chunks * channels)?;
+        let partial = LaunchConfig {
+            grid_dim: (channels.div_ceil(BIAS_ROWS_TX as usize) as u32, chunks as u32, 1),
+            block_dim: (BIAS_ROWS_TX, BIAS_ROWS_TY, 1),
+            shared_mem_bytes: 0,
+        };
+        let launches = [
+            Launch::new(
+                FloatKernel::BiasGradRowsPartial.name(dtype),
+                partial,
+                [ptr(gy), ptr(&parts), count(outer), count(channels), count(chunk)],
+            ),
+            Launch::new(
+                FloatKernel::BiasGradRowsFinish.name(dtype),
+                elementwise(q, channels),
+                [ptr(&parts), ptr(&gb), count(chunks), count(channels)],
+            ),
+        ];
+        run(q, op, op, CUDA, call, &launches)?;
     } else {
         let args = [ptr(gy), ptr(&gb), count(outer), count(channels), count(inner)];
-        Launch::new(FloatKernel::BiasGrad.name(dtype), grid(channels.clamp(1, ROW_BLOCKS), THREADS), args)
-    };
-    run(q, op, op, CUDA, Some(KernelCall::BiasGrad { outer, channels, inner, dtype }), &[launch])?;
+        let launch = Launch::new(FloatKernel::BiasGrad.name(dtype), grid(channels.clamp(1, ROW_BLOCKS), THREADS), args);
+        run(q, op, op, CUDA, call, &[launch])?;
+    }
     Ok(gb)
+}
+
+/// `bias_grad_rows_partial`'s block shape (kernels.cu's `BIAS_ROWS_TX`, `_TY`).
+const BIAS_ROWS_TX: u32 = 32;
+const BIAS_ROWS_TY: u32 = 8;
+
+/// Rows per chunk and chunks for `rows` rows: at least 256 rows a chunk (32
+/// per row lane), at most 4096 chunks (the grid's second dimension).
+fn bias_rows_chunks(rows: usize) -> (usize, usize) {
+    let chunk = rows.div_ceil(4096).max(256);
+    (chunk, rows.div_ceil(chunk).max(1))
 }
 
 /// Sum or mean of all elements as a 0-d f32 tensor (f64 partials per block,
@@ -865,9 +897,11 @@ mod tests {
             let (_, params) = signatures.iter().find(|(n, _)| n == l.kernel).expect("the kernel exists");
             let passed: Vec<Option<Param>> = l.args.iter().map(|a| Some(param(a))).collect();
             assert_eq!(&passed, params, "arguments of {}", l.kernel);
-            let (blocks, threads) = (l.cfg.grid_dim.0, l.cfg.block_dim.0);
+            // At most two dimensions (x, y), whole warps, within CUDA's limits.
+            let (blocks, threads) = (l.cfg.grid_dim.0 * l.cfg.grid_dim.1, l.cfg.block_dim.0 * l.cfg.block_dim.1);
             assert!(blocks >= 1 && threads % 32 == 0 && (32..=1024).contains(&threads), "{}: {:?}", l.kernel, l.cfg);
-            assert_eq!((l.cfg.grid_dim.1, l.cfg.grid_dim.2, l.cfg.block_dim.1, l.cfg.block_dim.2), (1, 1, 1, 1));
+            assert!((1..=65535).contains(&l.cfg.grid_dim.1), "{}: {:?}", l.kernel, l.cfg);
+            assert_eq!((l.cfg.grid_dim.2, l.cfg.block_dim.2), (1, 1), "{}", l.kernel);
         }
         plan.launches
     }
@@ -954,7 +988,13 @@ mod tests {
                 || drop(wide.bias_grad().unwrap()),
                 |q| drop(bias_grad(q, "bias_grad", s(&wide), (3, 200, 1)).unwrap()),
             );
-            assert!(l[0].kernel.starts_with("bias_grad_rows_"));
+            assert!(l[0].kernel.starts_with("bias_grad_rows_partial_"));
+            assert!(l[1].kernel.starts_with("bias_grad_rows_finish_"));
+            assert_eq!(l[0].cfg.grid_dim, (200usize.div_ceil(32) as u32, 1, 1));
+            assert_eq!(
+                (bias_rows_chunks(8192), bias_rows_chunks(1), bias_rows_chunks(1 << 24)),
+                ((256, 32), (256, 1), (4096, 4096))
+            );
             for mean in [false, true] {
                 let op = if mean { "mean" } else { "sum" };
                 let cpu = || drop(if mean { a.mean() } else { a.sum() }.unwrap());
