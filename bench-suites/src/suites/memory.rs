@@ -944,6 +944,7 @@ mod tests {
                     allowed_bytes: None,
                     allocated_bytes: 0,
                     reserved_unallocated_bytes: 0,
+                    private_pool_cached_bytes: 0,
                 };
                 Ok(Trial::OutOfMemory { oom: Box::new(oom), stage: "forward" })
             }

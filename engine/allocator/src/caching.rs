@@ -1116,6 +1116,13 @@ impl State {
         self.stats.num_ooms += 1;
         let allocated = self.stats.allocated_bytes.all.current as u64;
         let reserved = self.stats.reserved_bytes.all.current as u64;
+        // `allocated_in_private_pools`: the free blocks of every private pool.
+        let private_pool_cached_bytes = self
+            .private_pools
+            .iter()
+            .flatten()
+            .map(|p| p.small.blocks.sizes().chain(p.large.blocks.sizes()).sum::<u64>())
+            .sum();
         AllocError::OutOfMemory(Box::new(OutOfMemoryError {
             device: dev.name.clone(),
             stream: req.stream,
@@ -1127,6 +1134,7 @@ impl State {
             allowed_bytes: self.allowed_memory_maximum,
             allocated_bytes: allocated,
             reserved_unallocated_bytes: reserved.saturating_sub(allocated),
+            private_pool_cached_bytes,
         }))
     }
 

@@ -202,7 +202,7 @@ impl AllocatorConfig {
         if let Some(f) = self.per_process_memory_fraction
             && !(0.0..=1.0).contains(&f)
         {
-            return bad("per_process_memory_fraction", f.to_string(), "must lie between 0 and 1".into());
+            return bad("per_process_memory_fraction", f.to_string(), PER_PROCESS_FRACTION_INVALID.into());
         }
         if let Some(d) = self.roundup_power2_divisions.iter().find(|d| **d != 0 && !d.is_power_of_two()) {
             return bad("roundup_power2_divisions", d.to_string(), ROUNDUP_DIVISIONS_IN_LIST.into());
@@ -383,6 +383,8 @@ fn tokenize(s: &str) -> Vec<Token> {
 /// `parseGarbageCollectionThreshold`'s refusal (PyTorch's text says
 /// "garbage_collect_threshold").
 const GC_THRESHOLD_INVALID: &str = "garbage_collect_threshold is invalid, set it in (0.0, 1.0)";
+/// `CUDAAllocatorConfig::parsePerProcessMemoryFraction`'s refusal.
+const PER_PROCESS_FRACTION_INVALID: &str = "per_process_memory_fraction is invalid, set it in [0.0, 1.0]";
 /// `parseRoundUpPower2Divisions`: a single number that is not a power of two.
 const ROUNDUP_DIVISIONS: &str = "For roundups, the divisions has to be power of 2";
 /// … a list value that is neither a power of two nor 0.
@@ -418,6 +420,9 @@ struct Entry {
     key: Key,
     name: String,
     value: Value,
+    /// The value's index among the string's tokens (`ConfigTokenizer`'s `i`,
+    /// which PyTorch's messages quote).
+    index: usize,
 }
 
 impl Entry {
@@ -437,22 +442,29 @@ impl Entry {
         }
     }
 
+    /// A whole number (`ConfigTokenizer::toSizeT`, `std::stoull`, whose own
+    /// message is the bare word "stoull").
     fn whole(&self, expected: &str) -> Result<u64, ConfigError> {
         let s = self.scalar(expected)?;
-        parse_whole(s).map_err(|why| self.bad(format!("expected {expected}{why}")))
+        parse_whole(s)
+            .map_err(|why| self.bad(format!("expected {expected}{why} (PyTorch: std::stoull fails, \"stoull\")")))
     }
 
+    /// A float (`ConfigTokenizer::toDouble`, `std::stod`: "stod").
     fn number(&self, expected: &str) -> Result<f64, ConfigError> {
         let s = self.scalar(expected)?;
-        s.parse::<f64>().map_err(|_| self.bad(format!("expected {expected}")))
+        s.parse::<f64>().map_err(|_| self.bad(format!("expected {expected} (PyTorch: std::stod fails, \"stod\")")))
     }
 
+    /// `True` or `False` (`ConfigTokenizer::toBool`), refused in its words.
     fn boolean(&self) -> Result<bool, ConfigError> {
-        const EXPECTED: &str = "expected True or False (capitalised, as PyTorch requires)";
         match self.scalar("True or False")? {
             "True" => Ok(true),
             "False" => Ok(false),
-            _ => Err(self.bad(EXPECTED)),
+            other => Err(self.bad(format!(
+                "Expected 'True' or 'False' at index {} in ConfigTokenizer but got '{other}'",
+                self.index
+            ))),
         }
     }
 }
@@ -470,8 +482,8 @@ fn parse_whole(s: &str) -> Result<u64, &'static str> {
 fn split_entries(config: &str, tokens: Vec<Token>) -> Result<Vec<Entry>, ConfigError> {
     let syntax = |reason: String| ConfigError::Syntax { config: config.to_owned(), reason };
     let mut entries = Vec::new();
-    let mut tokens = tokens.into_iter();
-    while let Some(token) = tokens.next() {
+    let mut tokens = tokens.into_iter().enumerate().peekable();
+    while let Some((_, token)) = tokens.next() {
         let name = match token {
             Token::Word(w) => w,
             other => {
@@ -481,19 +493,20 @@ fn split_entries(config: &str, tokens: Vec<Token>) -> Result<Vec<Entry>, ConfigE
         let Some(key) = Key::from_name(&name) else {
             return Err(ConfigError::UnknownKey { key: name, known: KNOWN_KEYS });
         };
-        match tokens.next() {
+        match tokens.next().map(|(_, t)| t) {
             Some(Token::Colon) => {}
             Some(other) => {
                 return Err(syntax(format!("option '{name}' must be followed by ':' and its value, found '{other}'")));
             }
             None => return Err(syntax(format!("option '{name}' must be followed by ':' and its value"))),
         }
-        let value = match tokens.next() {
+        let index = tokens.peek().map_or(0, |(i, _)| *i);
+        let value = match tokens.next().map(|(_, t)| t) {
             Some(Token::Word(w)) => Value::Scalar(w),
             Some(Token::Open) => {
                 let mut items = Vec::new();
                 loop {
-                    match tokens.next() {
+                    match tokens.next().map(|(_, t)| t) {
                         Some(Token::Close) => break,
                         Some(t) => items.push(t),
                         None => return Err(syntax(format!("the '[' of option '{name}' is never closed by ']'"))),
@@ -504,13 +517,13 @@ fn split_entries(config: &str, tokens: Vec<Token>) -> Result<Vec<Entry>, ConfigE
             Some(other) => return Err(syntax(format!("option '{name}' has no value: found '{other}' after ':'"))),
             None => return Err(syntax(format!("option '{name}' has no value after ':'"))),
         };
-        match tokens.next() {
+        match tokens.next().map(|(_, t)| t) {
             None | Some(Token::Comma) => {}
             Some(other) => {
                 return Err(syntax(format!("expected ',' after the value of option '{name}', found '{other}'")));
             }
         }
-        entries.push(Entry { key, name, value });
+        entries.push(Entry { key, name, value, index });
     }
     Ok(entries)
 }
@@ -597,7 +610,7 @@ impl AllocatorConfig {
             Key::PerProcessMemoryFraction => {
                 let f = e.number("a number between 0 and 1")?;
                 if !(0.0..=1.0).contains(&f) {
-                    return Err(e.bad("must lie between 0 and 1"));
+                    return Err(e.bad(PER_PROCESS_FRACTION_INVALID));
                 }
                 self.per_process_memory_fraction = Some(f);
             }
@@ -1034,13 +1047,21 @@ mod parse_tests {
             ("garbage_collection_threshold:nan", Bad("garbage_collection_threshold", "nan"), &["(0.0, 1.0)"]),
             ("garbage_collection_threshold:inf", Bad("garbage_collection_threshold", "inf"), &["(0.0, 1.0)"]),
             ("garbage_collection_threshold:abc", Bad("garbage_collection_threshold", "abc"), &["expected a number"]),
-            ("per_process_memory_fraction:1.5", Bad("per_process_memory_fraction", "1.5"), &["between 0 and 1"]),
-            ("per_process_memory_fraction:-0.1", Bad("per_process_memory_fraction", "-0.1"), &["between"]),
-            ("per_process_memory_fraction:NaN", Bad("per_process_memory_fraction", "NaN"), &["between"]),
+            ("per_process_memory_fraction:1.5", Bad("per_process_memory_fraction", "1.5"), &["set it in [0.0, 1.0]"]),
+            ("per_process_memory_fraction:-0.1", Bad("per_process_memory_fraction", "-0.1"), &["set it in [0.0, 1.0]"]),
+            ("per_process_memory_fraction:NaN", Bad("per_process_memory_fraction", "NaN"), &["set it in [0.0, 1.0]"]),
             ("per_process_memory_fraction:half", Bad("per_process_memory_fraction", "half"), &["expected a number"]),
-            ("expandable_segments:true", Bad("expandable_segments", "true"), &["True or False"]),
-            ("expandable_segments:1", Bad("expandable_segments", "1"), &["True or False"]),
-            ("expandable_segments:TRUE", Bad("expandable_segments", "TRUE"), &["True or False"]),
+            (
+                "expandable_segments:true",
+                Bad("expandable_segments", "true"),
+                &["Expected 'True' or 'False' at index 2"],
+            ),
+            ("expandable_segments:1", Bad("expandable_segments", "1"), &["Expected 'True' or 'False' at index 2"]),
+            (
+                "expandable_segments:TRUE",
+                Bad("expandable_segments", "TRUE"),
+                &["Expected 'True' or 'False' at index 2"],
+            ),
             ("expandable_segments:[True]", Bad("expandable_segments", "[True]"), &["not a list"]),
             ("roundup_power2_divisions:3", Bad("roundup_power2_divisions", "3"), &[ROUNDUP_DIVISIONS]),
             ("roundup_power2_divisions:0", Bad("roundup_power2_divisions", "0"), &[ROUNDUP_DIVISIONS, "list"]),
@@ -1065,10 +1086,26 @@ mod parse_tests {
                 Bad("backend", "foo"),
                 &["Unknown allocator backend, options are native and cudaMallocAsync"],
             ),
-            ("release_lock_on_cudamalloc:yes", Bad("release_lock_on_cudamalloc", "yes"), &["True or False"]),
-            ("release_lock_on_hipmalloc:1", Bad("release_lock_on_hipmalloc", "1"), &["True or False"]),
-            ("pinned_use_cuda_host_register:true", Bad("pinned_use_cuda_host_register", "true"), &["True or False"]),
-            ("pinned_use_hip_host_register:no", Bad("pinned_use_hip_host_register", "no"), &["True or False"]),
+            (
+                "release_lock_on_cudamalloc:yes",
+                Bad("release_lock_on_cudamalloc", "yes"),
+                &["Expected 'True' or 'False' at index 2"],
+            ),
+            (
+                "release_lock_on_hipmalloc:1",
+                Bad("release_lock_on_hipmalloc", "1"),
+                &["Expected 'True' or 'False' at index 2"],
+            ),
+            (
+                "pinned_use_cuda_host_register:true",
+                Bad("pinned_use_cuda_host_register", "true"),
+                &["Expected 'True' or 'False' at index 2"],
+            ),
+            (
+                "pinned_use_hip_host_register:no",
+                Bad("pinned_use_hip_host_register", "no"),
+                &["Expected 'True' or 'False' at index 2"],
+            ),
             ("pinned_use_background_threads:False1", Bad("pinned_use_background_threads", "False1"), &["True"]),
             ("graph_capture_record_stream_reuse:on", Bad("graph_capture_record_stream_reuse", "on"), &["True"]),
             (
@@ -1116,7 +1153,8 @@ mod parse_tests {
                             "have to be",
                             "set it in",
                             "should be",
-                            "options are"
+                            "options are",
+                            "Expected"
                         ]
                         .iter()
                         .any(|w| reason.contains(w)),
@@ -1137,7 +1175,18 @@ mod parse_tests {
         let msg = |s: &str| AllocatorConfig::parse(s).unwrap_err().to_string();
         assert_eq!(
             msg("max_split_size_mb:abc"),
-            "allocator option 'max_split_size_mb': bad value 'abc': expected a whole number of MiB"
+            "allocator option 'max_split_size_mb': bad value 'abc': expected a whole number of MiB (PyTorch: \
+             std::stoull fails, \"stoull\")"
+        );
+        assert_eq!(
+            msg("max_split_size_mb:128,expandable_segments:true"),
+            "allocator option 'expandable_segments': bad value 'true': Expected 'True' or 'False' at index 6 in \
+             ConfigTokenizer but got 'true'"
+        );
+        assert_eq!(
+            msg("per_process_memory_fraction:1.5"),
+            "allocator option 'per_process_memory_fraction': bad value '1.5': per_process_memory_fraction is \
+             invalid, set it in [0.0, 1.0]"
         );
         assert_eq!(
             msg("max_split_size_mb:19"),

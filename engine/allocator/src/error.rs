@@ -41,8 +41,9 @@ pub enum AllocError {
          free the live allocations and call empty_cache first (vramlab does not model a mix of both segment kinds)"
     )]
     SettingsWhileHolding { device: String, reserved_bytes: u64 },
-    /// `set_memory_fraction` outside [0, 1].
-    #[error("invalid memory fraction {0}: it must lie between 0 and 1")]
+    /// `set_memory_fraction` outside [0, 1], refused in
+    /// `torch.cuda.set_per_process_memory_fraction`'s words.
+    #[error("Invalid fraction value: {0:?}. Allowed range: 0~1")]
     InvalidFraction(f64),
     /// A private-pool call naming `(0, 0)`, the default pool's id.
     #[error("{device}: pool id (0, 0) is the default pool; private pools need another id")]
@@ -106,6 +107,11 @@ pub struct OutOfMemoryError {
     pub allocated_bytes: u64,
     /// Bytes reserved by this allocator but not allocated (cached).
     pub reserved_unallocated_bytes: u64,
+    /// Free bytes cached in private pools (CUDA graphs, `MemPool`s), which
+    /// PyTorch's message counts as "allocated in private pools" (the free
+    /// blocks of every graph pool: `allocated_in_private_pools`).
+    #[serde(default)]
+    pub private_pool_cached_bytes: u64,
 }
 
 impl std::fmt::Display for OutOfMemoryError {
@@ -121,13 +127,18 @@ impl std::fmt::Display for OutOfMemoryError {
         if let Some(allowed) = self.allowed_bytes {
             write!(f, "{} allowed; ", format_size(allowed))?;
         }
+        // As PyTorch words it: private pools' free blocks count as allocated,
+        // and come off the reserved-but-unallocated figure.
+        let private = self.private_pool_cached_bytes;
+        write!(f, "Of the allocated memory {} is allocated by vramlab, ", format_size(self.allocated_bytes + private))?;
+        if private > 0 {
+            write!(f, "with {} allocated in private pools (e.g., CUDA Graphs), ", format_size(private))?;
+        }
         write!(
             f,
-            "Of the allocated memory {} is allocated by vramlab, and {} is reserved by vramlab but unallocated. \
-             If reserved but unallocated memory is large try setting expandable_segments:True in the allocator \
-             config to avoid fragmentation.",
-            format_size(self.allocated_bytes),
-            format_size(self.reserved_unallocated_bytes),
+            "and {} is reserved by vramlab but unallocated. If reserved but unallocated memory is large try setting \
+             expandable_segments:True in the allocator config to avoid fragmentation.",
+            format_size(self.reserved_unallocated_bytes.saturating_sub(private)),
         )
     }
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use vramlab_allocator::consts::{GIB, MIB};
 use vramlab_allocator::hooks::{AllocatorAction, EventLog, Tag};
 use vramlab_allocator::{
-    AllocError, Allocation, AllocatorConfig, CachingAllocator, HostMemory, MemoryStats, PoolKind, SimulatedMemory,
+    AllocError, Allocation, AllocatorConfig, CachingAllocator, HostMemory, MemoryStats, PoolFilter, PoolKind,
+    SimulatedMemory,
 };
 
 fn sim() -> CachingAllocator {
@@ -283,6 +284,35 @@ fn oom_error_carries_pytorch_numbers_and_changes_only_counters() {
     assert_eq!(after, expected, "nothing else changes (no fully free segment was cached)");
     a.free(x).unwrap();
     a.free(y).unwrap();
+}
+
+#[test]
+fn an_oom_counts_private_pools_free_blocks_as_allocated_in_private_pools() {
+    // PyTorch's `allocated_in_private_pools`: the free blocks of every private
+    // pool, added to "allocated" and taken off "reserved but unallocated".
+    let (_raw, a) = sim_with(64 * MIB, AllocatorConfig::default());
+    let pool = (0, 1);
+    a.create_or_incref_pool(pool).unwrap();
+    a.begin_allocate_to_pool(pool, PoolFilter::AllStreams).unwrap();
+    let in_pool = alloc(&a, 6 * MIB); // a 20 MiB segment of the pool
+    a.end_allocate_to_pool(pool).unwrap();
+    a.free(in_pool).unwrap(); // the pool (still in use) keeps it, all free
+    let x = alloc(&a, 30 * MIB);
+    let err = a.malloc(20 * MIB, 0, None).unwrap_err();
+    let oom = err.as_oom().expect("out of memory: 14 MiB free");
+    assert_eq!((oom.allocated_bytes, oom.private_pool_cached_bytes), (30 * MIB, 20 * MIB));
+    assert_eq!(oom.reserved_unallocated_bytes, 20 * MIB);
+    let msg = err.to_string();
+    assert!(
+        msg.contains(
+            "Of the allocated memory 50.00 MiB is allocated by vramlab, with 20.00 MiB allocated in private pools \
+             (e.g., CUDA Graphs), and 0 bytes is reserved by vramlab but unallocated."
+        ),
+        "{msg}"
+    );
+    a.free(x).unwrap();
+    // Without private pools the clause is absent (the test above).
+    assert!(!sim().malloc(1 << 62, 0, None).unwrap_err().to_string().contains("private pools"));
 }
 
 #[test]

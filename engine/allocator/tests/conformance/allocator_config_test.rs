@@ -98,9 +98,9 @@ fn refusals_follow_the_parser() {
         ("pinned_num_register_threads:3", "Number of register threads has to be power of 2, got 3"),
         ("pinned_reserve_segment_size_mb:0", "Pinned reserve segment size has to be greater than 0"),
         ("backend:foo", "Unknown allocator backend, options are native and cudaMallocAsync"),
-        // vramlab's own (PyTorch's text names a token index, or is not in the version read).
-        ("expandable_segments:true", "True or False"),
-        ("per_process_memory_fraction:1.5", "between 0 and 1"),
+        ("expandable_segments:true", "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got 'true'"),
+        ("per_process_memory_fraction:1.5", "per_process_memory_fraction is invalid, set it in [0.0, 1.0]"),
+        // vramlab's own (not in the version read).
         ("large_segment_size_mb:10", "greater than 10"),
     ] {
         let err = AllocatorConfig::parse(env).expect_err(env).to_string();
