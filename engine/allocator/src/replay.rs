@@ -1407,7 +1407,10 @@ mod tests {
         let r = run_with(trace, 1 << 30, OnOom::Stop);
         assert_eq!(r.ooms.len(), 1);
         assert_eq!(r.ooms[0].error.allowed_bytes, Some(1 << 29));
-        assert!(error_at("{\"op\":\"set_memory_fraction\",\"fraction\":1.5}\n", 1).contains("invalid memory fraction"));
+        assert!(
+            error_at("{\"op\":\"set_memory_fraction\",\"fraction\":1.5}\n", 1)
+                .contains("Invalid fraction value: 1.5. Allowed range: 0~1")
+        );
         assert!(error_at("{\"op\":\"set_memory_fraction\"}\n", 1).contains("missing field 'fraction'"));
 
         let trace = "{\"op\":\"set_allocator_settings\",\"settings\":\"roundup_power2_divisions:4\"}\n\
