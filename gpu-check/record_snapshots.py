@@ -38,21 +38,33 @@ def log(msg):
     print(f"record_snapshots: {msg}", file=sys.stderr, flush=True)
 
 
-def mlp(torch):
-    nn = torch.nn
-    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
-    model = model.cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+def classifier_steps(torch, model, opt, batch):
+    """STEPS cross-entropy training steps of `model` on `batch(generator)` = (x, y)."""
     g = torch.Generator(device="cuda").manual_seed(0)
     for _ in range(STEPS):
-        x = torch.randn(256, 1024, device="cuda", generator=g)
-        y = torch.randint(0, 10, (256,), device="cuda", generator=g)
-        loss = nn.functional.cross_entropy(model(x), y)
+        x, y = batch(g)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         del x, y, loss
     return model, opt
+
+
+def mlp(torch):
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+    model = model.cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return classifier_steps(
+        torch,
+        model,
+        opt,
+        lambda g: (
+            torch.randn(256, 1024, device="cuda", generator=g),
+            torch.randint(0, 10, (256,), device="cuda", generator=g),
+        ),
+    )
 
 
 def cnn(torch):
@@ -72,16 +84,15 @@ def cnn(torch):
         nn.Linear(128, 10),
     ).cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for _ in range(STEPS):
-        x = torch.randn(64, 3, 64, 64, device="cuda", generator=g)
-        y = torch.randint(0, 10, (64,), device="cuda", generator=g)
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        del x, y, loss
-    return model, opt
+    return classifier_steps(
+        torch,
+        model,
+        opt,
+        lambda g: (
+            torch.randn(64, 3, 64, 64, device="cuda", generator=g),
+            torch.randint(0, 10, (64,), device="cuda", generator=g),
+        ),
+    )
 
 
 def transformer(torch):
