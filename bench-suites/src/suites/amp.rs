@@ -6,7 +6,9 @@
 //! Two workloads: `small_batch`, where parameters, gradients and optimizer
 //! state outweigh the activations (the guides' MLP at an ordinary batch), and
 //! `large_batch`, a narrower MLP at a batch large enough that activations
-//! dominate. The guides say mixed precision is faster and uses less memory;
+//! dominate; on a GPU also `wide_layers`, 4096-wide layers whose matrix products
+//! dominate the step (the two above are bound by kernel launches there, as an
+//! H100 run showed). The guides say mixed precision is faster and uses less memory;
 //! both claims are judged from the numbers, not assumed. On the CPU backend
 //! half precision is not faster (no native half arithmetic: f16 products
 //! convert inside the GEMM, bf16 products are widened to f32 in a workspace,
@@ -97,7 +99,7 @@ impl Precision {
 /// What is trained, and for how long.
 #[derive(Debug, Clone, PartialEq)]
 struct Workload {
-    /// `small_batch` or `large_batch`.
+    /// `small_batch`, `large_batch`, or on a GPU `wide_layers`.
     name: &'static str,
     /// Position among the workloads (for the device index).
     index: u32,
@@ -124,7 +126,7 @@ impl Workload {
         } else {
             ((vec![784, 1024, 1024, 10], 256, 48), (vec![256, 256, 256, 256, 10], 8192, 12))
         };
-        vec![
+        let mut workloads = vec![
             Workload {
                 name: "small_batch",
                 index: 0,
@@ -147,7 +149,25 @@ impl Workload {
                 eval_samples: large.1,
                 lr: LARGE_LR,
             },
-        ]
+        ];
+        // On a GPU the two above are bound by kernel launches; the guides'
+        // speedup is from tensor cores on wide matrix products, so the claim is
+        // also tried where those dominate the step.
+        if !ctx.device.is_cpu() {
+            let (width, batch) = if ctx.quick() { (2048, 1024) } else { (4096, 2048) };
+            workloads.push(Workload {
+                name: "wide_layers",
+                index: 2,
+                dims: vec![width, width, width, 10],
+                batch,
+                warmup_steps: 3,
+                timed_steps: timed(if ctx.quick() { 8 } else { 12 }),
+                batches: 4,
+                eval_samples: batch,
+                lr: 0.01,
+            });
+        }
+        workloads
     }
 
     fn steps(&self) -> usize {
@@ -484,6 +504,13 @@ fn speed_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
     }
     let verdict = verdict_from_ratios(&ratios, 0.05);
     let mut evidence = format!("median step time — {}", parts.join("; "));
+    if !on_cpu && verdict == Verdict::Inconclusive {
+        evidence.push_str(
+            ". It depends on the size: where a step is a few small products, it is bound by kernel launches and \
+             autocast's casts (and the GradScaler's checks) add launches; where wide products dominate, half \
+             precision runs them on tensor cores",
+        );
+    }
     if on_cpu && verdict != Verdict::Holds {
         evidence.push_str(
             ". This ran on the CPU backend, which has no native half-precision arithmetic: f16 matmuls convert to f32 \
