@@ -14,9 +14,11 @@
 //!   recording's size follows the adaptive sample count, so it is not
 //!   reproducible run to run) and the time to analyse the timed one.
 //!
-//! Every case uses its own allocator over its own [`HostMemory`] and hub, so
-//! nothing else's memory or subscribers leak into the numbers; none is profiled
-//! by the runner (a recording subscriber is what the recording cases measure).
+//! Every case uses its own allocator and hub over raw device memory of its own
+//! — on a GPU run the GPU's (`cuMemAlloc` / `cuMemFree`, what PyTorch's cache
+//! saves), else a [`HostMemory`] — so nothing else's blocks or subscribers leak
+//! into the numbers; none is profiled by the runner (a recording subscriber is
+//! what the recording cases measure).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -95,11 +97,20 @@ fn segment_for(request: u64) -> Result<u64, CaseError> {
     Ok(reserved)
 }
 
-/// A fresh caching allocator over its own host memory and hub.
-fn private_allocator() -> Result<(CachingAllocator, Arc<Hooks>), CaseError> {
+/// The raw memory the cases allocate from: the run's GPU memory on a GPU run,
+/// else a host memory of its own.
+fn raw_memory(ctx: &Context) -> Arc<dyn RawAllocator> {
+    if ctx.device.is_cpu() {
+        Arc::new(HostMemory::with_capacity(CAPACITY))
+    } else {
+        ctx.device.allocator().raw_memory().clone()
+    }
+}
+
+/// A fresh caching allocator and hub over [`raw_memory`].
+fn private_allocator(ctx: &Context) -> Result<(CachingAllocator, Arc<Hooks>), CaseError> {
     let hub = Hooks::new();
-    let raw: Arc<dyn RawAllocator> = Arc::new(HostMemory::with_capacity(CAPACITY));
-    Ok((CachingAllocator::with_hooks(raw, AllocatorConfig::default(), hub.clone(), 0)?, hub))
+    Ok((CachingAllocator::with_hooks(raw_memory(ctx), AllocatorConfig::default(), hub.clone(), 0)?, hub))
 }
 
 /// Medians of earlier cases, by case name.
@@ -115,7 +126,7 @@ fn recall(shared: &Shared, name: &str) -> Option<TimingStats> {
 
 /// A pair through a warm caching allocator: the block is found in the pool.
 fn cached_case(ctx: &Context, request: u64, shared: &Shared) -> Result<CaseOutput, CaseError> {
-    let (alloc, _hub) = private_allocator()?;
+    let (alloc, _hub) = private_allocator(ctx)?;
     let warm = alloc.malloc(request, 0, None)?;
     let block = warm.size();
     alloc.free(warm)?;
@@ -146,7 +157,7 @@ fn cached_case(ctx: &Context, request: u64, shared: &Shared) -> Result<CaseOutpu
 /// The device's own malloc+free of the segment the cache would need.
 fn raw_case(ctx: &Context, request: u64, shared: &Shared) -> Result<CaseOutput, CaseError> {
     let segment = segment_for(request)?;
-    let raw = HostMemory::with_capacity(CAPACITY);
+    let raw = raw_memory(ctx);
     let timing = measure(&ctx.harness, || {
         let addr = raw.malloc(segment)?;
         black_box(addr);
@@ -163,6 +174,12 @@ fn raw_case(ctx: &Context, request: u64, shared: &Shared) -> Result<CaseOutput, 
             size_label(segment),
             size_label(request)
         ));
+    if !ctx.device.is_cpu() {
+        out = out.note(format!(
+            "on {} the raw malloc+free is cuMemAlloc/cuMemFree, which synchronize the device",
+            ctx.device
+        ));
+    }
     if ctx.device.is_cpu() {
         out = out.note(
             "on the CPU device the raw malloc is the system allocator's (glibc: mmap/munmap above its mmap threshold, its own free lists below it; the threshold rises up to 32 MiB after the process frees a mapped block, so segments below 32 MiB may be served from glibc's own cache depending on what ran before; pages are not touched); on a GPU it is cudaMalloc/cudaFree, which synchronize the device",
@@ -193,7 +210,7 @@ fn recording_harness(h: &HarnessConfig) -> HarnessConfig {
 
 /// Pairs over the size mix, with nobody listening or with the profiler recording.
 fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result<CaseOutput, CaseError> {
-    let (alloc, hub) = private_allocator()?;
+    let (alloc, hub) = private_allocator(ctx)?;
     for &s in &MIX {
         let a = alloc.malloc(s, 0, None)?;
         alloc.free(a)?;
@@ -358,7 +375,7 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
     let raw_is = if ctx.device.is_cpu() {
         "On the CPU device the raw malloc is the system allocator's: glibc maps and unmaps blocks above its mmap threshold (microseconds per pair) and serves smaller ones from free lists of its own, a cache like PyTorch's; the threshold rises up to 32 MiB after the process frees a mapped block, so below 32 MiB the raw numbers depend on what the process allocated before. On a GPU the raw malloc is cudaMalloc/cudaFree, which also synchronize the device. "
     } else {
-        ""
+        "On the GPU the raw malloc+free is cuMemAlloc/cuMemFree on the run's device, each of which synchronizes it. "
     };
     let mut out = vec![Finding {
         claim: "the caching allocator makes allocation cheap".into(),

@@ -769,6 +769,13 @@ impl CachingAllocator {
         self.lock().stats.reset_accumulated();
     }
 
+    /// The device memory under this allocator (what `cudaMalloc` / `cudaFree`
+    /// are to PyTorch's), for measuring it directly or building another
+    /// allocator over the same device.
+    pub fn raw_memory(&self) -> &Arc<dyn RawAllocator> {
+        &self.device.raw
+    }
+
     /// The largest free cached block (0 when none), as `cacheInfo` reports it.
     pub fn largest_free_block(&self) -> u64 {
         let st = self.lock();
