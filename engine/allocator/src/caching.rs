@@ -235,7 +235,9 @@ struct PrivatePool {
     /// Graphs / `MemPool`s / ongoing `use_mem_pool`s using the pool.
     use_count: i64,
     /// Device allocations made for the pool and not yet freed
-    /// (`deviceMalloc_count`): the pool is deleted once both counts are 0.
+    /// (`cudaMalloc_count`): one up per segment or successful expandable
+    /// `alloc_block`, one down per `release_block` or `unmap_block`; the pool is
+    /// deleted once both counts are 0.
     device_malloc_count: i64,
 }
 
@@ -1488,7 +1490,12 @@ impl State {
             self.release_blocks(dev, PoolKind::Small, slot);
             self.release_blocks(dev, PoolKind::Large, slot);
             let p = self.private_pools[slot as usize].as_ref().expect("listed pools are live");
-            if p.device_malloc_count == 0 {
+            // With expandable segments the count is one per successful
+            // `alloc_block` against one per `unmap_block`, which need not pair
+            // up: PyTorch then erases a pool that may still hold a live block
+            // (its blocks keep pointing at the deleted pool). The model keeps
+            // such a pool until no block of it is left.
+            if p.device_malloc_count == 0 && !self.arena.live().any(|(_, b)| b.private == slot) {
                 debug_assert!(p.use_count == 0 && p.small.blocks.ids().is_empty() && p.large.blocks.ids().is_empty());
                 self.private_pools[slot as usize] = None;
                 self.pool_slots.remove(&id);
@@ -1764,6 +1771,15 @@ impl State {
 
         self.total_allocated_memory -= u_size;
         self.stats.reserved_bytes.decrease(pool, u_size);
+        if private != NIL {
+            // As in PyTorch's `unmap_block`: every unmap gives one of the
+            // pool's device allocations back (`cudaMalloc_count--`). One
+            // `alloc_block` can map pages that later go back in several unmaps,
+            // where PyTorch's `TORCH_INTERNAL_ASSERT(cudaMalloc_count > 0)`
+            // fails; the model stops the count at 0 instead.
+            let p = self.private_pools[private as usize].as_mut().expect("a block's pool is live");
+            p.device_malloc_count = (p.device_malloc_count - 1).max(0);
+        }
         self.stats.num_device_free += 1;
         if self.emitter.is_active() {
             self.emit_raw(AllocatorAction::SegmentUnmap, stream, u_addr, u_size, u_size, None);

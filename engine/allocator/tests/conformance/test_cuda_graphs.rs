@@ -139,10 +139,14 @@ pub fn graph_memory_stats_and_use_result_after_destroy_graph(expandable: bool) {
         drop((a, b));
         gpu.empty_cache();
         // From the source: with b gone the freeable pool gives its segment back and
-        // is deleted — except under expandable segments, whose mappings raise the
-        // pool's `cudaMalloc_count` but whose unmapping never lowers it, so PyTorch
-        // keeps the (empty) pool.
-        assert_eq!(gpu.allocator.pools().is_empty(), !expandable);
+        // is deleted once its `cudaMalloc_count` is 0. Under expandable segments
+        // each successful `alloc_block` raises the count and each `unmap_block`
+        // lowers it, and they need not pair up: in case 3 the capture mapped the
+        // pool's two pages in more `alloc_block`s than the unmaps that gave them
+        // back (the free pages merge and go in one unmap), so PyTorch keeps the
+        // pool, empty.
+        let kept = expandable && case == 3;
+        assert_eq!(gpu.allocator.pool_use_count(pool).is_none(), !kept, "case {case}");
         assert_eq!(gpu.memory_reserved(), 0);
     }
 }
@@ -194,9 +198,9 @@ pub fn graph_two_successive(expandable: bool) {
 
         drop((a, b, c, g0, g1));
         gpu.empty_cache();
-        // From the source: every pool is gone (but under expandable segments, as
+        // From the source: every pool is gone (under expandable segments too, as
         // above) and nothing stays reserved.
-        assert_eq!(gpu.allocator.pools().is_empty(), !expandable);
+        assert!(gpu.allocator.pools().is_empty());
         assert_eq!(gpu.memory_reserved(), 0);
     }
 }

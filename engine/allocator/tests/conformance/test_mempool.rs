@@ -14,16 +14,17 @@
 //! tests are converted *in part* — the counters become what they witness, a
 //! segment of the pool obtained from (`num_device_alloc`) or given back to
 //! (`num_device_free`) the device.
+//!
+//! Each test takes `expandable` so that `test_cuda_expandable_segments.py` (which
+//! re-runs `TestMemPool` with `expandable_segments:True`) reuses it; which of them
+//! run there, and why the others do not, is said in
+//! `test_cuda_expandable_segments.rs`.
 
 use crate::harness::Gpu;
+use vramlab_allocator::AllocError;
 use vramlab_allocator::consts::MIB;
-use vramlab_allocator::{AllocError, AllocatorConfig};
 
 const NELEM_1MB: u64 = 1024 * 1024 / 4;
-
-fn gpu() -> Gpu {
-    Gpu::new(AllocatorConfig::default())
-}
 
 /// `_setup_mempool_limited_memory_test(mb)`: a memory fraction that allows `mb`
 /// MiB on top of what is reserved now.
@@ -36,9 +37,8 @@ fn setup_limited_memory(gpu: &Gpu, mb: u64) {
 
 /// `TestMemPool.test_mempool_empty_cache`: deleting a pool empties its cache but
 /// not the default pools', so segments remain.
-#[test]
-fn test_mempool_empty_cache() {
-    let gpu = gpu();
+pub fn mempool_empty_cache(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     gpu.empty_cache();
     let pool = gpu.mem_pool(false, false);
     let x = gpu.floats(&[1024, 1024]);
@@ -51,18 +51,20 @@ fn test_mempool_empty_cache() {
     drop(pool);
     let segments = gpu.allocator.snapshot();
     assert!(!segments.is_empty(), "expected more than one segment");
-    // From the source: the one left is x's, in the default pool; the pool is gone.
+    // From the source: the one left is x's, in the default pool (an expandable
+    // segment's one mapped page under expandable segments); the pool is gone, its
+    // page unmapped by `emptyCache(id)`.
     assert_eq!(segments.len(), 1);
     assert_eq!(segments[0].pool_id, None);
+    assert_eq!(segments[0].is_expandable, expandable);
     assert_eq!(gpu.allocator.pool_use_count(id), None);
 }
 
 /// `TestMemPool.test_mempool_empty_cache_inactive` (in part: the pluggable
 /// allocator's counters are the device's): a tensor outliving its pool keeps the
 /// pool's segment until it is freed and the cache emptied.
-#[test]
-fn test_mempool_empty_cache_inactive() {
-    let gpu = gpu();
+pub fn mempool_empty_cache_inactive(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     gpu.empty_cache();
     let x = {
         let pool = gpu.mem_pool(false, false);
@@ -82,9 +84,8 @@ fn test_mempool_empty_cache_inactive() {
 /// `TestMemPool.test_mempool_with_allocator` (in part, as above): use counts
 /// through `use_mem_pool`, and the pool's segment count as small tensors fill
 /// 2 MiB buffers.
-#[test]
-fn test_mempool_with_allocator() {
-    let gpu = gpu();
+pub fn mempool_with_allocator(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     let pool = gpu.mem_pool(false, false);
     // pool's use count should be 1 at this point as MemPool object holds a reference
     assert_eq!(pool.use_count(), 1);
@@ -123,9 +124,8 @@ fn test_mempool_with_allocator() {
 /// `TestMemPool.test_tensor_delete_after_allocator_delete` (in part, as above):
 /// deleting the pool while its tensor lives frees nothing; freeing the tensor and
 /// emptying the cache gives the segment back.
-#[test]
-fn test_tensor_delete_after_allocator_delete() {
-    let gpu = gpu();
+pub fn tensor_delete_after_allocator_delete(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     let pool = gpu.mem_pool(false, false);
     gpu.begin_use_mem_pool(&pool);
     let data = gpu.floats(&[4]);
@@ -143,9 +143,8 @@ fn test_tensor_delete_after_allocator_delete() {
 /// pluggable allocator, which only supplies the pools' memory): a default-pool
 /// request that would run out of memory takes a free block of the `use_on_oom`
 /// pool, never one of the other pool.
-#[test]
-fn test_mempool_limited_memory_with_allocator() {
-    let gpu = gpu();
+pub fn mempool_limited_memory_with_allocator(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     let pool_do_not_use = gpu.mem_pool(false, false);
     let pool_use = gpu.mem_pool(true, false);
     setup_limited_memory(&gpu, 80);
@@ -184,9 +183,8 @@ fn test_mempool_limited_memory_with_allocator() {
 
 /// `TestMemPool.test_mempool_no_split`: a `no_split` pool hands out whole
 /// segments, so it has more segments and fewer blocks than an ordinary pool.
-#[test]
-fn test_mempool_no_split() {
-    let gpu = gpu();
+pub fn mempool_no_split(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     gpu.empty_cache();
     let pool_split = gpu.mem_pool(false, false);
     let pool_no_split = gpu.mem_pool(false, true);
@@ -214,9 +212,8 @@ fn test_mempool_no_split() {
 /// `TestMemPool.test_deleted_mempool_not_used_on_oom` (without the pluggable
 /// allocator): deleted `use_on_oom` pools leave the fallback list; only the live
 /// one serves the default pool's requests at the limit.
-#[test]
-fn test_deleted_mempool_not_used_on_oom() {
-    let gpu = gpu();
+pub fn deleted_mempool_not_used_on_oom(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     setup_limited_memory(&gpu, 40);
     for _ in 0..10 {
         let pool = gpu.mem_pool(true, false);
@@ -248,9 +245,8 @@ fn test_deleted_mempool_not_used_on_oom() {
 /// `TestMemPool.test_mempool_emptycache_multithread` (the four threads one after
 /// another: the model has one thread per device): `empty_cache` inside
 /// `use_mem_pool` releases nothing of the pool in use.
-#[test]
-fn test_mempool_emptycache_multithread() {
-    let gpu = gpu();
+pub fn mempool_emptycache_multithread(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     let pools: Vec<_> = (0..4).map(|_| gpu.mem_pool(false, false)).collect();
     for pool in &pools {
         gpu.begin_use_mem_pool(pool);
@@ -261,14 +257,17 @@ fn test_mempool_emptycache_multithread() {
     }
     for p in &pools {
         assert_eq!(p.snapshot().len(), 1, "Expected to have a single segment");
+        // From the source: a 2 MiB small segment, or one mapped 2 MiB page of the
+        // pool's own small expandable segment.
+        assert_eq!(p.snapshot()[0].total_size, 2 * MIB);
+        assert_eq!(p.snapshot()[0].is_expandable, expandable);
     }
 }
 
 /// `TestMemPool.test_nested_mempool`: nested `use_mem_pool`s allocate to the
 /// innermost pool.
-#[test]
-fn test_nested_mempool() {
-    let gpu = gpu();
+pub fn nested_mempool(expandable: bool) {
+    let gpu = Gpu::with_expandable(expandable);
     gpu.empty_cache();
     let (pool1, pool2, pool3) = (gpu.mem_pool(false, false), gpu.mem_pool(false, false), gpu.mem_pool(false, false));
     let mut data = Vec::new();
@@ -287,4 +286,49 @@ fn test_nested_mempool() {
     assert_eq!(pool2.snapshot().len(), 2);
     assert_eq!(pool3.snapshot().len(), 1);
     drop(data);
+}
+
+#[test]
+fn test_mempool_empty_cache() {
+    mempool_empty_cache(false);
+}
+
+#[test]
+fn test_mempool_empty_cache_inactive() {
+    mempool_empty_cache_inactive(false);
+}
+
+#[test]
+fn test_mempool_with_allocator() {
+    mempool_with_allocator(false);
+}
+
+#[test]
+fn test_tensor_delete_after_allocator_delete() {
+    tensor_delete_after_allocator_delete(false);
+}
+
+#[test]
+fn test_mempool_limited_memory_with_allocator() {
+    mempool_limited_memory_with_allocator(false);
+}
+
+#[test]
+fn test_mempool_no_split() {
+    mempool_no_split(false);
+}
+
+#[test]
+fn test_deleted_mempool_not_used_on_oom() {
+    deleted_mempool_not_used_on_oom(false);
+}
+
+#[test]
+fn test_mempool_emptycache_multithread() {
+    mempool_emptycache_multithread(false);
+}
+
+#[test]
+fn test_nested_mempool() {
+    nested_mempool(false);
 }
