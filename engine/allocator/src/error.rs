@@ -67,6 +67,25 @@ pub enum AllocError {
     /// `release_pool` on a pool whose use count is already 0.
     #[error("{device}: private pool {pool:?} has been released by all its users already; release it once per use")]
     PoolReleased { device: String, pool: (u64, u64) },
+    /// `set_checkpoint_pool_state` for a pool whose use count reached 0
+    /// (`setCheckpointPoolState`: "Not expected to checkpoint freeable graph").
+    #[error(
+        "{device}: Not expected to checkpoint freeable graph: private pool {pool:?} has been released by all its users"
+    )]
+    CheckpointFreeablePool { device: String, pool: (u64, u64) },
+    /// A block of the pool waits for stream events, so its state cannot be
+    /// checkpointed or restored (`BlockState` / `freeBlocksAllocatedToPool`:
+    /// "Events should have synchronized when checkpointing block").
+    #[error(
+        "{device}: Events should have synchronized when checkpointing block {addr:#x} of private pool {pool:?}: \
+         it waits for work on other streams (record_stream); synchronize and let the allocator process its events first"
+    )]
+    CheckpointPendingBlock { device: String, pool: (u64, u64), addr: u64 },
+    /// A checkpoint that does not describe the pool's segments as they are
+    /// (`setCheckpointPoolState`'s "could not find" and `setSegmentStateToCheckpoint`'s
+    /// checks); refused before anything changes.
+    #[error("{device}: checkpoint of private pool {pool:?} does not fit its segment at {segment:#x}: {reason}")]
+    CheckpointMismatch { device: String, pool: (u64, u64), segment: u64, reason: String },
 }
 
 impl AllocError {

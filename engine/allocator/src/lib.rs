@@ -28,7 +28,8 @@ mod stats;
 mod summary;
 
 pub use caching::{
-    Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, MempoolId, PoolFilter, SegmentInfo,
+    Allocation, BlockInfo, BlockState, CachingAllocator, CheckpointBlock, CheckpointDelta, CheckpointSegment,
+    MAX_REQUEST, MempoolId, PoolCheckpoint, PoolFilter, SegmentInfo,
 };
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
 pub use consistency::{StatInconsistency, check_memory_stat_consistency};

@@ -3,13 +3,14 @@
 //! and tensors that free their memory when the last reference goes, as Python's
 //! reference counting frees a tensor's storage.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use vramlab_allocator::consts::GIB;
 use vramlab_allocator::hooks::{EventLog, Hooks};
 use vramlab_allocator::{
-    AllocError, Allocation, AllocatorConfig, CachingAllocator, MemoryStats, MempoolId, PoolFilter, RawAllocator,
-    SimulatedMemory, StreamId,
+    AllocError, Allocation, AllocatorConfig, CachingAllocator, MemoryStats, MempoolId, PoolCheckpoint, PoolFilter,
+    RawAllocator, SimulatedMemory, StreamId,
 };
 
 /// The simulated GPU's total memory: an 80 GiB device (an H100's class).
@@ -26,6 +27,10 @@ pub struct Gpu {
     pub allocator: CachingAllocator,
     /// Source of pool ids: `graph_pool_handle()`, `MemPool()` and each graph's own pool.
     next_pool: std::sync::atomic::AtomicU64,
+    /// Blocks allocated by `set_checkpoint_pool_state` that no tensor took
+    /// (PyTorch releases those `DataPtr`s: the block stays allocated until a
+    /// deleter or `raw_delete` frees it by address), by address.
+    released: Mutex<BTreeMap<u64, Allocation>>,
 }
 
 impl Gpu {
@@ -37,7 +42,7 @@ impl Gpu {
     pub fn with_capacity(config: AllocatorConfig, total_bytes: u64) -> Gpu {
         let raw = Arc::new(SimulatedMemory::with_capacity(total_bytes));
         let allocator = CachingAllocator::new(raw.clone(), config).expect("a valid config");
-        let gpu = Gpu { raw, allocator, next_pool: std::sync::atomic::AtomicU64::new(1) };
+        let gpu = Gpu { raw, allocator, next_pool: std::sync::atomic::AtomicU64::new(1), released: Mutex::default() };
         gpu.check();
         gpu
     }
@@ -49,7 +54,7 @@ impl Gpu {
         let log = EventLog::new();
         hooks.subscribe(log.clone());
         let allocator = CachingAllocator::with_hooks(raw.clone(), config, hooks, 0).expect("a valid config");
-        (Gpu { raw, allocator, next_pool: std::sync::atomic::AtomicU64::new(1) }, log)
+        (Gpu { raw, allocator, next_pool: std::sync::atomic::AtomicU64::new(1), released: Mutex::default() }, log)
     }
 
     /// The default allocator, or expandable segments (`test_cuda_expandable_segments.py`).
@@ -82,7 +87,12 @@ impl Gpu {
     pub fn empty_on(&self, bytes: u64, stream: StreamId) -> Result<Tensor<'_>, AllocError> {
         let result = self.allocator.malloc(bytes, stream, None);
         self.check();
-        result.map(|allocation| Tensor { gpu: self, allocation: Some(allocation), numel: bytes })
+        result.map(|allocation| Tensor {
+            gpu: self,
+            ptr: allocation.addr(),
+            allocation: Some(allocation),
+            numel: bytes,
+        })
     }
 
     /// `tensor.record_stream(stream)`.
@@ -204,6 +214,57 @@ impl Gpu {
         self.check();
     }
 
+    /// `torch._C._cuda_getCheckpointState(device, pool)`.
+    pub fn checkpoint_pool_state(&self, pool: MempoolId) -> Result<PoolCheckpoint, AllocError> {
+        let result = self.allocator.checkpoint_pool_state(pool);
+        self.check();
+        result
+    }
+
+    /// `torch._C._cuda_setCheckpointPoolState(device, state, stale_storages,
+    /// storages_to_add_deleters_to)`: restores the pool; the stale tensors lose
+    /// their deleters (dropping them frees nothing), each tensor of `deleters`
+    /// takes the new allocation at its address, and the other new allocations are
+    /// released (allocated until [`raw_delete`](Self::raw_delete) or a tensor at
+    /// that address frees them: PyTorch's deleters free by address).
+    pub fn set_checkpoint_pool_state(
+        &self,
+        state: &PoolCheckpoint,
+        stale: &mut [&mut Tensor<'_>],
+        deleters: &mut [&mut Tensor<'_>],
+    ) -> Result<Vec<u64>, AllocError> {
+        let result = self.allocator.set_checkpoint_pool_state(state);
+        self.check();
+        let delta = result?;
+        for t in stale.iter_mut() {
+            t.allocation = None;
+        }
+        for allocation in delta.dataptrs_allocd {
+            match deleters.iter_mut().find(|t| t.ptr == allocation.addr()) {
+                Some(t) => t.allocation = Some(allocation),
+                None => {
+                    self.released.lock().unwrap().insert(allocation.addr(), allocation);
+                }
+            }
+        }
+        Ok(delta.ptrs_freed)
+    }
+
+    /// `torch._C._cuda_cudaCachingAllocator_raw_delete(ptr)` of a block that the
+    /// restore allocated and no tensor took.
+    #[track_caller]
+    pub fn raw_delete(&self, ptr: u64) {
+        let allocation = self.released.lock().unwrap().remove(&ptr).expect("a released allocation");
+        self.allocator.free(allocation).expect("a live allocation");
+        self.check();
+    }
+
+    /// `torch._C._cuda_checkPoolLiveAllocations(device, pool, live_dps)`.
+    pub fn check_pool_live_allocations(&self, pool: MempoolId, live: &[u64]) -> bool {
+        let set: BTreeSet<u64> = live.iter().copied().collect();
+        self.allocator.check_pool_live_allocations(pool, &set).expect("a live pool")
+    }
+
     /// `torch.cuda.memory.memory_snapshot()` segments of one pool.
     pub fn pool_segments(&self, pool: MempoolId) -> Vec<vramlab_allocator::SegmentInfo> {
         self.allocator.snapshot().into_iter().filter(|s| s.pool_id == Some(pool)).collect()
@@ -281,11 +342,13 @@ impl Drop for MemPool<'_> {
 #[derive(Debug)]
 pub struct Tensor<'g> {
     gpu: &'g Gpu,
+    /// `data_ptr()`, kept when the tensor holds no deleter.
+    ptr: u64,
     allocation: Option<Allocation>,
     numel: u64,
 }
 
-impl Tensor<'_> {
+impl<'g> Tensor<'g> {
     pub fn numel(&self) -> u64 {
         self.numel
     }
@@ -296,7 +359,13 @@ impl Tensor<'_> {
     }
     /// `tensor.data_ptr()`.
     pub fn data_ptr(&self) -> u64 {
-        self.allocation.as_ref().map_or(0, Allocation::addr)
+        self.ptr
+    }
+    /// A tensor over the same storage that frees nothing when dropped
+    /// (`reconstruct_from_tensor_metadata`: a storage built from a data pointer,
+    /// with no deleter).
+    pub fn view_without_deleter(&self) -> Tensor<'g> {
+        Tensor { gpu: self.gpu, ptr: self.ptr, allocation: None, numel: self.numel }
     }
     /// Bytes of the block behind the tensor.
     pub fn block_bytes(&self) -> u64 {
@@ -307,7 +376,10 @@ impl Tensor<'_> {
 impl Drop for Tensor<'_> {
     fn drop(&mut self) {
         if let Some(allocation) = self.allocation.take() {
-            self.gpu.allocator.free(allocation).expect("a live allocation");
+            // The deleter frees by address: after a checkpoint restore the block
+            // at this address may be one the restore allocated.
+            let released = self.gpu.released.lock().unwrap().remove(&allocation.addr());
+            self.gpu.allocator.free(released.unwrap_or(allocation)).expect("a live allocation");
             if !std::thread::panicking() {
                 self.gpu.check();
             }

@@ -9,6 +9,7 @@
 
 mod allocator_config_test;
 mod harness;
+mod test_block_state_absorption;
 mod test_cuda;
 mod test_cuda_expandable_segments;
 mod test_cuda_graphs;

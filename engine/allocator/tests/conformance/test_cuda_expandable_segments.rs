@@ -112,3 +112,43 @@ fn test_mempool_empty_cache() {
 fn test_mempool_emptycache_multithread() {
     crate::test_mempool::mempool_emptycache_multithread(true);
 }
+
+#[test]
+fn test_block_state_absorption_simple() {
+    crate::test_block_state_absorption::simple(true);
+}
+
+#[test]
+fn test_block_state_absorption_allocated_in_middle_of_segment() {
+    crate::test_block_state_absorption::allocated_in_middle_of_segment(true);
+}
+
+#[test]
+fn test_block_state_absorption_multiple_middle_allocations() {
+    crate::test_block_state_absorption::multiple_middle_allocations(true);
+}
+
+#[test]
+fn test_block_state_absorption_middle_allocations_contiguous() {
+    crate::test_block_state_absorption::middle_allocations_contiguous(true);
+}
+
+#[test]
+fn test_block_state_absorption_additional_free_following_checkpoint() {
+    crate::test_block_state_absorption::additional_free_following_checkpoint(true);
+}
+
+#[test]
+fn test_block_state_absorption_tensor_dies_after_checkpoint() {
+    crate::test_block_state_absorption::tensor_dies_after_checkpoint(true);
+}
+
+#[test]
+fn test_block_state_absorption_assigning_back_deleter_fns_to_tensor() {
+    crate::test_block_state_absorption::assigning_back_deleter_fns_to_tensor(true);
+}
+
+#[test]
+fn test_block_state_absorption_check_pool_live_allocations() {
+    crate::test_block_state_absorption::check_pool_live_allocations(true);
+}
