@@ -623,9 +623,13 @@ fn replay(
                 replayed_seg.push((i, a, size));
             }
         }
+        // The same address is the same place: while the address plan holds, the
+        // replay's segments sit at the recording's (and fresh addresses lie above
+        // every recorded segment), so only a different address is looked up.
         if check_placement
             && first_misplaced.is_none()
             && let Some((recorded_addr, replayed_addr)) = placed
+            && recorded_addr != replayed_addr
             && let Some(recorded) = recorded_segs.place(recorded_addr)
         {
             let replayed = replayed_segs.place(replayed_addr);
