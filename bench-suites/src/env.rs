@@ -12,7 +12,7 @@ use crate::schema::{Environment, GpuInfo};
 pub fn detect(device: &Device) -> Environment {
     let cpu = Device::cpu();
     let p = cpu.properties();
-    let (gpus, gpu_unavailable_reason) = match cuda_probe() {
+    let (mut gpus, gpu_unavailable_reason) = match cuda_probe() {
         Ok(n) => {
             let (gpus, failures) = open_gpus(n);
             let reason = if gpus.is_empty() {
@@ -29,6 +29,15 @@ pub fn detect(device: &Device) -> Environment {
         }
         Err(reason) => (Vec::new(), Some(format!("CUDA unavailable: {reason}"))),
     };
+    // The driver's release number is NVML's to tell; asked only when a GPU
+    // opened (NVML comes with the driver).
+    if !gpus.is_empty()
+        && let Ok(driver) = vramlab_profiler::nvml_driver_version(None)
+    {
+        for g in &mut gpus {
+            g.driver_version = Some(driver.clone());
+        }
+    }
     Environment {
         cpu_model: p.name.clone(),
         cpu_cores: p.compute_units,
@@ -67,8 +76,8 @@ fn gpu_info(info: &CudaInfo) -> GpuInfo {
         name: info.name.clone(),
         memory_bytes: info.total_memory_bytes,
         compute_capability: Some(format!("{major}.{minor}")),
-        // The driver's release number (580.xx) is NVML's to tell; the driver API
-        // gives the CUDA version it supports.
+        // The driver's release number (580.xx) is NVML's to tell (filled in by
+        // the caller); the driver API gives the CUDA version it supports.
         driver_version: None,
         cuda_version: (v > 0).then(|| format!("{}.{}", v / 1000, (v % 1000) / 10)),
     }

@@ -103,7 +103,7 @@ pub use profile::{
 pub use profiler::{PhaseGuard, Profiler, ProfilerConfig, phase};
 pub use sampler::{
     DEFAULT_SAMPLE_INTERVAL, GpuSample, HostSample, HostStatus, NvmlDevice, NvmlStatus, Samples, SamplingConfig,
-    probe_nvml, process_resident_bytes,
+    nvml_driver_version, probe_nvml, process_resident_bytes,
 };
 pub use timeline::{
     Bucket, ByCategory, CATEGORY_COUNT, Category, CategoryTimeline, Decimation, StepSeries, Timeline, decimate,

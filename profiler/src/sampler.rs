@@ -194,6 +194,13 @@ pub fn probe_nvml(library: Option<&Path>) -> Result<Vec<NvmlDevice>, NvmlUnavail
     Ok(list_devices(&nvml))
 }
 
+/// The NVIDIA driver's release (`580.159.04`), as NVML reports it: what the
+/// CUDA driver API cannot tell (it gives the CUDA version supported).
+pub fn nvml_driver_version(library: Option<&Path>) -> Result<String, NvmlUnavailable> {
+    let nvml = init_nvml(library)?;
+    nvml.sys_driver_version().map_err(|e| NvmlUnavailable { reason: e.to_string() })
+}
+
 fn list_devices(nvml: &Nvml) -> Vec<NvmlDevice> {
     let count = nvml.device_count().unwrap_or(0);
     (0..count)
