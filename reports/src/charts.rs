@@ -124,6 +124,20 @@ impl Chart<'_> {
 
 pub(crate) type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
+/// The series' labels in a light box at `position`: the legend of every memory chart.
+pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> DrawResult<DB> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .draw()
+}
+
 pub(crate) fn draw_message<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
@@ -257,13 +271,7 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str,
         (peak.0, peak.1 + y_max * 0.05),
         (FAMILY, 13).into_font().color(&red),
     )))?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FAMILY, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .draw()
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 pub(crate) const CATEGORY_COLORS: [RGBColor; 8] = [
@@ -309,13 +317,7 @@ fn draw_categories<DB: DrawingBackend>(
             .label(name.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FAMILY, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .draw()
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ use crate::units::{fmt_bytes, fmt_metric, fmt_ns};
 
 /// The `<head>` every page shares (charset, viewport, title, the CSS inline).
 const HEAD: &str = include_str!("../templates/head.html");
+/// The replay and what-if pages' title and summary table.
+const SUMMARY_TOP: &str = include_str!("../templates/summary_top.html");
 const TEMPLATE: &str = include_str!("../templates/report.html");
 const REPLAY_TEMPLATE: &str = include_str!("../templates/replay.html");
 const WHATIF_TEMPLATE: &str = include_str!("../templates/whatif.html");
@@ -166,12 +168,14 @@ fn case_row(c: &CaseResult) -> CaseRow {
 }
 
 /// Every page template (the run's report, a replay's and a what-if's) with
-/// their shared head, auto-escaping on for `.html`.
+/// their shared head and the replay and what-if pages' shared top,
+/// auto-escaping on for `.html`.
 pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|name| if name.ends_with(".html") { AutoEscape::Html } else { AutoEscape::None });
     for (name, source) in [
         ("head.html", HEAD),
+        ("summary_top.html", SUMMARY_TOP),
         ("report.html", TEMPLATE),
         ("replay.html", REPLAY_TEMPLATE),
         ("whatif.html", WHATIF_TEMPLATE),

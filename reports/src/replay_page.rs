@@ -19,7 +19,7 @@ use serde::Serialize;
 use vramlab_engine::alloc::replay_timeline::{OomState, ReplayTimeline, TimelinePoint};
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 
-use crate::charts::{FAMILY, HEIGHT, WIDTH, byte_unit, register_font};
+use crate::charts::{DrawResult, FAMILY, HEIGHT, WIDTH, byte_unit, draw_legend, register_font};
 use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
 use crate::units::fmt_bytes;
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
@@ -142,8 +142,6 @@ enum PageChart<'a> {
     Segments { title: String, segments: &'a [SegmentInfo] },
 }
 
-type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
-
 impl PageChart<'_> {
     fn title(&self) -> &str {
         match self {
@@ -260,13 +258,7 @@ fn draw_lines<DB: DrawingBackend>(
         let style = TextStyle::from((FAMILY, 13).into_font()).color(&RED).pos(Pos::new(h, VPos::Bottom));
         chart.draw_series(std::iter::once(Text::new(m.label.clone(), (at.0, at.1 + y_max * 0.02), style)))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font((FAMILY, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .draw()
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 fn draw_segments<DB: DrawingBackend>(

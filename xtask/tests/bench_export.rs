@@ -4,10 +4,13 @@
 //! present (`VRAMLAB_MEMORY_VIZ`, default `/work/notes/_memory_viz.py`) —
 //! PyTorch's own viewer reads (`stats`, `trace`, `segments`, `segsum`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod common;
+use common::{memory_viz, run_viz, segments_and_segsum};
 
 fn xtask(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap()
@@ -17,35 +20,13 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn memory_viz() -> Option<PathBuf> {
-    let path = std::env::var_os("VRAMLAB_MEMORY_VIZ")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/notes/_memory_viz.py"));
-    let python = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    (path.exists() && python).then_some(path)
-}
-
 fn run_memory_viz(viz: &Path, pickle: &Path) {
-    let run = |args: &[&str]| {
-        let o = Command::new("python3").arg(viz).args(args).arg(pickle).output().unwrap();
-        assert!(o.status.success(), "_memory_viz.py {args:?}: {}", text(&o.stderr));
-        text(&o.stdout)
-    };
-    let stats = run(&["stats"]);
+    let stats = run_viz(viz, &["stats"], pickle);
     assert!(stats.contains("segments: 2") && stats.contains("total_reserved: 128.0MiB"), "{stats}");
-    let trace = run(&["trace"]);
+    let trace = run_viz(viz, &["trace"], pickle);
     assert!(trace.contains("Device 0") && trace.contains("= cudaMalloc(") && trace.contains("64.0MiB"), "{trace}");
-    // segments and segsum through the module's functions (the CLI's `segments`
-    // would download flamegraph.pl).
-    let code = format!(
-        "import sys, pickle; sys.path.insert(0, {dir:?}); import _memory_viz as m; \
-         d = pickle.load(open({file:?}, 'rb')); print(m.segments(d, format_flamegraph=lambda x: x)); print(m.segsum(d))",
-        dir = viz.parent().unwrap().to_str().unwrap(),
-        file = pickle.to_str().unwrap()
-    );
-    let o = Command::new("python3").args(["-c", &code]).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).contains("stream_0;seg_"), "{}", text(&o.stdout));
+    let segments = segments_and_segsum(viz, pickle);
+    assert!(segments.contains("stream_0;seg_"), "{segments}");
 }
 
 #[test]

@@ -6,6 +6,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+use common::{memory_viz, run_viz, segments_and_segsum};
+
 fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/snapshots").join(name).display().to_string()
 }
@@ -121,17 +124,6 @@ fn whatif_json_lists_every_setting_and_the_peak_holders() {
     assert!(v["peak_index"].as_u64().is_some());
 }
 
-/// PyTorch's `torch/cuda/_memory_viz.py` (pure Python: no torch, no GPU), from
-/// VRAMLAB_MEMORY_VIZ or /work/notes/_memory_viz.py; `None` (the test skips)
-/// where it or python3 is absent.
-fn memory_viz() -> Option<PathBuf> {
-    let path = std::env::var_os("VRAMLAB_MEMORY_VIZ")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/notes/_memory_viz.py"));
-    let python = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    (path.exists() && python).then_some(path)
-}
-
 #[test]
 fn an_exported_replay_is_accepted_by_pytorchs_memory_viz() {
     let dir = std::env::temp_dir().join(format!("vramlab-export-{}", std::process::id()));
@@ -159,29 +151,15 @@ fn an_exported_replay_is_accepted_by_pytorchs_memory_viz() {
     assert_eq!(back["fidelity"]["first_segment_disagreement"], Value::Null, "{back}");
     assert_eq!(back["alloc_conf"], "expandable_segments:True");
     if let Some(viz) = memory_viz() {
-        let run = |args: &[&str]| {
-            let o = Command::new("python3").arg(&viz).args(args).output().unwrap();
-            assert!(o.status.success(), "_memory_viz.py {args:?}: {}", stderr(&o));
-            stdout(&o)
-        };
-        let stats = run(&["stats", pickle.to_str().unwrap()]);
+        let stats = run_viz(&viz, &["stats"], &pickle);
         assert!(stats.contains("total_reserved: 122.0MiB"), "{stats}");
-        let trace = run(&["trace", pickle.to_str().unwrap()]);
+        let trace = run_viz(&viz, &["trace"], &pickle);
         assert!(
             trace.contains("Device 0") && trace.contains("= seg_0[0:40.0MiB]") && trace.contains("segment_map"),
             "{trace}"
         );
-        // segments and segsum through the module's functions (the CLI's `segments`
-        // would download flamegraph.pl).
-        let code = format!(
-            "import sys, pickle; sys.path.insert(0, {dir:?}); import _memory_viz as m; \
-             d = pickle.load(open({file:?}, 'rb')); print(m.segments(d, format_flamegraph=lambda x: x)); print(m.segsum(d))",
-            dir = viz.parent().unwrap().to_str().unwrap(),
-            file = pickle.to_str().unwrap()
-        );
-        let o = Command::new("python3").args(["-c", &code]).output().unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        assert!(stdout(&o).contains("active_allocated;"), "{}", stdout(&o));
+        let segments = segments_and_segsum(&viz, &pickle);
+        assert!(segments.contains("active_allocated;"), "{segments}");
     } else {
         eprintln!("skipped the _memory_viz.py half: set VRAMLAB_MEMORY_VIZ to PyTorch's torch/cuda/_memory_viz.py");
     }

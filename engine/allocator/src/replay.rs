@@ -1130,9 +1130,8 @@ mod tests {
         *report.memory_stats.get(key).unwrap_or_else(|| panic!("no stat {key}"))
     }
 
-    #[test]
-    fn spec_vectors_as_a_trace() {
-        let trace = "\
+    /// The spec's known-answer vectors as a trace (a blank line included).
+    const SPEC_TRACE: &str = "\
 {\"op\":\"alloc\",\"id\":1,\"size\":3145728}
 {\"op\":\"alloc\",\"id\":2,\"size\":5242880,\"tag\":\"activation\"}
 
@@ -1140,6 +1139,10 @@ mod tests {
 {\"op\":\"free\",\"id\":2}
 {\"op\":\"empty_cache\"}
 ";
+
+    #[test]
+    fn spec_vectors_as_a_trace() {
+        let trace = SPEC_TRACE;
         let r = run(trace).unwrap();
         assert_eq!(r.events, 5);
         assert_eq!(r.lines, 6);
@@ -1163,14 +1166,7 @@ mod tests {
 
     #[test]
     fn timeline_of_the_spec_vectors() {
-        let trace = "\
-{\"op\":\"alloc\",\"id\":1,\"size\":3145728}
-{\"op\":\"alloc\",\"id\":2,\"size\":5242880,\"tag\":\"activation\"}
-
-{\"op\":\"free\",\"id\":1}
-{\"op\":\"free\",\"id\":2}
-{\"op\":\"empty_cache\"}
-";
+        let trace = SPEC_TRACE;
         let (report, t) = replay_with_timeline(trace.as_bytes(), &ReplayOptions::default()).unwrap();
         assert_eq!(report, run(trace).unwrap(), "the report is the plain replay's");
         let points: Vec<(u64, u64, u64)> =
