@@ -8,7 +8,8 @@ torch_reference.py (same keys). A key's unit is in its name: `_tflops` and
 `_gbps` are rates (higher is better), `_ns` are times (lower is better). The
 "vramlab speed" column is vramlab's speed relative to PyTorch's: above 1.00
 vramlab is faster, below slower, whatever the unit. A file that is missing or
-unreadable counts as empty, so the table still shows the other side.
+unreadable counts as empty, so the table still shows the other side; when
+neither can be read the exit status is 2.
 
 `alloc_sequence_stats` (the same allocations and frees on both sides) is
 compared key by key: every statistic both sides name should be identical;
@@ -113,6 +114,9 @@ def main(argv):
         return 2
     ours, err_ours = load(args[0])
     theirs, err_theirs = load(args[1])
+    if err_ours and err_theirs:
+        print(f"compare.py: neither side could be read:\n  {err_ours}\n  {err_theirs}", file=sys.stderr)
+        return 2
     for err in (err_ours, err_theirs):
         if err:
             print(f"note: {err}")
