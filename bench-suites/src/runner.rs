@@ -5,9 +5,9 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use vramlab_engine::alloc::snapshot::Snapshot;
 use vramlab_engine::hooks::now_ns;
 use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
+use vramlab_snapshot::Snapshot;
 
 use crate::schema::{
     CaseResult, CategoryStack, KernelSlice, MAX_KERNEL_SLICES, MemoryPeaks, MemoryTimeline, Outcome, PhaseBand, Series,
@@ -293,7 +293,7 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 mod tests {
     use std::sync::Mutex;
 
-    use vramlab_engine::alloc::snapshot::{self, Action, SnapshotReplayOptions};
+    use vramlab_snapshot::{self as snapshot, Action, SnapshotReplayOptions};
 
     use super::*;
     use crate::NoProgress;

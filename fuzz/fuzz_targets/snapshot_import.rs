@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vramlab_allocator::snapshot::{SnapshotReplayOptions, read_snapshot, replay_snapshot};
+use vramlab_snapshot::{SnapshotReplayOptions, read_snapshot, replay_snapshot};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(snapshot) = read_snapshot(data) {

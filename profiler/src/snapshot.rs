@@ -2,7 +2,7 @@
 //! ([`Profile::memory_snapshot`]): the device's trace (alloc, frees, segment
 //! allocs, frees, maps and unmaps, OOMs, with sizes, addresses, streams and
 //! times) and its segments at the end of the recording, rebuilt from the same
-//! events. The snapshot is the model of `vramlab_engine::alloc::snapshot`, so
+//! events. The snapshot is the model of `vramlab_snapshot`, so
 //! its writer makes the pickle that pytorch.org/memory_viz and PyTorch's
 //! `torch/cuda/_memory_viz.py` read, and vramlab's own replay checks it.
 //!
@@ -15,10 +15,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use vramlab_engine::alloc::consts::SMALL_BUFFER;
-use vramlab_engine::alloc::snapshot::{
+use vramlab_engine::alloc::{AllocatorConfig, BlockState};
+use vramlab_snapshot::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
-use vramlab_engine::alloc::{AllocatorConfig, BlockState};
 
 use crate::analysis::{NO_PHASE, Phases};
 use crate::error::ProfilerError;

@@ -8,9 +8,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{MIB, Rng};
-use vramlab_engine::alloc::snapshot::{self, Action, SnapshotReplayOptions};
 use vramlab_engine::alloc::{AllocatorConfig, BlockState, CachingAllocator, SimulatedMemory};
 use vramlab_engine::hooks::{Hooks, Tag};
+use vramlab_snapshot::{self as snapshot, Action, SnapshotReplayOptions};
 
 /// (address, total, [(address, size, state)]) of every segment, in address order.
 type Layout = Vec<(u64, u64, Vec<(u64, u64, BlockState)>)>;

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use vramlab_engine::alloc::snapshot::{Snapshot, write_snapshot};
+use vramlab_snapshot::{Snapshot, write_snapshot};
 
 use crate::{ReportError, write_atomic};
 

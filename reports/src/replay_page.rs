@@ -16,8 +16,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
-use vramlab_engine::alloc::replay_timeline::{OomState, ReplayTimeline, TimelinePoint};
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
+use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
 
 use crate::charts::{DrawResult, FAMILY, HEIGHT, WIDTH, byte_unit, draw_legend, register_font};
 use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
@@ -562,7 +562,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vramlab_engine::replay::{ReplayOptions, replay_with_timeline};
+    use vramlab_replay::{ReplayOptions, replay_with_timeline};
 
     fn temp_dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("vramlab-replay-page-{tag}-{}", std::process::id()));

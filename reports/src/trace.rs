@@ -9,7 +9,7 @@
 //! out-of-memory events.
 
 use serde_json::{Value, json};
-use vramlab_engine::alloc::replay_timeline::ReplayTimeline;
+use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_suites::{CaseResult, CategoryStack, KernelSlice, MemoryTimeline};
 
 const PID: u32 = 1;

@@ -6,10 +6,11 @@
 //!
 //! The rules (ARCHITECTURE.md, "Invariants"):
 //! 1. **Direction.** Crates depend only downwards along
-//!    rng, allocator, cpu-kernels → engine (runtime) → train → profiler →
-//!    suites → reports → xtask → tests; the allocator model, the CPU kernels
-//!    and the generator depend on no other engine crate but the generator.
-//!    Normal, build and dev dependencies alike.
+//!    rng, allocator, cpu-kernels → replay → snapshot → engine (runtime) →
+//!    train → profiler → suites → reports → xtask → tests; the allocator
+//!    model, the CPU kernels and the generator depend on no other engine crate
+//!    but the generator, and the allocator's library on none at all (its tests
+//!    may draw from the generator). Normal, build and dev dependencies alike.
 //! 2. **Native libraries.** cudarc is a dependency of the runtime only;
 //!    nvml-wrapper of the profiler only.
 //! 3. **Writers.** Only `reports` writes files, and xtask's GPU bundle builder
@@ -35,6 +36,8 @@ use serde_json::Value;
 const LAYERS: &[&[&str]] = &[
     &["vramlab-rng"],
     &["vramlab-allocator", "vramlab-cpu-kernels"],
+    &["vramlab-replay"],
+    &["vramlab-snapshot"],
     &["vramlab-engine"],
     &["vramlab-train"],
     &["vramlab-profiler"],
@@ -43,6 +46,9 @@ const LAYERS: &[&[&str]] = &[
     &["xtask"],
     &["vramlab-tests"],
 ];
+
+/// The crate whose library depends on no other workspace crate.
+const SELF_CONTAINED: &str = "vramlab-allocator";
 
 /// Native-library bindings and the one crate allowed to link each.
 const NATIVE: &[(&str, &str)] = &[("cudarc", "vramlab-engine"), ("nvml-wrapper", "vramlab-profiler")];
@@ -108,7 +114,14 @@ fn check_direction(krates: &[Krate]) -> Vec<String> {
             {
                 errors.push(format!(
                     "{} ({}/Cargo.toml): {kind} dependency on {dep} points against the direction \
-                     rng, allocator, cpu-kernels → engine → train → profiler → suites → reports → xtask",
+                     rng, allocator, cpu-kernels → replay → snapshot → engine → train → profiler → suites → reports → xtask",
+                    k.name,
+                    k.dir.display()
+                ));
+            } else if k.name == SELF_CONTAINED && kind == "normal" && layer_of(dep).is_some() {
+                errors.push(format!(
+                    "{} ({}/Cargo.toml): depends on {dep}; the allocator model's library uses no other \
+                     vramlab crate (a test or bench may, as a dev-dependency)",
                     k.name,
                     k.dir.display()
                 ));
@@ -347,6 +360,11 @@ fn a_dependency_against_the_direction_is_reported() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].contains("vramlab-allocator") && e[0].contains("dependency on vramlab-engine"), "{}", e[0]);
     // Same layer counts as against the direction: the model and the kernels are independent.
+    let generator = [krate("vramlab-allocator", &[("vramlab-rng", "normal")])];
+    let e = check_direction(&generator);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("uses no other vramlab crate"), "{}", e[0]);
+    assert!(check_direction(&[krate("vramlab-allocator", &[("vramlab-rng", "dev")])]).is_empty());
     let sideways = [krate("vramlab-cpu-kernels", &[("vramlab-allocator", "dev")])];
     assert_eq!(check_direction(&sideways).len(), 1);
     let dev_backwards = [krate("vramlab-profiler", &[("vramlab-suites", "dev")])];

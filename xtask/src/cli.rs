@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use vramlab_engine::alloc::AllocatorConfig;
-use vramlab_engine::replay::{MAX_BYTES, OnOom};
+use vramlab_replay::{MAX_BYTES, OnOom};
 
 use crate::size::{self, ACCEPTED_FORMS};
 

@@ -1,4 +1,4 @@
-//! `cargo xtask replay`: runs [`vramlab_engine::replay`] on a file or standard
+//! `cargo xtask replay`: runs [`vramlab_replay`] on a file or standard
 //! input and prints the report, readable or as JSON; with `--report DIR` also
 //! the offline HTML page of the replay (written by `vramlab_reports::replay_page`).
 
@@ -10,8 +10,8 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use serde::Serialize;
 use vramlab_engine::alloc::AllocatorConfig;
-use vramlab_engine::alloc::replay_timeline::ReplayTimeline;
-use vramlab_engine::replay::{self, OnOom, ReplayError, ReplayOptions, ReplayReport};
+use vramlab_replay::timeline::ReplayTimeline;
+use vramlab_replay::{self as replay, OnOom, ReplayError, ReplayOptions, ReplayReport};
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 
 use crate::cli::ReplayArgs;
@@ -48,7 +48,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     let from_stdin = args.file.as_os_str() == "-";
     let name = if from_stdin { "<stdin>".to_owned() } else { args.file.display().to_string() };
     // A PyTorch memory snapshot, told by its content (a pickle), not its name.
-    let is_snapshot = |head: &[u8]| vramlab_engine::alloc::snapshot::is_pickle(head);
+    let is_snapshot = |head: &[u8]| vramlab_snapshot::is_pickle(head);
     if from_stdin {
         let mut stdin = io::stdin().lock();
         if is_snapshot(stdin.fill_buf().context("cannot read standard input")?) {

@@ -8,9 +8,9 @@ use std::io::Read;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
-use vramlab_engine::alloc::replay_timeline::ReplayTimeline;
-use vramlab_engine::alloc::snapshot::{self, Snapshot, SnapshotReplay, SnapshotReplayOptions};
+use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
+use vramlab_snapshot::{self as snapshot, Snapshot, SnapshotReplay, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;
 use crate::size::format_bytes;

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use vramlab_engine::alloc::snapshot::Snapshot;
+use vramlab_snapshot::Snapshot;
 use vramlab_suites::{CaseResult, SnapshotSink};
 
 /// Collects the runner's snapshots into files.

@@ -10,11 +10,11 @@ use std::io::BufReader;
 use anyhow::{Context, bail};
 use serde::Serialize;
 use vramlab_engine::alloc::AllocatorConfig;
-use vramlab_engine::alloc::snapshot::{
-    self, PeakHolder, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, peak_holders, recommend, what_if,
-    what_if_timelines,
-};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
+use vramlab_snapshot::{
+    self as snapshot, PeakHolder, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, peak_holders, recommend,
+    what_if, what_if_timelines,
+};
 
 use crate::cli::WhatifArgs;
 use crate::replay_cmd::write_stdout;

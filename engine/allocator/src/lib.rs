@@ -3,10 +3,10 @@
 //! ARCHITECTURE.md), with its configuration, statistics, errors and the raw
 //! device memory it sits on; [`hooks`], the one event mechanism through which
 //! the allocator (and the runtime's kernels, copies and phases) report what they
-//! do; [`replay`], the allocation-trace format and its replay, and
-//! [`replay_timeline`], a replay's memory over its ops for reports; [`consistency`],
-//! PyTorch's check that the statistics agree with the snapshot; and [`snapshot`],
-//! PyTorch memory snapshots read, replayed and checked against the recording.
+//! do; and [`consistency`], PyTorch's check that the statistics agree with the
+//! snapshot. It reads and writes no file format: the doors into the model are
+//! other crates (`vramlab-replay` for the JSON Lines allocation traces,
+//! `vramlab-snapshot` for PyTorch's memory snapshots).
 //!
 //! It depends on nothing else of vramlab: the runtime (`vramlab-engine`) builds
 //! devices on it and re-exports it as `vramlab_engine::alloc`.
@@ -21,9 +21,6 @@ mod format;
 mod free_set;
 pub mod hooks;
 mod raw;
-pub mod replay;
-pub mod replay_timeline;
-pub mod snapshot;
 mod stats;
 mod summary;
 

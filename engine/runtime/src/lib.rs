@@ -9,11 +9,11 @@
 //! allocator's [`hooks`].
 //!
 //! The allocator model and the CPU kernels are re-exported under the paths
-//! users of the engine know ([`alloc`], [`hooks`], [`replay`], [`cpu_kernels`]);
+//! users of the engine know ([`alloc`], [`hooks`], [`cpu_kernels`]);
 //! training lives on top, in `vramlab-train`.
 
 pub use vramlab_allocator as alloc;
-pub use vramlab_allocator::{hooks, replay};
+pub use vramlab_allocator::hooks;
 pub use vramlab_cpu_kernels as cpu_kernels;
 
 pub mod autotune;

@@ -42,8 +42,13 @@ use vramlab_engine::alloc::{
 use vramlab_engine::autotune::{self, TuneMode};
 use vramlab_engine::cpu_kernels::{Adam, Sgd};
 use vramlab_engine::device::{Device, DeviceError, DeviceId, DeviceKind, cuda_probe};
+use vramlab_engine::hooks::Tag;
 use vramlab_engine::hooks::{CopyKind, Event, EventLog, Hooks};
-use vramlab_engine::replay::{self, ReplayOptions, SyntheticTrace, TraceOp};
+use vramlab_replay::{self as replay, ReplayOptions, TraceOp, write_trace};
+
+#[path = "../../replay/tests/support/synthetic.rs"]
+mod synthetic;
+use synthetic::SyntheticTrace;
 use vramlab_engine::tensor::{Conv2dOptions, DType, HostBuffer, Tensor, TensorError};
 
 // ---------------------------------------------------------------------------------
@@ -916,7 +921,7 @@ fn gpu_allocator_stats_equal_the_models_on_a_synthetic_trace() {
         // Long enough to pass an empty_cache (op 4999), small enough to fit.
         let mut events = 6000;
         loop {
-            let trace = replay::synthetic_trace(events, 11);
+            let trace = synthetic::synthetic_trace(events, 11);
             let opts = ReplayOptions { config: config.clone(), ..ReplayOptions::default() };
             let peak = replay::replay(trace.as_bytes(), &opts).unwrap().peak_reserved_bytes;
             if peak <= free / 2 || events <= 500 {

@@ -122,6 +122,13 @@
 //!
 //! The simulated device's capacity has its own, separate limit, [`MAX_BYTES`] (1 PiB).
 
+pub mod timeline;
+
+/// The synthetic trace of the tests and the bench (test support, not the crate's API).
+#[cfg(test)]
+#[path = "../tests/support/synthetic.rs"]
+mod synthetic;
+
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -134,9 +141,9 @@ use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::hooks::Tag;
-use crate::replay_timeline::{MAX_TIMELINE_POINTS, ReplayTimeline, TimelinePoint, TimelineRecorder, peak_state};
-use crate::{
+use crate::timeline::{MAX_TIMELINE_POINTS, ReplayTimeline, TimelinePoint, TimelineRecorder, peak_state};
+use vramlab_allocator::hooks::Tag;
+use vramlab_allocator::{
     AllocError, Allocation, AllocatorConfig, CachingAllocator, MAX_REQUEST, OutOfMemoryError, PoolFilter,
     SimulatedMemory, StreamId,
 };
@@ -971,142 +978,13 @@ pub fn write_trace<W: Write, I: IntoIterator<Item = TraceOp>>(mut w: W, ops: I) 
     w.flush()
 }
 
-/// A valid, deterministic trace of exactly `events` ops that looks like a
-/// training run: parameters and optimizer state allocated first and kept, then
-/// a stream of activations, gradients, temporaries and workspaces (small, medium
-/// and large, mostly freed last-in first-out, some on a second stream), with an
-/// occasional `empty_cache` and `reset_peak`.
-pub fn synthetic_trace(events: usize, seed: u64) -> String {
-    let mut out = Vec::with_capacity(events * 48);
-    write_trace(&mut out, SyntheticTrace::new(events, seed)).expect("writing to a Vec cannot fail");
-    String::from_utf8(out).expect("traces are ASCII")
-}
-
-/// The ops of [`synthetic_trace`], one at a time.
-#[derive(Debug, Clone)]
-pub struct SyntheticTrace {
-    remaining: usize,
-    emitted: u64,
-    rng: vramlab_rng::Rng,
-    persistent: usize,
-    next_id: u64,
-    live: Vec<u64>,
-    recycled: Vec<u64>,
-}
-
-impl SyntheticTrace {
-    /// Live allocations the trace hovers around once past its set-up.
-    const TARGET_LIVE: usize = 256;
-
-    pub fn new(events: usize, seed: u64) -> SyntheticTrace {
-        SyntheticTrace {
-            remaining: events,
-            emitted: 0,
-            rng: vramlab_rng::Rng::new(seed),
-            persistent: (events / 20).min(64),
-            next_id: 1,
-            live: Vec::new(),
-            recycled: Vec::new(),
-        }
-    }
-
-    /// A draw in `0..n`, from the workspace's one generator.
-    fn below(&mut self, n: u64) -> u64 {
-        self.rng.next_u64() % n
-    }
-
-    fn new_id(&mut self) -> u64 {
-        // Reuse a freed id now and then, as PyTorch traces reuse addresses.
-        if !self.recycled.is_empty() && self.below(5) == 0 {
-            let i = self.below(self.recycled.len() as u64) as usize;
-            return self.recycled.swap_remove(i);
-        }
-        self.next_id += 1;
-        self.next_id - 1
-    }
-
-    fn alloc(&mut self) -> TraceOp {
-        use crate::consts::MIB;
-        let id = self.new_id();
-        let class = self.below(100);
-        let size = if class < 55 {
-            4 * (1 + self.below(MIB / 4))
-        } else if class < 85 {
-            (MIB + self.below(15 * MIB)) & !3
-        } else {
-            2 * MIB * (8 + self.below(120))
-        };
-        let tag = match self.below(20) {
-            0..10 => Tag::Activation,
-            10..15 => Tag::Temporary,
-            15..18 => Tag::Gradient,
-            18 => Tag::Workspace,
-            _ => Tag::Input,
-        };
-        let stream = if self.below(10) == 0 { 1 } else { 0 };
-        self.live.push(id);
-        TraceOp::Alloc { id, size, stream, tag: Some(tag) }
-    }
-
-    fn free(&mut self) -> TraceOp {
-        let id = if self.below(4) == 0 {
-            let i = self.below(self.live.len() as u64) as usize;
-            self.live.swap_remove(i)
-        } else {
-            self.live.pop().expect("free is only chosen with live allocations")
-        };
-        if self.recycled.len() < 64 {
-            self.recycled.push(id);
-        }
-        TraceOp::Free { id }
-    }
-}
-
-impl Iterator for SyntheticTrace {
-    type Item = TraceOp;
-
-    fn next(&mut self) -> Option<TraceOp> {
-        if self.remaining == 0 {
-            return None;
-        }
-        self.remaining -= 1;
-        let i = self.emitted;
-        self.emitted += 1;
-        if (i as usize) < self.persistent {
-            use crate::consts::KIB;
-            let size = 64 * KIB * (1 + self.below(1024));
-            let tag = if i.is_multiple_of(2) { Tag::Parameter } else { Tag::OptimizerState };
-            self.next_id += 1;
-            return Some(TraceOp::Alloc { id: self.next_id - 1, size, stream: 0, tag: Some(tag) });
-        }
-        if i % 5_000 == 4_999 {
-            return Some(TraceOp::EmptyCache);
-        }
-        if i % 20_000 == 19_998 {
-            return Some(TraceOp::ResetPeak);
-        }
-        let live = self.live.len();
-        let alloc_percent = match live {
-            0 => 100,
-            n if n < Self::TARGET_LIVE => 55,
-            n if n < 2 * Self::TARGET_LIVE => 45,
-            _ => 0,
-        };
-        Some(if self.below(100) < alloc_percent { self.alloc() } else { self.free() })
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.remaining, Some(self.remaining))
-    }
-}
-
-impl ExactSizeIterator for SyntheticTrace {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::consts::MIB;
+    use crate::synthetic::synthetic_trace;
+
+    use vramlab_allocator::consts::MIB;
 
     fn run(trace: &str) -> Result<ReplayReport, ReplayError> {
         replay(trace.as_bytes(), &ReplayOptions::default())
@@ -1187,8 +1065,11 @@ mod tests {
         assert_eq!((peak.ops, peak.allocated_bytes, peak.reserved_bytes), (1, 3 * MIB, 20 * MIB));
         assert_eq!(peak.largest_free_block_bytes, 17 * MIB);
         assert_eq!(peak.segments.len(), 1);
-        let blocks: Vec<(u64, bool)> =
-            peak.segments[0].blocks.iter().map(|b| (b.size, b.state != crate::BlockState::Inactive)).collect();
+        let blocks: Vec<(u64, bool)> = peak.segments[0]
+            .blocks
+            .iter()
+            .map(|b| (b.size, b.state != vramlab_allocator::BlockState::Inactive))
+            .collect();
         assert_eq!(blocks, [(3 * MIB, true), (17 * MIB, false)]);
         assert!(t.ooms.is_empty());
     }
@@ -1703,7 +1584,8 @@ mod tests {
     #[test]
     fn alloc_conf_changes_the_replay() {
         let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":5000}\n";
-        let config = AllocatorConfig { roundup_power2_divisions: [4; crate::ROUNDUP_BUCKETS], ..Default::default() };
+        let config =
+            AllocatorConfig { roundup_power2_divisions: [4; vramlab_allocator::ROUNDUP_BUCKETS], ..Default::default() };
         let r = replay(trace.as_bytes(), &ReplayOptions { config, ..Default::default() }).unwrap();
         assert_eq!(r.current_allocated_bytes, 5120);
         assert_eq!(stat(&r, "max_split_size"), -1);

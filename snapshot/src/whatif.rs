@@ -11,10 +11,10 @@ use super::model::{Action, Snapshot, StackId};
 use super::replay::{
     SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
-use crate::AllocatorConfig;
-use crate::BlockState;
-use crate::replay::OnOom;
-use crate::replay_timeline::ReplayTimeline;
+use vramlab_allocator::AllocatorConfig;
+use vramlab_allocator::BlockState;
+use vramlab_replay::OnOom;
+use vramlab_replay::timeline::ReplayTimeline;
 
 /// The settings `--sweep` tries besides the recorded ones, as
 /// `PYTORCH_CUDA_ALLOC_CONF` strings. (`garbage_collection_threshold` acts only

@@ -16,13 +16,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vramlab_allocator::snapshot::{SnapshotReplayOptions, read_snapshot_file, replay_snapshot};
+use vramlab_snapshot::{SnapshotReplayOptions, read_snapshot_file, replay_snapshot};
 
 const FIXTURES: [&str; 6] =
     ["mlp-default", "mlp-expandable", "cnn-default", "cnn-expandable", "transformer-default", "transformer-expandable"];
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/torch-snapshots")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-snapshots")
 }
 
 /// PyTorch's `memory_stats()` at the snapshot, and its allocator setting.

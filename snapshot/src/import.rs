@@ -11,8 +11,8 @@ use std::path::Path;
 use super::SnapshotError;
 use super::model::{Action, AllocatorSettings, Block, FrameTable, Segment, SegmentType, Snapshot, TraceEntry};
 use super::pickle::{self, HAS_ADDR, HAS_DEVICE_FREE, HAS_SIZE, Heap, Pickle, Value};
-use crate::replay::MAX_BYTES;
-use crate::{BlockState, ROUNDUP_BUCKETS};
+use vramlab_allocator::{BlockState, ROUNDUP_BUCKETS};
+use vramlab_replay::MAX_BYTES;
 
 /// Whether `head` (a file's first bytes) looks like a pickle of protocol 2 to 5.
 pub fn is_pickle(head: &[u8]) -> bool {

@@ -1,13 +1,13 @@
 //! A replay's memory over its ops, for reports: allocated and reserved bytes
 //! after each op (decimated to a bounded number of points, every peak kept), the
 //! segments and their blocks at the reserved peak, and the fragmentation figures
-//! of every out-of-memory. Filled by [`crate::replay::replay_with_timeline`] and
-//! [`crate::snapshot::replay_snapshot_timeline`]; nothing here changes what a
+//! of every out-of-memory. Filled by [`crate::replay_with_timeline`] and
+//! `vramlab_snapshot::replay_snapshot_timeline`; nothing here changes what a
 //! plain replay does or reports.
 
 use serde::Serialize;
 
-use crate::{CachingAllocator, SegmentInfo};
+use vramlab_allocator::{CachingAllocator, SegmentInfo};
 
 /// Points a [`ReplayTimeline`] keeps at most. Past that, neighbouring points are
 /// merged, each keeping the highest allocated and reserved bytes of the ops it
@@ -90,7 +90,7 @@ impl ReplayTimeline {
 
 /// Collects a [`ReplayTimeline`] while a replay runs.
 #[derive(Debug)]
-pub(crate) struct TimelineRecorder {
+pub struct TimelineRecorder {
     max_points: usize,
     points: Vec<TimelinePoint>,
     stride: u64,
@@ -99,14 +99,14 @@ pub(crate) struct TimelineRecorder {
     last: TimelinePoint,
     peak_reserved: u64,
     /// Ops replayed when reserved first reached `peak_reserved`.
-    pub(crate) peak_ops: Option<u64>,
+    pub peak_ops: Option<u64>,
     ooms: Vec<OomState>,
     ooms_not_recorded: u64,
 }
 
 impl TimelineRecorder {
     /// Starts at `start` (the state before the first op).
-    pub(crate) fn new(max_points: usize, start: TimelinePoint) -> TimelineRecorder {
+    pub fn new(max_points: usize, start: TimelinePoint) -> TimelineRecorder {
         TimelineRecorder {
             max_points: max_points.max(4),
             points: vec![start],
@@ -121,7 +121,7 @@ impl TimelineRecorder {
     }
 
     /// The state after `ops` ops.
-    pub(crate) fn op(&mut self, ops: u64, allocated_bytes: u64, reserved_bytes: u64) {
+    pub fn op(&mut self, ops: u64, allocated_bytes: u64, reserved_bytes: u64) {
         let p = TimelinePoint { ops, allocated_bytes, reserved_bytes };
         self.last = p;
         if reserved_bytes > self.peak_reserved {
@@ -161,7 +161,7 @@ impl TimelineRecorder {
     }
 
     /// An out-of-memory, with the figures read from `allocator` right after it.
-    pub(crate) fn oom(
+    pub fn oom(
         &mut self,
         allocator: &CachingAllocator,
         (index, line, device): (u64, Option<u64>, u32),
@@ -189,7 +189,7 @@ impl TimelineRecorder {
 
     /// The timeline, without its peak state (the caller replays up to
     /// [`peak_ops`](Self::peak_ops) to take it).
-    pub(crate) fn finish(mut self) -> ReplayTimeline {
+    pub fn finish(mut self) -> ReplayTimeline {
         if let Some((bucket, _)) = self.open.take() {
             self.points.push(bucket);
         }
@@ -208,7 +208,7 @@ impl TimelineRecorder {
 }
 
 /// The allocator's state now, as a [`PeakState`] at `ops`.
-pub(crate) fn peak_state(allocator: &CachingAllocator, ops: u64) -> PeakState {
+pub fn peak_state(allocator: &CachingAllocator, ops: u64) -> PeakState {
     let (stats, segments) = allocator.stats_and_snapshot();
     PeakState {
         ops,

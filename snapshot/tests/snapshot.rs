@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use vramlab_allocator::BlockState;
 use vramlab_allocator::consts::MIB;
-use vramlab_allocator::snapshot::{
+use vramlab_snapshot::{
     Action, SegmentType, Snapshot, SnapshotError, SnapshotReplayOptions, read_snapshot, read_snapshot_file,
     replay_snapshot,
 };
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/snapshots").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/snapshots").join(name)
 }
 
 fn load(name: &str) -> Snapshot {
@@ -87,7 +87,7 @@ fn the_legacy_layout_reads_history_and_no_frames() {
     let small = load("small_p2.pickle");
     // Requested sizes come from history[0].real_size; addresses from the segment's.
     for (a, b) in s.segments.iter().zip(&small.segments) {
-        let blocks = |g: &vramlab_allocator::snapshot::Segment| -> Vec<(u64, u64, u64, BlockState)> {
+        let blocks = |g: &vramlab_snapshot::Segment| -> Vec<(u64, u64, u64, BlockState)> {
             g.blocks
                 .iter()
                 .map(|b| {
@@ -257,7 +257,7 @@ fn lengths_and_memo_indices_that_promise_too_much_cost_nothing() {
 
 #[test]
 fn written_snapshots_read_back_the_same() {
-    use vramlab_allocator::snapshot::write_snapshot;
+    use vramlab_snapshot::write_snapshot;
     for name in ["small_p2.pickle", "small_p5.pickle", "multi_device_p4.pickle", "medium_p5.pickle"] {
         let s = load(name);
         let mut out = Vec::new();
@@ -290,7 +290,7 @@ fn a_recorded_replay_is_a_snapshot_that_replays_to_the_same_figures() {
     assert_eq!(again.final_allocated_bytes, r.final_allocated_bytes);
     // And as a pickle.
     let mut out = Vec::new();
-    vramlab_allocator::snapshot::write_snapshot(rec, &mut out).unwrap();
+    vramlab_snapshot::write_snapshot(rec, &mut out).unwrap();
     let back = read_snapshot(&out[..]).unwrap();
     let shape = |s: &Snapshot| -> Vec<SegmentShape> {
         s.segments
@@ -315,7 +315,7 @@ fn a_recorded_replay_is_a_snapshot_that_replays_to_the_same_figures() {
 fn the_chrome_trace_has_counters_and_oom_instants() {
     let mut s = load("small_p5.pickle");
     let t = s.device_traces[0][5].time_us;
-    s.device_traces[0].push(vramlab_allocator::snapshot::TraceEntry {
+    s.device_traces[0].push(vramlab_snapshot::TraceEntry {
         action: Action::Oom,
         addr: 1 << 20,
         size: 1 << 30,
@@ -324,7 +324,7 @@ fn the_chrome_trace_has_counters_and_oom_instants() {
         frames: 0,
     });
     let mut out = Vec::new();
-    vramlab_allocator::snapshot::write_chrome_trace(&s, 0, &mut out).unwrap();
+    vramlab_snapshot::write_chrome_trace(&s, 0, &mut out).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let events = v["traceEvents"].as_array().unwrap();
     let counters: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "C").collect();
@@ -360,7 +360,7 @@ fn private_pool_segments_are_replayed_in_their_pool() {
 
 #[test]
 fn the_timeline_agrees_with_the_replay_and_holds_the_peak_segments() {
-    use vramlab_allocator::snapshot::{replay_snapshot_timeline, what_if, what_if_timelines};
+    use vramlab_snapshot::{replay_snapshot_timeline, what_if, what_if_timelines};
     for name in ["small_p4.pickle", "medium_p5.pickle"] {
         let snap = load(name);
         let opts = SnapshotReplayOptions::default();

@@ -4,7 +4,7 @@
 //! machine, under 512 MiB peak resident memory (measured with /usr/bin/time -v
 //! on `xtask replay`, see ARCHITECTURE.md).
 //!
-//! Run: `cargo bench -p vramlab-allocator --bench snapshot` (needs python3 to
+//! Run: `cargo bench -p vramlab-snapshot --bench snapshot` (needs python3 to
 //! write the file once; set VRAMLAB_BENCH_SNAPSHOT to use another file).
 
 use std::fs::File;
@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use vramlab_allocator::snapshot::{SnapshotReplayOptions, read_snapshot, replay_snapshot};
+use vramlab_snapshot::{SnapshotReplayOptions, read_snapshot, replay_snapshot};
 
 const ENTRIES: usize = 2_000_000;
 
@@ -26,7 +26,7 @@ fn snapshot_file() -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/make_snapshot_fixtures.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/make_snapshot_fixtures.py");
     let ok = Command::new("python3")
         .arg(&script)
         .args(["--big", &ENTRIES.to_string()])

@@ -1,13 +1,18 @@
 //! Replay of a 1-million-event trace file, parse included.
 //!
-//! Run: `cargo bench -p vramlab-engine --bench replay`.
+//! Run: `cargo bench -p vramlab-replay --bench replay`.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use vramlab_allocator::replay::{ReplayOptions, SyntheticTrace, replay, write_trace};
+use vramlab_allocator::hooks::Tag;
+use vramlab_replay::{ReplayOptions, TraceOp, replay, write_trace};
+
+#[path = "../tests/support/synthetic.rs"]
+mod synthetic;
+use synthetic::SyntheticTrace;
 
 const EVENTS: usize = 1_000_000;
 

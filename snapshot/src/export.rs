@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 
 use super::model::{Action, SegmentType, Snapshot, StackId};
-use crate::BlockState;
+use vramlab_allocator::BlockState;
 
 /// A protocol-2 pickle writer with a memo for repeated strings and frames.
 struct Pickler<W: Write> {
@@ -166,7 +166,7 @@ pub fn write_snapshot<W: Write>(snap: &Snapshot, out: W) -> io::Result<()> {
         let large = match seg.segment_type {
             SegmentType::Large => true,
             SegmentType::Small => false,
-            SegmentType::Unknown => seg.total_size > crate::consts::SMALL_BUFFER,
+            SegmentType::Unknown => seg.total_size > vramlab_allocator::consts::SMALL_BUFFER,
         };
         p.str(if large { "large" } else { "small" })?;
         p.str("segment_pool_id")?;

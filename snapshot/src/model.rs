@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::{AllocatorConfig, BlockState, ROUNDUP_BUCKETS};
+use vramlab_allocator::{AllocatorConfig, BlockState, ROUNDUP_BUCKETS};
 
 /// An interned call stack: an index into [`FrameTable::stacks`]; 0 is "no frames".
 pub type StackId = u32;

@@ -27,15 +27,15 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
-use crate::hooks::{AllocatorAction, Event, Hooks, Subscriber};
-use crate::replay::{MAX_BYTES, OnOom};
-use crate::replay_timeline::{
-    MAX_TIMELINE_POINTS, PeakState, ReplayTimeline, TimelinePoint, TimelineRecorder, peak_state,
-};
-use crate::{
+use vramlab_allocator::hooks::{AllocatorAction, Event, Hooks, Subscriber};
+use vramlab_allocator::{
     AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolFilter, PoolKind,
     SimulatedMemory, StreamId,
 };
+use vramlab_replay::timeline::{
+    MAX_TIMELINE_POINTS, PeakState, ReplayTimeline, TimelinePoint, TimelineRecorder, peak_state,
+};
+use vramlab_replay::{MAX_BYTES, OnOom};
 
 /// How to replay a snapshot.
 #[derive(Debug, Clone, Default, PartialEq)]
