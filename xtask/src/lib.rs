@@ -18,6 +18,7 @@ mod cli;
 mod gpu_check;
 mod history_cmd;
 mod replay_cmd;
+mod replay_doc;
 mod report_cmd;
 mod size;
 mod snapshot_cmd;

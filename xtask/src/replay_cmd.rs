@@ -1,24 +1,17 @@
 //! `cargo xtask replay`: runs [`vramlab_replay`] on a file or standard
-//! input and prints the report, readable or as JSON; with `--report DIR` also
+//! input and prints the report (the document of `replay_doc`), readable or as JSON; with `--report DIR` also
 //! the offline HTML page of the replay (written by `vramlab_reports::replay_page`).
 
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
-use serde::Serialize;
-use vramlab_engine::alloc::AllocatorConfig;
-use vramlab_replay::timeline::ReplayTimeline;
-use vramlab_replay::{self as replay, OnOom, ReplayError, ReplayOptions, ReplayReport};
-use vramlab_reports::replay_page::{self, Fact, ReplayPage};
+use vramlab_replay::{self as replay, ReplayError, ReplayOptions};
+use vramlab_reports::replay_page::{self, ReplayPage};
 
 use crate::cli::ReplayArgs;
-use crate::size::format_bytes;
-
-/// How many out-of-memory events the readable report lists one by one.
-const OOMS_LISTED: usize = 10;
+use crate::replay_doc;
 
 /// Exit status when the `--report` folder cannot be written.
 pub const BAD_REPORT_DIR: u8 = 2;
@@ -90,12 +83,13 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         };
         (result.map_err(|e| replay_error(&name, e))?, None)
     };
+    let doc = replay_doc::from_trace(&name, &opts, &report);
     let mut written = None;
     if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
         let page = ReplayPage {
             source: name.clone(),
             unit: "trace ops".into(),
-            facts: page_facts(&opts, &report, timeline),
+            facts: replay_doc::page_facts(&doc, timeline),
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)
@@ -105,49 +99,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
 
     let mut out = Vec::with_capacity(16 << 10);
     if args.json {
-        let json = JsonReport {
-            trace: &name,
-            capacity_bytes: opts.capacity_bytes,
-            alloc_conf: opts.config.to_string(),
-            on_oom: opts.on_oom,
-            report: &report,
-        };
-        serde_json::to_writer_pretty(&mut out, &json).context("cannot serialize the report")?;
+        serde_json::to_writer_pretty(&mut out, &doc).context("cannot serialize the report")?;
         out.push(b'\n');
     } else {
-        out = text_report(&name, &opts, &report).into_bytes();
+        out = replay_doc::text(&doc, false).into_bytes();
         if let Some(index) = &written {
             out.extend_from_slice(format!("\nreport: {}\n", index.display()).as_bytes());
         }
     }
     write_stdout(&out).map(|()| 0)
-}
-
-/// The replay page's summary table.
-fn page_facts(opts: &ReplayOptions, r: &ReplayReport, t: &ReplayTimeline) -> Vec<Fact> {
-    let ooms = r.ooms.len() as u64 + r.ooms_not_recorded;
-    let mut facts = vec![
-        Fact::new("simulated device", opts.capacity_bytes.map_or_else(|| "unlimited".to_owned(), bytes_exact)),
-        Fact::new("allocator config", config_text(&opts.config)),
-        Fact::new("ops replayed", format!("{} ({} lines read)", r.events, r.lines)),
-        Fact::new(
-            "out of memory",
-            match ooms {
-                0 => "never".to_owned(),
-                n if r.stopped_early => format!("{n} time(s); the replay stopped at the first"),
-                n => format!("{n} time(s)"),
-            },
-        ),
-        Fact::new("peak allocated", bytes_exact(t.peak_allocated_bytes())),
-        Fact::new("peak reserved", bytes_exact(t.peak_reserved_bytes())),
-        Fact::new("final allocated", bytes_exact(r.current_allocated_bytes)),
-        Fact::new("final reserved", bytes_exact(r.current_reserved_bytes)),
-        Fact::new("live allocations", r.live_allocations.to_string()),
-    ];
-    if r.devices.len() > 1 {
-        facts.push(Fact::new("devices", format!("{} (the page shows device 0)", r.devices.len())));
-    }
-    facts
 }
 
 fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
@@ -173,89 +133,4 @@ pub fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("cannot write the report"),
         _ => Ok(()),
     }
-}
-
-#[derive(Serialize)]
-struct JsonReport<'a> {
-    trace: &'a str,
-    capacity_bytes: Option<u64>,
-    /// The configuration in force, canonical `PYTORCH_CUDA_ALLOC_CONF` syntax ("" = default).
-    alloc_conf: String,
-    on_oom: OnOom,
-    #[serde(flatten)]
-    report: &'a ReplayReport,
-}
-
-fn config_text(config: &AllocatorConfig) -> String {
-    let text = config.to_string();
-    if text.is_empty() { "default (PyTorch's)".to_owned() } else { text }
-}
-
-fn bytes_exact(bytes: u64) -> String {
-    if bytes < 1024 { format_bytes(bytes) } else { format!("{} ({bytes} bytes)", format_bytes(bytes)) }
-}
-
-fn text_report(name: &str, opts: &ReplayOptions, r: &ReplayReport) -> String {
-    let mut s = String::new();
-    let capacity = opts.capacity_bytes.map_or_else(|| "unlimited".to_owned(), bytes_exact);
-    // Writing to a String cannot fail.
-    let _ = writeln!(s, "vramlab replay of {name}");
-    let _ = writeln!(s, "  simulated device   {capacity}");
-    let _ = writeln!(s, "  allocator config   {}", config_text(&opts.config));
-    let _ = writeln!(s, "  events replayed    {} ({} lines read)", r.events, r.lines);
-    let total_ooms = r.ooms.len() as u64 + r.ooms_not_recorded;
-    if total_ooms == 0 {
-        let _ = writeln!(s, "  out of memory      never");
-    } else {
-        let how = if r.stopped_early { "; the replay stopped there (--on-oom continue goes on)" } else { "" };
-        let _ = writeln!(s, "  out of memory      {total_ooms} time{}{how}", if total_ooms == 1 { "" } else { "s" });
-        for oom in r.ooms.iter().take(OOMS_LISTED) {
-            let _ = writeln!(
-                s,
-                "    line {} (event {}): alloc of {}\n      {}",
-                oom.line,
-                oom.event_index,
-                bytes_exact(oom.requested_bytes),
-                oom.error
-            );
-        }
-        if total_ooms > OOMS_LISTED as u64 {
-            let _ = writeln!(s, "    … and {} more (--json lists the first 1000)", total_ooms - OOMS_LISTED as u64);
-        }
-    }
-    let total_too_large = r.too_large.len() as u64 + r.too_large_not_recorded;
-    if total_too_large > 0 {
-        let how = if r.stopped_early && r.ooms.is_empty() { "; the replay stopped there" } else { "" };
-        let _ = writeln!(
-            s,
-            "  refused (>= 1 EiB)  {total_too_large} request{}, before the allocator as PyTorch does{how}",
-            if total_too_large == 1 { "" } else { "s" }
-        );
-        for record in r.too_large.iter().take(OOMS_LISTED) {
-            let _ = writeln!(s, "    line {} (event {}): {}", record.line, record.event_index, record.message);
-        }
-    }
-    let since = r.last_reset_peak_line.map(|l| format!(", since the reset_peak at line {l}")).unwrap_or_default();
-    let _ = writeln!(s, "  peak allocated     {}{since}", bytes_exact(r.peak_allocated_bytes));
-    let _ = writeln!(s, "  peak reserved      {}{since}", bytes_exact(r.peak_reserved_bytes));
-    let _ = writeln!(s, "  final allocated    {}", bytes_exact(r.current_allocated_bytes));
-    let _ = writeln!(s, "  final reserved     {}", bytes_exact(r.current_reserved_bytes));
-    let _ = writeln!(s, "  live allocations   {}", r.live_allocations);
-    if r.devices.len() > 1 {
-        let _ =
-            writeln!(s, "  devices            {} (the figures above and the summary are device 0's)", r.devices.len());
-        for d in &r.devices {
-            let _ = writeln!(
-                s,
-                "    device {}: peak allocated {}, peak reserved {}, final reserved {}",
-                d.device,
-                bytes_exact(d.peak_allocated_bytes),
-                bytes_exact(d.peak_reserved_bytes),
-                bytes_exact(d.current_reserved_bytes)
-            );
-        }
-    }
-    s.push('\n');
-    s.push_str(&r.summary);
-    s
 }

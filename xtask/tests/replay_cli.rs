@@ -85,18 +85,20 @@ const OOM_TRACE: &str = r#"{"op":"alloc","id":1,"size":41943040}
 fn known_answer_json() {
     let trace = TempTrace::new(SPEC_TRACE);
     let v = json(&["replay", trace.path()], None);
-    assert_eq!(v["events"], 5);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["format"], "vramlab_trace");
+    assert_eq!(v["entries_replayed"], 5);
     assert_eq!(v["lines"], 6);
     assert_eq!(v["stopped_early"], false);
     assert_eq!(v["ooms"], serde_json::json!([]));
-    assert_eq!(v["trace"], trace.path());
+    assert_eq!(v["input"], trace.path());
     assert_eq!(v["capacity_bytes"], Value::Null);
     assert_eq!(v["alloc_conf"], "");
     assert_eq!(v["on_oom"], "stop");
     assert_eq!(v["peak_allocated_bytes"], 8_388_608);
     assert_eq!(v["peak_reserved_bytes"], 20_971_520);
-    assert_eq!(v["current_allocated_bytes"], 0);
-    assert_eq!(v["current_reserved_bytes"], 0);
+    assert_eq!(v["final_allocated_bytes"], 0);
+    assert_eq!(v["final_reserved_bytes"], 0);
     assert_eq!(v["live_allocations"], 0);
     assert_eq!(v["last_reset_peak_line"], Value::Null);
     let stats = &v["memory_stats"];
@@ -152,9 +154,9 @@ fn stdin_input() {
     let trace = TempTrace::new(SPEC_TRACE);
     let from_file = json(&["replay", trace.path()], None);
     let from_stdin = json(&["replay", "-"], Some(SPEC_TRACE));
-    assert_eq!(from_stdin["trace"], "<stdin>");
+    assert_eq!(from_stdin["input"], "<stdin>");
     assert_eq!(from_stdin["memory_stats"], from_file["memory_stats"]);
-    assert_eq!(from_stdin["events"], 5);
+    assert_eq!(from_stdin["entries_replayed"], 5);
     // Errors name stdin.
     let o = xtask(&["replay", "-"], Some("{\"op\":\"free\",\"id\":1}\n"));
     assert_eq!(o.status.code(), Some(1));
@@ -241,13 +243,13 @@ fn oom_stop_and_continue() {
     assert_eq!(stop["capacity_bytes"], 64 << 20);
     assert_eq!(stop["on_oom"], "stop");
     assert_eq!(stop["stopped_early"], true);
-    assert_eq!(stop["events"], 2);
-    assert_eq!(stop["current_allocated_bytes"], 40 << 20);
+    assert_eq!(stop["entries_replayed"], 2);
+    assert_eq!(stop["final_allocated_bytes"], 40 << 20);
     assert_eq!(stop["memory_stats"]["num_ooms"], 1);
     let ooms = stop["ooms"].as_array().unwrap();
     assert_eq!(ooms.len(), 1);
     let oom = &ooms[0];
-    assert_eq!(oom["event_index"], 1);
+    assert_eq!(oom["index"], 1);
     assert_eq!(oom["line"], 2);
     assert_eq!(oom["requested_bytes"], 41_943_040);
     let message = oom["message"].as_str().unwrap();
@@ -258,9 +260,9 @@ fn oom_stop_and_continue() {
     let cont = json(&["replay", trace.path(), "--capacity", "64MiB", "--on-oom", "continue"], None);
     assert_eq!(cont["on_oom"], "continue");
     assert_eq!(cont["stopped_early"], false);
-    assert_eq!(cont["events"], 6);
+    assert_eq!(cont["entries_replayed"], 6);
     assert_eq!(cont["ooms"].as_array().unwrap().len(), 1);
-    assert_eq!(cont["current_allocated_bytes"], (40 << 20) + 512);
+    assert_eq!(cont["final_allocated_bytes"], (40 << 20) + 512);
     assert_eq!(cont["live_allocations"], 2);
     assert_eq!(cont["memory_stats"]["num_ooms"], 1);
 
@@ -293,7 +295,7 @@ fn edge_sizes_replay_as_pytorch_behaves() {
          {\"op\":\"alloc\",\"id\":2,\"size\":858993459200000000}\n",
     );
     let r = json(&["replay", trace.path(), "--on-oom", "continue"], None);
-    assert_eq!(r["events"], 2);
+    assert_eq!(r["entries_replayed"], 2);
     assert_eq!(r["too_large"].as_array().unwrap().len(), 1);
     assert_eq!(r["too_large"][0]["line"], 1);
     assert_eq!(r["ooms"].as_array().unwrap().len(), 1);
@@ -315,12 +317,12 @@ fn edge_sizes_replay_as_pytorch_behaves() {
 fn alloc_conf_changes_the_replay() {
     let trace = TempTrace::new("{\"op\":\"alloc\",\"id\":1,\"size\":5000}\n");
     let plain = json(&["replay", trace.path()], None);
-    assert_eq!(plain["current_allocated_bytes"], 5120);
+    assert_eq!(plain["final_allocated_bytes"], 5120);
     let trace = TempTrace::new("{\"op\":\"alloc\",\"id\":1,\"size\":5121}\n");
     let plain = json(&["replay", trace.path()], None);
-    assert_eq!(plain["current_allocated_bytes"], 5632);
+    assert_eq!(plain["final_allocated_bytes"], 5632);
     let rounded = json(&["replay", trace.path(), "--alloc-conf", "roundup_power2_divisions:4"], None);
-    assert_eq!(rounded["current_allocated_bytes"], 6144);
+    assert_eq!(rounded["final_allocated_bytes"], 6144);
     assert_eq!(rounded["alloc_conf"], "roundup_power2_divisions:4");
     let v = json(&["replay", trace.path(), "--alloc-conf", "max_split_size_mb:128,expandable_segments:True"], None);
     assert_eq!(v["memory_stats"]["max_split_size"], 128 << 20);

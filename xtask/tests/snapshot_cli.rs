@@ -49,6 +49,8 @@ fn json_output_and_the_device_choice() {
     assert_eq!(v["device_chosen"], true);
     assert_eq!(v["protocol"], 4);
     assert_eq!(v["fidelity"]["recorded_segment_events"], 2);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["format"], "pytorch_snapshot");
     let o = xtask(&["replay", &fixture("multi_device_p4.pickle"), "--device", "0"]);
     assert!(stdout(&o).contains("device             0\n"), "{}", stdout(&o));
     let o = xtask(&["replay", &fixture("multi_device_p4.pickle"), "--device", "7"]);
@@ -178,4 +180,27 @@ fn the_installable_vramlab_binary_runs_from_any_folder() {
     assert!(stdout(&o).contains("recorded: PyTorch defaults"), "{}", stdout(&o));
     let o = Command::new(env!("CARGO_BIN_EXE_vramlab")).arg("--help").output().unwrap();
     assert!(stdout(&o).contains("Usage: vramlab"), "{}", stdout(&o));
+}
+
+/// `replay --json` prints one document whatever the input: a snapshot and a
+/// JSON Lines trace give the same keys, and the same figures under the same
+/// names (a snapshot's final statistics are `memory_stats`, as a trace's are).
+#[test]
+fn replay_json_has_one_shape_for_traces_and_snapshots() {
+    let snap = xtask(&["replay", &fixture("small_p4.pickle"), "--json"]);
+    assert!(snap.status.success(), "{}", stderr(&snap));
+    let snap: Value = serde_json::from_slice(&snap.stdout).unwrap();
+    let trace_file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/traces/fragmentation.jsonl");
+    let trace = xtask(&["replay", trace_file.to_str().unwrap(), "--json"]);
+    let trace: Value = serde_json::from_slice(&trace.stdout).unwrap();
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&snap), keys(&trace));
+    for v in [&snap, &trace] {
+        let stats = v["memory_stats"].as_object().unwrap();
+        assert_eq!(stats["reserved_bytes.all.current"], v["final_reserved_bytes"], "{v}");
+        assert_eq!(stats["allocated_bytes.all.peak"], v["peak_allocated_bytes"], "{v}");
+        assert_eq!(v["devices"][0]["final_reserved_bytes"], v["final_reserved_bytes"]);
+    }
+    assert!(trace["fidelity"].is_null() && trace["live_at_start"].is_null() && trace["protocol"].is_null());
+    assert!(snap["fidelity"].is_object() && snap["live_at_start"].is_object() && snap["lines"].is_null());
 }

@@ -1,0 +1,637 @@
+//! The one report of `replay`: a versioned document ([`ReplayDoc`], schema
+//! [`SCHEMA_VERSION`]) with the same key names for the same things whatever the
+//! input — a vramlab JSON Lines trace or a PyTorch memory snapshot — built from
+//! either replay's outcome. `--json` prints it; the terminal report and the
+//! page's summary table are rendered from it ([`text`], [`page_facts`]), so the
+//! three never disagree. Keys that a kind of input cannot fill are `null` (or
+//! empty), never left out; README, "The replay report (`--json`)", lists them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use vramlab_engine::alloc::OutOfMemoryError;
+use vramlab_replay::timeline::ReplayTimeline;
+use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
+use vramlab_reports::replay_page::Fact;
+use vramlab_snapshot::{
+    Action, FidelityReport, LiveAtStart, Placement, Snapshot, SnapshotReplay, SnapshotReplayOptions,
+};
+
+use crate::size::format_bytes;
+
+/// The document's version: raised whenever a key changes meaning or goes away.
+/// Version 1 replaced the two shapes of earlier releases (`trace`/`snapshot`
+/// became `input`, `events` `entries_replayed`, `current_*_bytes`
+/// `final_*_bytes`, `final_memory_stats` `memory_stats`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// How many out-of-memory events the terminal report lists one by one.
+const OOMS_LISTED: usize = 10;
+
+/// What was replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputFormat {
+    /// vramlab's JSON Lines allocation trace.
+    VramlabTrace,
+    /// A PyTorch memory snapshot pickle.
+    PytorchSnapshot,
+}
+
+/// One out-of-memory of the replay.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DocOom {
+    /// 0-based index of the op (trace) or entry (snapshot) that failed.
+    pub index: u64,
+    /// 1-based line of the trace (traces only).
+    pub line: Option<u64>,
+    pub device: u32,
+    /// The entry's `time_us` (snapshots only).
+    pub time_us: Option<i64>,
+    pub requested_bytes: u64,
+    /// The innermost Python frame of the allocation (snapshots that recorded stacks).
+    pub frame: Option<String>,
+    /// The error's text, in PyTorch's words.
+    pub message: String,
+    /// The error's numbers (traces only).
+    pub error: Option<OutOfMemoryError>,
+    /// `memory_stats()` right after the failure (traces only).
+    pub memory_stats: Option<BTreeMap<String, i64>>,
+}
+
+/// One device's figures at the end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DocDevice {
+    pub device: u32,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub final_allocated_bytes: u64,
+    pub final_reserved_bytes: u64,
+    pub memory_stats: BTreeMap<String, i64>,
+}
+
+/// The replay report, for every input.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayDoc {
+    pub schema_version: u32,
+    /// The file replayed (`<stdin>` for standard input).
+    pub input: String,
+    pub format: InputFormat,
+    /// The pickle protocol (snapshots only).
+    pub protocol: Option<u8>,
+    /// The device the headline figures are of.
+    pub device: u32,
+    /// Whether that device was chosen as the one with the most entries (no `--device`).
+    pub device_chosen: bool,
+    /// Devices with at least one entry.
+    pub devices_with_entries: u64,
+    /// The settings replayed, canonical `PYTORCH_CUDA_ALLOC_CONF` syntax ("" = PyTorch's defaults).
+    pub alloc_conf: String,
+    /// Whether those are the snapshot's own `allocator_settings` (or its defaults).
+    pub settings_from_snapshot: bool,
+    /// The simulated device's memory; `null` is unlimited.
+    pub capacity_bytes: Option<u64>,
+    pub on_oom: OnOom,
+    /// The time window (snapshots only).
+    pub from_us: Option<i64>,
+    pub to_us: Option<i64>,
+    /// Lines read (traces only; blank ones included).
+    pub lines: Option<u64>,
+    /// Ops (trace) or entries (snapshot) in the input; for a trace, those read.
+    pub entries: u64,
+    /// Ops or entries replayed (in the window), including failed allocations.
+    pub entries_replayed: u64,
+    /// `alloc` and free entries among them (snapshots only).
+    pub allocs: Option<u64>,
+    pub frees: Option<u64>,
+    /// Whether the replay ended at an out-of-memory before the end (`--on-oom stop`).
+    pub stopped_early: bool,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub final_allocated_bytes: u64,
+    pub final_reserved_bytes: u64,
+    /// The entry after which allocated memory peaked (snapshots only).
+    pub peak_allocated_index: Option<u64>,
+    /// The line of the last `reset_peak` op, from which the peaks count (traces only).
+    pub last_reset_peak_line: Option<u64>,
+    /// Allocations live at the end (failed ones not counted).
+    pub live_allocations: u64,
+    /// Segment allocations (cudaMalloc calls or mappings) during the replay
+    /// (snapshots only: after the memory placed before the first entry).
+    pub segment_allocs: Option<u64>,
+    /// The first out-of-memory events (at most 1000).
+    pub ooms: Vec<DocOom>,
+    /// Out-of-memory events beyond those, counted only.
+    pub ooms_not_listed: u64,
+    /// Requests of 1 EiB or more, refused before the allocator as PyTorch does.
+    pub too_large: Vec<TooLargeRecord>,
+    pub too_large_not_listed: u64,
+    /// `oom` entries in the recording itself (snapshots only).
+    pub recorded_ooms: Option<u64>,
+    /// Memory live when the recording began, placed before the first entry (snapshots only).
+    pub live_at_start: Option<LiveAtStart>,
+    /// Entries that made no sense and were skipped, and the first of them.
+    pub skipped_entries: u64,
+    pub first_skipped: Option<String>,
+    /// Private pools (CUDA graphs, MemPools) replayed in their own pools.
+    pub private_pools: Vec<(i64, i64)>,
+    /// The largest free block and reserved − allocated at the reserved peak (snapshots only).
+    pub largest_free_block_at_peak_bytes: Option<u64>,
+    pub fragmentation_at_peak_bytes: Option<u64>,
+    /// `torch.cuda.memory_stats()` of the headline device at the end, keyed as PyTorch keys it.
+    pub memory_stats: BTreeMap<String, i64>,
+    /// `torch.cuda.memory_summary()` at the end (traces only).
+    pub summary: Option<String>,
+    /// The check of the replay against the recording (snapshots replayed whole,
+    /// under their own settings, on an unlimited device).
+    pub fidelity: Option<FidelityReport>,
+    /// Every device's figures (a trace's devices; a snapshot's replayed device).
+    pub devices: Vec<DocDevice>,
+}
+
+/// The document of a trace replay.
+pub fn from_trace(input: &str, opts: &ReplayOptions, r: &ReplayReport) -> ReplayDoc {
+    ReplayDoc {
+        schema_version: SCHEMA_VERSION,
+        input: input.to_owned(),
+        format: InputFormat::VramlabTrace,
+        protocol: None,
+        device: 0,
+        device_chosen: false,
+        devices_with_entries: r.devices.len() as u64,
+        alloc_conf: opts.config.to_string(),
+        settings_from_snapshot: false,
+        capacity_bytes: opts.capacity_bytes,
+        on_oom: opts.on_oom,
+        from_us: None,
+        to_us: None,
+        lines: Some(r.lines),
+        entries: r.events,
+        entries_replayed: r.events,
+        allocs: None,
+        frees: None,
+        stopped_early: r.stopped_early,
+        peak_allocated_bytes: r.peak_allocated_bytes,
+        peak_reserved_bytes: r.peak_reserved_bytes,
+        final_allocated_bytes: r.current_allocated_bytes,
+        final_reserved_bytes: r.current_reserved_bytes,
+        peak_allocated_index: None,
+        last_reset_peak_line: r.last_reset_peak_line,
+        live_allocations: r.live_allocations,
+        segment_allocs: None,
+        ooms: r
+            .ooms
+            .iter()
+            .map(|o| DocOom {
+                index: o.event_index,
+                line: Some(o.line),
+                device: o.device,
+                time_us: None,
+                requested_bytes: o.requested_bytes,
+                frame: None,
+                message: o.error.to_string(),
+                error: Some(o.error.clone()),
+                memory_stats: Some(o.memory_stats.clone()),
+            })
+            .collect(),
+        ooms_not_listed: r.ooms_not_recorded,
+        too_large: r.too_large.clone(),
+        too_large_not_listed: r.too_large_not_recorded,
+        recorded_ooms: None,
+        live_at_start: None,
+        skipped_entries: 0,
+        first_skipped: None,
+        private_pools: Vec::new(),
+        largest_free_block_at_peak_bytes: None,
+        fragmentation_at_peak_bytes: None,
+        memory_stats: r.memory_stats.clone(),
+        summary: Some(r.summary.clone()),
+        fidelity: None,
+        devices: r
+            .devices
+            .iter()
+            .map(|d| DocDevice {
+                device: d.device,
+                peak_allocated_bytes: d.peak_allocated_bytes,
+                peak_reserved_bytes: d.peak_reserved_bytes,
+                final_allocated_bytes: d.current_allocated_bytes,
+                final_reserved_bytes: d.current_reserved_bytes,
+                memory_stats: d.memory_stats.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The document of a snapshot replay.
+pub fn from_snapshot(input: &str, snap: &Snapshot, r: &SnapshotReplay, opts: &SnapshotReplayOptions) -> ReplayDoc {
+    let stat = |key: &str| r.final_memory_stats.get(key).copied().unwrap_or(0).max(0) as u64;
+    ReplayDoc {
+        schema_version: SCHEMA_VERSION,
+        input: input.to_owned(),
+        format: InputFormat::PytorchSnapshot,
+        protocol: Some(snap.protocol),
+        device: r.device as u32,
+        device_chosen: r.device_chosen,
+        devices_with_entries: r.devices_with_entries,
+        alloc_conf: r.alloc_conf.clone(),
+        settings_from_snapshot: r.settings_from_snapshot,
+        capacity_bytes: r.capacity_bytes,
+        on_oom: opts.on_oom,
+        from_us: opts.from_us,
+        to_us: opts.to_us,
+        lines: None,
+        entries: r.entries,
+        entries_replayed: r.entries_in_window,
+        allocs: Some(r.allocs),
+        frees: Some(r.frees),
+        stopped_early: r.stopped_early,
+        peak_allocated_bytes: r.peak_allocated_bytes,
+        peak_reserved_bytes: r.peak_reserved_bytes,
+        final_allocated_bytes: r.final_allocated_bytes,
+        final_reserved_bytes: r.final_reserved_bytes,
+        peak_allocated_index: r.peak_allocated_index,
+        last_reset_peak_line: None,
+        live_allocations: stat("allocation.all.current"),
+        segment_allocs: Some(r.segment_allocs),
+        ooms: r
+            .ooms
+            .iter()
+            .map(|o| DocOom {
+                index: o.trace_index,
+                line: None,
+                device: r.device as u32,
+                time_us: Some(o.time_us),
+                requested_bytes: o.requested_bytes,
+                frame: snap.frames.stack(o.frames).next().map(|f| f.short()),
+                message: o.message.clone(),
+                error: None,
+                memory_stats: None,
+            })
+            .collect(),
+        ooms_not_listed: 0,
+        too_large: Vec::new(),
+        too_large_not_listed: 0,
+        recorded_ooms: Some(r.recorded_ooms),
+        live_at_start: Some(r.live_at_start.clone()),
+        skipped_entries: r.skipped_entries,
+        first_skipped: r.first_skipped.clone(),
+        private_pools: r.private_pools.clone(),
+        largest_free_block_at_peak_bytes: Some(r.largest_free_block_at_peak_bytes),
+        fragmentation_at_peak_bytes: Some(r.fragmentation_at_peak_bytes),
+        memory_stats: r.final_memory_stats.clone(),
+        summary: None,
+        fidelity: r.fidelity.clone(),
+        devices: vec![DocDevice {
+            device: r.device as u32,
+            peak_allocated_bytes: r.peak_allocated_bytes,
+            peak_reserved_bytes: r.peak_reserved_bytes,
+            final_allocated_bytes: r.final_allocated_bytes,
+            final_reserved_bytes: r.final_reserved_bytes,
+            memory_stats: r.final_memory_stats.clone(),
+        }],
+    }
+}
+
+/// `12.00 MiB (12582912 bytes)`; below 1 KiB the bytes alone.
+pub fn exact(bytes: u64) -> String {
+    if bytes < 1024 { format_bytes(bytes) } else { format!("{} ({bytes} bytes)", format_bytes(bytes)) }
+}
+
+fn conf_text(conf: &str) -> String {
+    if conf.is_empty() { "default (PyTorch's)".to_owned() } else { conf.to_owned() }
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The terminal report: the document's figures, one per line, then the
+/// format's details (a trace's memory summary, a snapshot's fidelity check).
+/// `snapshot_has_settings`: whether a snapshot recorded its allocator settings.
+pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    match d.format {
+        InputFormat::VramlabTrace => {
+            let _ = writeln!(s, "vramlab replay of {}", d.input);
+        }
+        InputFormat::PytorchSnapshot => {
+            let _ = writeln!(
+                s,
+                "vramlab replay of {} (PyTorch memory snapshot, pickle protocol {})",
+                d.input,
+                d.protocol.unwrap_or(0)
+            );
+            let how = if d.device_chosen {
+                format!(
+                    " (the one with the most entries, of {} device(s) with a trace; --device N picks another)",
+                    d.devices_with_entries
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(s, "  device             {}{how}", d.device);
+        }
+    }
+    let capacity = d.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
+    let origin = match (d.format, d.settings_from_snapshot, snapshot_has_settings) {
+        (InputFormat::VramlabTrace, ..) => "",
+        (_, true, true) => " (the snapshot's allocator_settings)",
+        (_, true, false) => " (the snapshot records none: PyTorch's defaults)",
+        (_, false, _) => " (--alloc-conf)",
+    };
+    match d.format {
+        InputFormat::VramlabTrace => {
+            let _ = writeln!(s, "  simulated device   {capacity}");
+            let _ = writeln!(s, "  allocator config   {}", conf_text(&d.alloc_conf));
+            let _ = writeln!(s, "  events replayed    {} ({} lines read)", d.entries_replayed, d.lines.unwrap_or(0));
+        }
+        InputFormat::PytorchSnapshot => {
+            let _ = writeln!(s, "  allocator config   {}{origin}", conf_text(&d.alloc_conf));
+            let _ = writeln!(s, "  simulated device   {capacity}");
+            let window = if d.entries_replayed != d.entries {
+                format!(", {} in the time window", d.entries_replayed)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "  trace entries      {}{window}: {} allocs, {} frees",
+                d.entries,
+                d.allocs.unwrap_or(0),
+                d.frees.unwrap_or(0)
+            );
+            live_at_start_lines(&mut s, d);
+            if d.skipped_entries > 0 {
+                let _ = writeln!(
+                    s,
+                    "  skipped entries    {} (the first: {})",
+                    d.skipped_entries,
+                    d.first_skipped.as_deref().unwrap_or("")
+                );
+            }
+        }
+    }
+    oom_lines(&mut s, d);
+    if let Some(n) = d.recorded_ooms.filter(|&n| n > 0) {
+        let _ = writeln!(s, "  recorded OOMs      {n} in the snapshot's own trace");
+    }
+    let since = d.last_reset_peak_line.map(|l| format!(", since the reset_peak at line {l}")).unwrap_or_default();
+    let _ = writeln!(s, "  peak allocated     {}{since}", exact(d.peak_allocated_bytes));
+    let _ = writeln!(s, "  peak reserved      {}{since}", exact(d.peak_reserved_bytes));
+    let _ = writeln!(s, "  final allocated    {}", exact(d.final_allocated_bytes));
+    let _ = writeln!(s, "  final reserved     {}", exact(d.final_reserved_bytes));
+    match d.format {
+        InputFormat::VramlabTrace => {
+            let _ = writeln!(s, "  live allocations   {}", d.live_allocations);
+            if d.devices.len() > 1 {
+                let _ = writeln!(
+                    s,
+                    "  devices            {} (the figures above and the summary are device 0's)",
+                    d.devices.len()
+                );
+                for dev in &d.devices {
+                    let _ = writeln!(
+                        s,
+                        "    device {}: peak allocated {}, peak reserved {}, final reserved {}",
+                        dev.device,
+                        exact(dev.peak_allocated_bytes),
+                        exact(dev.peak_reserved_bytes),
+                        exact(dev.final_reserved_bytes)
+                    );
+                }
+            }
+            if let Some(summary) = &d.summary {
+                s.push('\n');
+                s.push_str(summary);
+            }
+        }
+        InputFormat::PytorchSnapshot => {
+            let _ = writeln!(
+                s,
+                "  segment allocs     {} (cudaMalloc calls or mappings, after the placed memory)",
+                d.segment_allocs.unwrap_or(0)
+            );
+            if !d.private_pools.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  private pools      {:?}: CUDA graphs / MemPools, replayed in their own pools (by their final segments)",
+                    d.private_pools
+                );
+            }
+            fidelity_lines(&mut s, d.fidelity.as_ref());
+        }
+    }
+    s
+}
+
+fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
+    let Some(l) = &d.live_at_start else { return };
+    if l.blocks_in_segments + l.freed_without_alloc == 0 {
+        let _ = writeln!(s, "  live at start      nothing (every block's alloc is in the trace)");
+    } else {
+        let _ = writeln!(
+            s,
+            "  live at start      {} block(s), {} allocated in the final segments without an alloc entry;\n                     \
+             {} block(s), {} freed without an alloc entry (lost from the ring buffer);\n                     \
+             all placed before the first entry, as memory_viz does",
+            l.blocks_in_segments,
+            format_bytes(l.blocks_in_segments_bytes),
+            l.freed_without_alloc,
+            format_bytes(l.freed_without_alloc_bytes)
+        );
+    }
+}
+
+fn oom_lines(s: &mut String, d: &ReplayDoc) {
+    let total = d.ooms.len() as u64 + d.ooms_not_listed;
+    let stopped = if d.stopped_early { "; the replay stopped there (--on-oom continue goes on)" } else { "" };
+    match (d.format, d.ooms.first()) {
+        (_, None) if total == 0 => {
+            let _ = writeln!(s, "  out of memory      never");
+        }
+        (InputFormat::PytorchSnapshot, Some(o)) => {
+            let frame = o.frame.as_ref().map(|f| format!(" at {f}")).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "  out of memory      {total} time(s), first at entry {} (time_us {}): alloc of {}{frame}{stopped}\n                     {}",
+                o.index,
+                o.time_us.unwrap_or(0),
+                exact(o.requested_bytes),
+                o.message
+            );
+        }
+        _ => {
+            let _ = writeln!(s, "  out of memory      {}{stopped}", plural(total, "time", "times"));
+            for o in d.ooms.iter().take(OOMS_LISTED) {
+                let at = match o.line {
+                    Some(line) => format!("line {line} (event {})", o.index),
+                    None => format!("entry {}", o.index),
+                };
+                let _ = writeln!(s, "    {at}: alloc of {}\n      {}", exact(o.requested_bytes), o.message);
+            }
+            if total > OOMS_LISTED as u64 {
+                let _ = writeln!(s, "    … and {} more (--json lists the first 1000)", total - OOMS_LISTED as u64);
+            }
+        }
+    }
+    let too_large = d.too_large.len() as u64 + d.too_large_not_listed;
+    if too_large > 0 {
+        let how = if d.stopped_early && d.ooms.is_empty() { "; the replay stopped there" } else { "" };
+        let _ = writeln!(
+            s,
+            "  refused (>= 1 EiB)  {}, before the allocator as PyTorch does{how}",
+            plural(too_large, "request", "requests")
+        );
+        for record in d.too_large.iter().take(OOMS_LISTED) {
+            let _ = writeln!(s, "    line {} (event {}): {}", record.line, record.event_index, record.message);
+        }
+    }
+}
+
+fn fidelity_lines(s: &mut String, fidelity: Option<&FidelityReport>) {
+    match fidelity {
+        None => {
+            let _ = writeln!(
+                s,
+                "  fidelity           not checked (only for a whole-trace replay under the snapshot's own settings, unlimited)"
+            );
+        }
+        Some(f) if f.agrees() => {
+            let _ = writeln!(
+                s,
+                "  fidelity           agrees: {} segment events in the same order and sizes; the {} final segments, \
+                 allocated and reserved totals match",
+                f.recorded_segment_events, f.recorded_segments
+            );
+        }
+        Some(f) => {
+            let _ = writeln!(s, "  fidelity           DISAGREES with the recording:");
+            if let Some(d) = &f.first_segment_disagreement {
+                let show = |e: Option<(u64, Action, u64)>| match e {
+                    None => "nothing".to_owned(),
+                    Some((i, a, size)) => format!("{} of {} at entry {i}", a.as_str(), exact(size)),
+                };
+                let _ = writeln!(
+                    s,
+                    "    segment event #{}: recorded {}, replayed {}",
+                    d.position,
+                    show(d.recorded),
+                    show(d.replayed)
+                );
+            }
+            if let Some(m) = &f.first_misplaced_alloc {
+                let show = |p: Option<Placement>| match p {
+                    None => "in memory placed before the trace".to_owned(),
+                    Some(p) => {
+                        format!("at offset {} of segment #{} ({})", p.offset, p.segment, format_bytes(p.segment_bytes))
+                    }
+                };
+                let _ = writeln!(
+                    s,
+                    "    first misplaced allocation: entry {}, {}: recorded {}, replayed {}",
+                    m.trace_index,
+                    exact(m.requested_bytes),
+                    show(Some(m.recorded)),
+                    show(m.replayed)
+                );
+            }
+            if let Some(d) = &f.final_segments_disagreement {
+                let _ = writeln!(s, "    final segments: {d}");
+            }
+            if f.recorded_allocated_bytes != f.replayed_allocated_bytes
+                || f.recorded_reserved_bytes != f.replayed_reserved_bytes
+            {
+                let _ = writeln!(
+                    s,
+                    "    totals: recorded {} allocated / {} reserved, replayed {} / {}",
+                    exact(f.recorded_allocated_bytes),
+                    exact(f.recorded_reserved_bytes),
+                    exact(f.replayed_allocated_bytes),
+                    exact(f.replayed_reserved_bytes)
+                );
+            }
+        }
+    }
+}
+
+/// The replay page's summary table, from the document and the page's timeline
+/// (whose peaks are those of the charted device).
+pub fn page_facts(d: &ReplayDoc, t: &ReplayTimeline) -> Vec<Fact> {
+    let capacity = d.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
+    let total_ooms = d.ooms.len() as u64 + d.ooms_not_listed;
+    let mut facts = Vec::new();
+    match d.format {
+        InputFormat::VramlabTrace => {
+            facts.push(Fact::new("simulated device", capacity));
+            facts.push(Fact::new("allocator config", conf_text(&d.alloc_conf)));
+            facts.push(Fact::new(
+                "ops replayed",
+                format!("{} ({} lines read)", d.entries_replayed, d.lines.unwrap_or(0)),
+            ));
+            facts.push(Fact::new(
+                "out of memory",
+                match total_ooms {
+                    0 => "never".to_owned(),
+                    n if d.stopped_early => format!("{n} time(s); the replay stopped at the first"),
+                    n => format!("{n} time(s)"),
+                },
+            ));
+        }
+        InputFormat::PytorchSnapshot => {
+            facts.push(Fact::new(
+                "snapshot",
+                format!("PyTorch memory snapshot, pickle protocol {}", d.protocol.unwrap_or(0)),
+            ));
+            facts.push(Fact::new("device", d.device.to_string()));
+            facts.push(Fact::new("allocator config", conf_text(&d.alloc_conf)));
+            facts.push(Fact::new("simulated device", capacity));
+            facts.push(Fact::new(
+                "trace entries",
+                format!(
+                    "{} ({} in the window): {} allocs, {} frees",
+                    d.entries,
+                    d.entries_replayed,
+                    d.allocs.unwrap_or(0),
+                    d.frees.unwrap_or(0)
+                ),
+            ));
+            facts.push(Fact::new(
+                "out of memory",
+                match d.ooms.first() {
+                    None => "never".to_owned(),
+                    Some(o) => {
+                        format!("{total_ooms} time(s), first at entry {} (time_us {})", o.index, o.time_us.unwrap_or(0))
+                    }
+                },
+            ));
+        }
+    }
+    facts.push(Fact::new("peak allocated", exact(t.peak_allocated_bytes())));
+    facts.push(Fact::new("peak reserved", exact(t.peak_reserved_bytes())));
+    facts.push(Fact::new("final allocated", exact(d.final_allocated_bytes)));
+    facts.push(Fact::new("final reserved", exact(d.final_reserved_bytes)));
+    match d.format {
+        InputFormat::VramlabTrace => {
+            facts.push(Fact::new("live allocations", d.live_allocations.to_string()));
+            if d.devices.len() > 1 {
+                facts.push(Fact::new("devices", format!("{} (the page shows device 0)", d.devices.len())));
+            }
+        }
+        InputFormat::PytorchSnapshot => {
+            facts.push(Fact::new("segment allocations", d.segment_allocs.unwrap_or(0).to_string()));
+            if let Some(f) = &d.fidelity {
+                facts.push(Fact::new(
+                    "fidelity",
+                    if f.agrees() {
+                        "agrees with the recording"
+                    } else {
+                        "DISAGREES with the recording (see the terminal report)"
+                    },
+                ));
+            }
+        }
+    }
+    facts
+}
