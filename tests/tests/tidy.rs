@@ -25,6 +25,11 @@
 //!    workspace crate depends on a random-number crate (`proptest`, a test
 //!    tool with its own, is not one), and no source outside `engine/rng`
 //!    carries a generator's constants (SplitMix64's, xorshift64*'s).
+//! 6. **The map is true.** Every path ARCHITECTURE.md names in backticks
+//!    exists, and every Rust source file of the workspace is named there, or
+//!    a folder holding it is. A name is read in its place: relative to the
+//!    root, to the crate of the section it is in (and its `src/`), or to the
+//!    folder of the list item it is in (`- \`cuda/\` — … \`libs.rs\``).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -311,6 +316,141 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Extensions of the file names rule 6 reads as paths.
+const MAP_EXTENSIONS: &[&str] =
+    &["rs", "md", "toml", "py", "sh", "html", "css", "js", "json", "jsonl", "pickle", "ttf", "txt", "cu", "yml"];
+
+/// A backticked token of ARCHITECTURE.md that reads as a path: a folder
+/// (`engine/allocator/`) or a file with a known extension (`caching.rs`,
+/// `tests/tidy.rs`); placeholders (`NAME.json`, `<suite>.csv`, globs) are not.
+fn map_path(token: &str) -> Option<&str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
+    if token.starts_with('/') {
+        return None; // a path of some machine, not of the tree
+    }
+    if token.is_empty() || !token.chars().all(plain) || token.starts_with('.') && token.len() < 3 {
+        return None;
+    }
+    // Paths of the build's output and of PyTorch's tree are not this tree's.
+    if ["target/", "torch/", "c10/"].iter().any(|p| token.starts_with(p)) {
+        return None;
+    }
+    if token.chars().any(|c| c.is_ascii_uppercase()) && !token.ends_with(".md") && !token.contains("LICENSE") {
+        return None; // NAME.stats.json, DIR/…: placeholders
+    }
+    if token.ends_with('/') && token.len() > 1 {
+        return Some(token);
+    }
+    let ext = token.rsplit_once('.').map(|(_, e)| e)?;
+    // A bare file name other than a Rust source (`results.json`, `index.html`)
+    // is usually a file the program writes, not one of the tree.
+    (MAP_EXTENSIONS.contains(&ext) && (ext == "rs" || token.contains('/'))).then_some(token)
+}
+
+/// Where a name in ARCHITECTURE.md points: the candidates of `token` in its
+/// contexts (root, the section's crate and its `src/`, the list item's folder),
+/// and, when none exists, any file or folder of the section's tree whose path
+/// ends with it.
+fn resolve_map_path(token: &str, contexts: &[PathBuf], tree: &[PathBuf]) -> Vec<PathBuf> {
+    let t = token.trim_end_matches('/');
+    let mut found: Vec<PathBuf> = contexts.iter().map(|c| c.join(t)).filter(|p| tree.contains(p)).collect();
+    if found.is_empty() {
+        let within = contexts.get(1).cloned().unwrap_or_default();
+        found = tree
+            .iter()
+            .filter(|p| p.starts_with(&within) && (p.ends_with(t) || p.to_string_lossy().ends_with(&format!("/{t}"))))
+            .cloned()
+            .collect();
+    }
+    found
+}
+
+/// Rule 6 over the text of ARCHITECTURE.md and the repository's files and
+/// folders (`tree`, relative paths) and its Rust sources (`sources`).
+fn check_map(text: &str, tree: &[PathBuf], sources: &[PathBuf]) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut named: Vec<PathBuf> = Vec::new();
+    let mut section = PathBuf::new();
+    // (indent, folder) of the open list items that name a folder first.
+    let mut items: Vec<(usize, PathBuf)> = Vec::new();
+    let mut in_code = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let tokens: Vec<&str> = line.split('`').skip(1).step_by(2).collect();
+        if line.starts_with('#') {
+            items.clear();
+            section = tokens.iter().filter_map(|t| map_path(t)).find(|t| t.ends_with('/')).map_or_else(
+                || if line.starts_with("## ") { PathBuf::new() } else { section.clone() },
+                |t| PathBuf::from(t.trim_end_matches('/')),
+            );
+        }
+        let indent = line.len() - line.trim_start().len();
+        let item = line.trim_start().starts_with("- ");
+        if item || line.trim().is_empty() {
+            items.retain(|(i, _)| *i < indent && !line.trim().is_empty());
+        }
+        let mut contexts = vec![PathBuf::new(), section.clone(), section.join("src")];
+        for (_, folder) in items.iter().rev() {
+            contexts.insert(1, folder.clone());
+        }
+        for (k, token) in tokens.iter().enumerate() {
+            let Some(path) = map_path(token) else { continue };
+            if path.starts_with("shared/") && !tree.iter().any(|p| p.starts_with("shared")) {
+                continue;
+            }
+            let found = resolve_map_path(path, &contexts, tree);
+            if found.is_empty() {
+                errors.push(format!(
+                    "ARCHITECTURE.md:{}: `{path}` names nothing in the tree (read in {}); fix the name or the text",
+                    n + 1,
+                    contexts[1..].iter().map(|c| c.display().to_string()).collect::<Vec<_>>().join(", ")
+                ));
+                continue;
+            }
+            if k == 0 && item && path.ends_with('/') && line.trim_start().starts_with(&format!("- `{path}`")) {
+                items.push((indent, found[0].clone()));
+            }
+            // A heading places what follows; it does not name the files under it.
+            if !line.starts_with('#') {
+                named.extend(found);
+            }
+        }
+    }
+    for source in sources {
+        let covered =
+            named.iter().any(|p| source == p || source.starts_with(p) && tree.contains(p) && p != Path::new(""));
+        if !covered {
+            errors.push(format!(
+                "{}: not named in ARCHITECTURE.md's code map, nor a folder holding it; say what it holds there",
+                source.display()
+            ));
+        }
+    }
+    errors
+}
+
+/// Every file and folder of the repository (relative), but `target/` and `.git/`.
+fn repo_tree(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = e.file_name();
+        if name == "target" || name == ".git" {
+            continue;
+        }
+        out.push(p.strip_prefix(root).unwrap().to_path_buf());
+        if p.is_dir() {
+            repo_tree(root, &p, out);
+        }
+    }
+}
+
 #[test]
 fn the_tree_is_tidy() {
     let root = workspace_root();
@@ -340,6 +480,23 @@ fn the_tree_is_tidy() {
         }
     }
     assert!(files > 100, "only {files} Rust files found");
+    let mut tree = Vec::new();
+    repo_tree(&root, &root, &mut tree);
+    // `shared/` (the design documents) lies beside the repository; where it is
+    // absent, names in it cannot be checked and are taken as they are.
+    let shared = root.join("../shared");
+    let mut beside = Vec::new();
+    repo_tree(&shared, &shared, &mut beside);
+    tree.extend(beside.into_iter().map(|p| Path::new("shared").join(p)));
+    let mut sources = Vec::new();
+    for k in &krates {
+        rust_files(&root.join(&k.dir), &mut sources);
+    }
+    let mut sources: Vec<PathBuf> = sources.iter().map(|p| p.strip_prefix(&root).unwrap().to_path_buf()).collect();
+    sources.sort();
+    sources.dedup();
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md at the root");
+    errors.extend(check_map(&map, &tree, &sources));
     assert!(errors.is_empty(), "the tree breaks {} rule(s):\n{}", errors.len(), errors.join("\n"));
 }
 
@@ -447,4 +604,43 @@ fn the_rules_name_crates_and_files_that_exist() {
     for f in WRITER_FILES {
         assert!(root.join(f).is_file(), "{f}");
     }
+}
+
+#[test]
+fn a_wrong_or_missing_name_in_the_map_is_reported() {
+    let tree: Vec<PathBuf> =
+        ["engine", "engine/a", "engine/a/src", "engine/a/src/lib.rs", "engine/a/src/cuda", "engine/a/src/cuda/conv"]
+            .iter()
+            .chain(&[
+                "engine/a/src/cuda/conv/mod.rs",
+                "engine/a/src/cuda/libs.rs",
+                "engine/a/tests",
+                "engine/a/tests/t.rs",
+            ])
+            .map(PathBuf::from)
+            .collect();
+    let sources: Vec<PathBuf> =
+        ["engine/a/src/lib.rs", "engine/a/src/cuda/conv/mod.rs", "engine/a/src/cuda/libs.rs", "engine/a/tests/t.rs"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+    let good = "## Code map\n\n#### `engine/a/` (a)\n\n- `lib.rs` — the map.\n- `cuda/` — the backend:\n  `libs.rs` finds libraries; `conv/` is conv2d.\n\nTests: `tests/t.rs`.\n";
+    assert_eq!(check_map(good, &tree, &sources), Vec::<String>::new());
+    // A file that became a folder, and a file left out.
+    let stale = good.replace("`conv/` is conv2d", "`cuda/conv.rs` is conv2d").replace("Tests: `tests/t.rs`.", "");
+    let e = check_map(&stale, &tree, &sources);
+    assert!(e.iter().any(|e| e.contains("`cuda/conv.rs` names nothing")), "{e:?}");
+    assert!(e.iter().any(|e| e.starts_with("engine/a/tests/t.rs: not named")), "{e:?}");
+    assert_eq!(e.len(), 2, "{e:?}");
+    // Without the folder's item, its files are not named either.
+    let e = check_map(
+        &good.replace("- `cuda/` — the backend:\n  `libs.rs` finds libraries; `conv/` is conv2d.\n", ""),
+        &tree,
+        &sources,
+    );
+    assert!(e.iter().any(|e| e.starts_with("engine/a/src/cuda/conv/mod.rs: not named")), "{e:?}");
+    assert!(e.iter().any(|e| e.starts_with("engine/a/src/cuda/libs.rs: not named")), "{e:?}");
+    // Code blocks and placeholders are not names.
+    let more = format!("{good}\n```\n`nothing/here.rs`\n```\n`NAME.stats.json` and `<suite>.csv`\n");
+    assert_eq!(check_map(&more, &tree, &sources), Vec::<String>::new());
 }
