@@ -3,13 +3,12 @@
 //! marked, the tuning cost per shape and whether it pays back, and for the
 //! first shapes that pay back, total time over calls with the break-even.
 
+use super::ALGORITHM_NOTE;
 use crate::charts::{
     AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit, case, distinct,
     first_reason, median, metric, param, why_not,
 };
 use crate::schema::{CaseResult, SuiteResult};
-
-const ALGORITHM_NOTE: &str = "algorithm: ";
 
 fn algorithm(c: &CaseResult) -> Option<&str> {
     c.notes.iter().find_map(|n| n.strip_prefix(ALGORITHM_NOTE))
