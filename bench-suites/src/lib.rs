@@ -1,10 +1,12 @@
 //! vramlab's bench suites: each claim of the GPU guides as a suite of cases,
-//! the timing harness that measures them, and the results schema they fill.
+//! the timing harness that measures them, the results schema they fill, and
+//! the charts each suite declares as data to show its claim ([`charts`]).
 //!
 //! Suites return data; they never print or write files (reports write files,
 //! xtask talks to the terminal). A case that fails, panics or overruns its time
 //! budget is recorded as failed and the run goes on ([`runner`]).
 
+pub mod charts;
 pub mod env;
 pub mod harness;
 pub mod runner;
@@ -12,6 +14,7 @@ pub mod schema;
 pub mod suite;
 pub mod suites;
 
+pub use charts::{ChartSpec, declared_charts};
 pub use harness::{HarnessConfig, measure};
 pub use runner::{SnapshotSink, run_suite, run_suite_with};
 pub use schema::*;

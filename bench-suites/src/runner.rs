@@ -63,6 +63,7 @@ pub fn run_suite_with(
                 duration_ns: now_ns() - started,
                 cases: vec![failed],
                 findings: vec![],
+                charts: vec![],
             };
         }
     };
@@ -75,15 +76,19 @@ pub fn run_suite_with(
         results.push(result);
     }
     let findings = catch_unwind(AssertUnwindSafe(|| suite.findings(ctx, &results))).unwrap_or_default();
-    progress.suite_finished(suite.name());
-    SuiteResult {
+    let mut result = SuiteResult {
         name: suite.name().into(),
         description: suite.description().into(),
         device: ctx.device.to_string(),
         duration_ns: now_ns() - started,
         cases: results,
         findings,
-    }
+        charts: vec![],
+    };
+    // A chart that panics is left out, like findings: the results stay whole.
+    result.charts = catch_unwind(AssertUnwindSafe(|| suite.charts(&result))).unwrap_or_default();
+    progress.suite_finished(suite.name());
+    result
 }
 
 fn run_case(case: Case, ctx: &Context, suite: &str, sink: Option<&dyn SnapshotSink>) -> CaseResult {

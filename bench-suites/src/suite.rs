@@ -7,8 +7,9 @@ use std::time::Duration;
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::Hooks;
 
+use crate::charts::ChartSpec;
 use crate::harness::HarnessConfig;
-use crate::schema::{CaseResult, Finding, RunOptions, TimingStats};
+use crate::schema::{CaseResult, Finding, RunOptions, SuiteResult, TimingStats};
 
 /// Receives progress while suites run (xtask draws progress bars from it).
 /// Suites never print: this is their only way to say how far they are.
@@ -153,6 +154,13 @@ pub trait Suite: Send + Sync {
     fn cases(&self, ctx: &Context) -> Vec<Case>;
     /// What the results say about the claims.
     fn findings(&self, ctx: &Context, cases: &[CaseResult]) -> Vec<Finding>;
+    /// The charts that show the claim, computed from the suite's results
+    /// alone (the runner stores them in [`SuiteResult::charts`]; the report
+    /// also calls this for results files that store none). None by default:
+    /// the report then draws its generic charts (median time and peak per case).
+    fn charts(&self, _result: &SuiteResult) -> Vec<ChartSpec> {
+        Vec::new()
+    }
 }
 
 /// Contexts for the suites' unit tests: quick mode, three fixed samples.

@@ -82,6 +82,7 @@ fn full_run(seed: u64, scale: f64) -> RunResults {
                 duration_ns: 1,
                 cases: cases.iter().skip(s).step_by(8).cloned().collect(),
                 findings: vec![],
+                charts: vec![],
             })
             .collect(),
     }

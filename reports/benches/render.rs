@@ -95,6 +95,7 @@ fn results(suites: usize, cases: usize, events: usize) -> RunResults {
                 duration_ns: 1,
                 cases: (0..cases).map(case).collect(),
                 findings: vec![Finding { claim: "c".into(), verdict: Verdict::Holds, evidence: "e".into() }],
+                charts: vec![],
             })
             .collect(),
     }

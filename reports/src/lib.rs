@@ -195,6 +195,7 @@ pub(crate) mod tests {
                 duration_ns: 1,
                 cases: vec![case, failed],
                 findings: vec![],
+                charts: vec![],
             }],
         }
     }

@@ -1,28 +1,11 @@
 //! Human-readable numbers for reports: binary units for memory (KiB/MiB/GiB),
-//! ns/µs/ms/s for time, and the unit a metric's name carries.
+//! ns/µs/ms/s for time (both defined beside the suites' chart declarations in
+//! `vramlab_suites::charts`, whose labels use them), and the unit a metric's
+//! name carries.
 
-use vramlab_engine::alloc::consts::{GIB, KIB, MIB};
-
-/// Bytes in binary units: `512 B`, `1.50 KiB`, `3.00 MiB`, `2.00 GiB`.
-pub fn fmt_bytes(bytes: u64) -> String {
-    let b = bytes as f64;
-    match bytes {
-        b0 if b0 < KIB => format!("{b0} B"),
-        b0 if b0 < MIB => format!("{:.2} KiB", b / KIB as f64),
-        b0 if b0 < GIB => format!("{:.2} MiB", b / MIB as f64),
-        _ => format!("{:.2} GiB", b / GIB as f64),
-    }
-}
-
-/// Nanoseconds in the largest fitting unit: `850 ns`, `12.3 µs`, `4.56 ms`, `1.20 s`.
-pub fn fmt_ns(ns: f64) -> String {
-    match ns.abs() {
-        v if v < 1e3 => format!("{ns:.0} ns"),
-        v if v < 1e6 => format!("{:.2} µs", ns / 1e3),
-        v if v < 1e9 => format!("{:.2} ms", ns / 1e6),
-        _ => format!("{:.2} s", ns / 1e9),
-    }
-}
+/// Bytes in binary units (`3.00 MiB`) and nanoseconds in the largest fitting
+/// unit (`12.30 µs`): the suites' chart labels use the same formats.
+pub use vramlab_suites::charts::{fmt_bytes, fmt_ns};
 
 /// The unit a metric's name ends in, and its value formatted with it.
 pub fn metric_unit(name: &str) -> &'static str {

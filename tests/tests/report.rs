@@ -117,6 +117,7 @@ fn fixture() -> RunResults {
                     verdict: Verdict::Holds,
                     evidence: "training 3.00 MiB vs eval 1.00 MiB".into(),
                 }],
+                charts: vec![],
             },
             SuiteResult {
                 name: "transfer".into(),
@@ -129,6 +130,7 @@ fn fixture() -> RunResults {
                     verdict: Verdict::NotApplicable,
                     evidence: "no GPU".into(),
                 }],
+                charts: vec![],
             },
         ],
     }

@@ -20,6 +20,8 @@
 //! into the numbers; none is profiled by the runner (a recording subscriber is
 //! what the recording cases measure).
 
+mod charts;
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
@@ -285,6 +287,10 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
 }
 
 impl Suite for AllocatorSuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "allocator"
     }

@@ -21,6 +21,8 @@
 //! `cpu:45`, on the run's hub, so the runner's profile of the case is that
 //! device's), or on the run's GPU when there is one.
 
+mod charts;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -195,6 +197,10 @@ struct Reference {
 type Shared = Arc<Mutex<HashMap<&'static str, Reference>>>;
 
 impl Suite for AmpSuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "amp"
     }

@@ -6,6 +6,8 @@
 //! The CPU backend runs synchronously: both host timings measure the whole
 //! work, and there are no device events; the device-event case says so.
 
+mod charts;
+
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +50,10 @@ fn recorded(medians: &Medians, name: &str) -> Option<f64> {
 }
 
 impl Suite for AsyncTimingSuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "async"
     }

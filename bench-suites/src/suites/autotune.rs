@@ -17,6 +17,8 @@
 //! their medians, so the benchmark case can compute the payback against the off
 //! case and the deterministic case its cost against both.
 
+mod charts;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -553,6 +555,10 @@ impl AutotuneSuite {
 }
 
 impl Suite for AutotuneSuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "autotune"
     }

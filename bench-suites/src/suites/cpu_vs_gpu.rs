@@ -6,6 +6,8 @@
 //! Without a GPU the CPU side runs and the GPU side is one case per op, marked
 //! not available with the reason.
 
+mod charts;
+
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
@@ -141,6 +143,10 @@ fn gpu(ctx: &Context) -> Result<Device, String> {
 }
 
 impl Suite for CpuVsGpuSuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "cpu-vs-gpu"
     }

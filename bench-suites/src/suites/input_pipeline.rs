@@ -10,6 +10,8 @@
 //! training thread); pinned staging is not expected to matter there (the
 //! "device" is host memory), and the pinned finding says so.
 
+mod charts;
+
 use std::sync::{Arc, Mutex};
 
 use vramlab_engine::alloc::AllocatorConfig;
@@ -145,6 +147,10 @@ fn run_case(ctx: &Context, workers: usize, pinned: bool) -> Result<CaseOutput, C
 }
 
 impl Suite for InputPipelineSuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "input-pipeline"
     }

@@ -23,6 +23,8 @@
 //! each case's peaks its own and lets the sweep and the fragmentation case run
 //! out of memory at a known capacity, on any machine.
 
+mod charts;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -113,6 +115,10 @@ struct Shared {
 type SharedRef = Arc<Mutex<Shared>>;
 
 impl Suite for MemorySuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "memory"
     }

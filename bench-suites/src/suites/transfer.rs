@@ -11,6 +11,8 @@
 //! cases measure and record that honestly; the findings never read a GPU
 //! effect into CPU numbers.
 
+mod charts;
+
 use std::hint::black_box;
 
 use vramlab_engine::tensor::{DType, HostBuffer, Tensor, TensorError};
@@ -85,6 +87,10 @@ fn host_buffer(bytes: usize, pinned: bool) -> HostBuffer {
 }
 
 impl Suite for TransferSuite {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+        charts::charts(result)
+    }
+
     fn name(&self) -> &'static str {
         "transfer"
     }

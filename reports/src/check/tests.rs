@@ -67,6 +67,7 @@ fn run(cases: Vec<CaseResult>) -> RunResults {
             duration_ns: 1,
             cases,
             findings: vec![],
+            charts: vec![],
         }],
     }
 }

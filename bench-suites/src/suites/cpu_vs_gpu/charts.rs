@@ -1,0 +1,164 @@
+//! The cpu-vs-gpu suite's charts: per op, CPU and GPU time by size on log
+//! axes with the crossover marked (or a note on why there is none), and the
+//! GPU's speedups over the CPU with 1× as the reference.
+
+use crate::charts::{
+    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit, distinct,
+    first_reason, median, metric, param, param_f64,
+};
+use crate::schema::SuiteResult;
+
+/// The smallest size from which the GPU is faster at every larger size (the
+/// suite's rule): `pairs` are (size, cpu ns, gpu ns) by increasing size.
+fn crossover(pairs: &[(f64, f64, f64)]) -> Option<usize> {
+    match pairs.iter().rposition(|&(_, cpu, gpu)| gpu >= cpu) {
+        None if pairs.is_empty() => None,
+        None => Some(0),
+        Some(i) if i + 1 < pairs.len() => Some(i + 1),
+        Some(_) => None,
+    }
+}
+
+pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
+    let mut out = Vec::new();
+    let ops = distinct(&suite.cases, "op");
+    let side = |op: &str, dev: &str| -> Vec<(f64, f64, String)> {
+        let mut v: Vec<(f64, f64, f64, String)> = suite
+            .cases
+            .iter()
+            .filter(|c| param(c, "op") == Some(op) && param(c, "device") == Some(dev) && c.outcome.is_ok())
+            .filter_map(|c| {
+                let idx = param_f64(c, "size_index").unwrap_or(0.0);
+                Some((idx, param_f64(c, "flops")?, median(c)?, param(c, "size").unwrap_or("?").to_owned()))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v.into_iter().map(|(_, f, t, l)| (f, t, l)).collect()
+    };
+    let mut speedups = Vec::new();
+    let mut missing_gpu = None;
+    for op in &ops {
+        let name = format!("{op}-time-by-size");
+        let title = format!("{op}: CPU vs GPU time by size");
+        let (cpu, gpu) = (side(op, "cpu"), side(op, "gpu"));
+        let of_op = || suite.cases.iter().filter(move |c| param(c, "op") == Some(op.as_str()));
+        if cpu.is_empty() && gpu.is_empty() {
+            let reason = first_reason(of_op()).unwrap_or_else(|| "no case of this op produced a time".into());
+            out.push(ChartSpec::unavailable(name, title, reason));
+            continue;
+        }
+        let mut notes = Vec::new();
+        let mut x_marks = Vec::new();
+        if gpu.is_empty() {
+            let reason = first_reason(of_op().filter(|c| param(c, "device") == Some("gpu")))
+                .unwrap_or_else(|| "no GPU case ran".into());
+            notes.push(format!("GPU side {reason}; no crossover without it."));
+            missing_gpu.get_or_insert(reason);
+        } else {
+            let pairs: Vec<(f64, f64, f64)> =
+                cpu.iter().filter_map(|(f, c, _)| gpu.iter().find(|g| g.0 == *f).map(|g| (*f, *c, g.1))).collect();
+            match crossover(&pairs) {
+                Some(i) => {
+                    let label = cpu.iter().find(|c| c.0 == pairs[i].0).map_or("?", |c| c.2.as_str());
+                    let from = if i == 0 { " (every size tried)" } else { "" };
+                    x_marks.push(Marker::new(pairs[i].0, format!("crossover: the GPU wins from {label}{from}")));
+                }
+                None if !pairs.is_empty() => notes.push("The GPU does not win at the largest size tried.".into()),
+                None => notes.push("No size ran on both devices.".into()),
+            }
+        }
+        let gpu_name = if gpu.is_empty() { "GPU (not available)" } else { "GPU" };
+        let line = |name: &str, pts: &[(f64, f64, String)], color| LineSeries {
+            name: name.into(),
+            points: pts.iter().map(|p| (p.0, p.1)).collect(),
+            dashed: false,
+            color,
+        };
+        let mut lines = LinesSpec::new(
+            AxisSpec::new("work per call (FLOP, log)", Unit::Flop, Scale::Log),
+            AxisSpec::new("median time per call (log)", Unit::Nanoseconds, Scale::Log),
+            vec![line("CPU", &cpu, 0), line(gpu_name, &gpu, 1)],
+        );
+        lines.x_marks = x_marks;
+        lines.notes = notes;
+        out.push(ChartSpec::lines(name, title, lines));
+        let bars: Vec<BarSpec> = suite
+            .cases
+            .iter()
+            .filter(|c| param(c, "op") == Some(op.as_str()) && param(c, "device") == Some("gpu"))
+            .filter_map(|c| Some(BarSpec::new(param(c, "size")?, metric(c, "speedup_vs_cpu_ratio")?, 0)))
+            .collect();
+        if !bars.is_empty() {
+            speedups.push(BarGroupSpec { name: op.clone(), bars });
+        }
+    }
+    let title = "cpu-vs-gpu: GPU speedup over the CPU (CPU time ÷ GPU time)";
+    let speedup = if speedups.is_empty() {
+        ChartSpec::unavailable("speedup", title, missing_gpu.unwrap_or_else(|| "no GPU case produced a speedup".into()))
+    } else {
+        let mut bars = BarsSpec::new(Unit::Ratio, speedups);
+        bars.reference = Some(Marker::new(1.0, "1× (as fast as the CPU)"));
+        ChartSpec::bars("speedup", title, bars)
+    };
+    out.push(speedup);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::charts::ChartKind;
+    use crate::charts::testing::{case, chart, suite, timed};
+    use crate::schema::{CaseResult, Outcome};
+
+    fn op_case(dev: &str, i: usize, flops: f64, ns: f64) -> CaseResult {
+        let size = format!("s{i}");
+        timed(
+            case(
+                &format!("matmul/{dev}/{size}"),
+                &[
+                    ("op", "matmul".into()),
+                    ("device", dev.into()),
+                    ("size", size.into()),
+                    ("size_index", i.into()),
+                    ("flops", flops.into()),
+                ],
+                &[],
+            ),
+            ns,
+        )
+    }
+
+    #[test]
+    fn the_crossover_is_the_first_size_from_which_the_gpu_always_wins() {
+        assert_eq!(crossover(&[]), None);
+        assert_eq!(crossover(&[(1.0, 2.0, 1.0), (2.0, 4.0, 1.0)]), Some(0));
+        assert_eq!(crossover(&[(1.0, 1.0, 2.0), (2.0, 4.0, 1.0), (3.0, 1.0, 2.0), (4.0, 9.0, 1.0)]), Some(3));
+        assert_eq!(crossover(&[(1.0, 4.0, 1.0), (2.0, 1.0, 2.0)]), None);
+        // The GPU loses at s0 and s1 and wins from s2 up.
+        let cases = vec![
+            op_case("cpu", 0, 1e3, 1_000.0),
+            op_case("cpu", 1, 1e5, 10_000.0),
+            op_case("cpu", 2, 1e7, 1_000_000.0),
+            op_case("gpu", 0, 1e3, 5_000.0),
+            op_case("gpu", 1, 1e5, 20_000.0),
+            op_case("gpu", 2, 1e7, 100_000.0),
+        ];
+        let charts = charts(&suite("cpu-vs-gpu", cases));
+        let ChartKind::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
+        assert_eq!(lines.x_marks, vec![Marker::new(1e7, "crossover: the GPU wins from s2")]);
+        assert_eq!(lines.series.iter().map(|s| s.points.len()).collect::<Vec<_>>(), [3, 3]);
+    }
+
+    #[test]
+    fn without_a_gpu_the_speedups_say_why() {
+        let mut gpu = case("matmul/gpu", &[("op", "matmul".into()), ("device", "gpu".into())], &[]);
+        gpu.outcome = Outcome::NotAvailable { reason: "no CUDA driver".into() };
+        let charts = charts(&suite("cpu-vs-gpu", vec![op_case("cpu", 0, 1e3, 1_000.0), gpu]));
+        let ChartKind::Unavailable { reason } = chart(&charts, "speedup") else { panic!("the speedups need a GPU") };
+        assert!(reason.contains("no CUDA driver"), "{reason}");
+        let ChartKind::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
+        assert_eq!(lines.notes, ["GPU side matmul/gpu: not available: no CUDA driver; no crossover without it."]);
+        assert_eq!(lines.series[1].name, "GPU (not available)");
+    }
+}
