@@ -1,17 +1,18 @@
-//! Human-readable numbers for reports: binary units for memory (KiB/MiB/GiB),
-//! ns/µs/ms/s for time, and the unit a metric's name carries.
+//! Human-readable numbers for reports and the command line: binary units for
+//! memory (B/KiB/MiB/GiB/TiB), ns/µs/ms/s for time, and the unit a metric's
+//! name carries.
 
-use vramlab_engine::alloc::consts::{GIB, KIB, MIB};
+use vramlab_engine::alloc::consts::{GIB, KIB, MIB, TIB};
 
-/// Bytes in binary units: `512 B`, `1.50 KiB`, `3.00 MiB`, `2.00 GiB`.
+/// The binary units [`fmt_bytes`] writes (and `vramlab`'s size arguments
+/// accept), each with its size in bytes, smallest first.
+pub const BYTE_UNITS: [(&str, u64); 5] = [("B", 1), ("KiB", KIB), ("MiB", MIB), ("GiB", GIB), ("TiB", TIB)];
+
+/// `bytes` in the largest binary unit it reaches, two decimals: `512 B`,
+/// `1.50 KiB`, `512.00 MiB`, `24.00 GiB`, `5.00 TiB`.
 pub fn fmt_bytes(bytes: u64) -> String {
-    let b = bytes as f64;
-    match bytes {
-        b0 if b0 < KIB => format!("{b0} B"),
-        b0 if b0 < MIB => format!("{:.2} KiB", b / KIB as f64),
-        b0 if b0 < GIB => format!("{:.2} MiB", b / MIB as f64),
-        _ => format!("{:.2} GiB", b / GIB as f64),
-    }
+    let (name, unit) = BYTE_UNITS.iter().rev().find(|(_, u)| bytes >= *u).copied().unwrap_or(BYTE_UNITS[0]);
+    if unit == 1 { format!("{bytes} B") } else { format!("{:.2} {name}", bytes as f64 / unit as f64) }
 }
 
 /// Nanoseconds in the largest fitting unit: `850 ns`, `12.3 µs`, `4.56 ms`, `1.20 s`.
@@ -74,6 +75,14 @@ mod tests {
         assert_eq!(fmt_bytes(1536), "1.50 KiB");
         assert_eq!(fmt_bytes(3 << 20), "3.00 MiB");
         assert_eq!(fmt_bytes(2 << 30), "2.00 GiB");
+        assert_eq!(fmt_bytes(0), "0 B");
+        assert_eq!(fmt_bytes(1023), "1023 B");
+        assert_eq!(fmt_bytes(1024), "1.00 KiB");
+        assert_eq!(fmt_bytes(1 << 20), "1.00 MiB");
+        assert_eq!(fmt_bytes(512 << 20), "512.00 MiB");
+        assert_eq!(fmt_bytes(3 << 29), "1.50 GiB");
+        assert_eq!(fmt_bytes(5 << 40), "5.00 TiB");
+        assert_eq!(fmt_bytes(u64::MAX), "16777216.00 TiB");
         assert_eq!(fmt_ns(850.0), "850 ns");
         assert_eq!(fmt_ns(12_300.0), "12.30 µs");
         assert_eq!(fmt_ns(4_560_000.0), "4.56 ms");

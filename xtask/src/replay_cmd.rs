@@ -15,7 +15,7 @@ use vramlab_engine::replay::{self, OnOom, ReplayError, ReplayOptions, ReplayRepo
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 
 use crate::cli::ReplayArgs;
-use crate::size::format_bytes;
+use vramlab_reports::units::fmt_bytes as format_bytes;
 
 /// How many out-of-memory events the readable report lists one by one.
 const OOMS_LISTED: usize = 10;

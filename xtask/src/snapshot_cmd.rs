@@ -13,7 +13,7 @@ use vramlab_engine::alloc::snapshot::{self, Snapshot, SnapshotReplay, SnapshotRe
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 
 use crate::cli::ReplayArgs;
-use crate::size::format_bytes;
+use vramlab_reports::units::fmt_bytes as format_bytes;
 
 /// Replays a snapshot read from `input` (named `name` in messages).
 pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result<Vec<u8>> {

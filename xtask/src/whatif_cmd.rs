@@ -18,7 +18,7 @@ use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 
 use crate::cli::WhatifArgs;
 use crate::replay_cmd::write_stdout;
-use crate::size::format_bytes;
+use vramlab_reports::units::fmt_bytes as format_bytes;
 
 pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if !crate::replay_cmd::report_dir_ok(args.report.as_deref()) {
