@@ -86,6 +86,60 @@ fn affine_inputs(
     Ok((xc, wc, bc, dtype))
 }
 
+/// The forward [`Linear`] and [`Conv2d`] share: the inputs cast for the compute
+/// dtype, `y = op(x, w) + b`, and with grad mode on what backward needs.
+fn affine_forward(
+    x: &Tensor,
+    weight: &Parameter,
+    bias: Option<&Parameter>,
+    op: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<(Tensor, Option<AffineSaved>)> {
+    let (xc, wc, bc, dtype) = affine_inputs(x, weight, bias)?;
+    let mut y = op(&xc, &wc)?;
+    if let Some(b) = &bc {
+        y.add_bias_(b)?;
+    }
+    let saved = is_grad_enabled().then(|| {
+        let w = (dtype != weight.data().dtype()).then_some(wc);
+        AffineSaved { x: xc, w, input_dtype: x.dtype() }
+    });
+    Ok((y, saved))
+}
+
+/// The backward [`Linear`] and [`Conv2d`] share: the weight's gradient
+/// `weight_grad(x, gy)` and the bias's `Σ gy` in the compute dtype, the saved
+/// input dropped, then (when asked) the input's gradient `input_grad(w, gy)`
+/// under `temporary`, in the input's own dtype.
+fn affine_backward(
+    saved: AffineSaved,
+    gy: Tensor,
+    need_input_grad: bool,
+    weight: &mut Parameter,
+    bias: Option<&mut Parameter>,
+    weight_grad: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+    input_grad: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Option<Tensor>> {
+    let AffineSaved { x, w, input_dtype } = saved;
+    let dtype = x.dtype();
+    let gy = grad_in(gy, dtype)?;
+    param_grad(weight, dtype, || weight_grad(&x, &gy))?;
+    if let Some(b) = bias {
+        param_grad(b, dtype, || Ok(gy.bias_grad()?))?;
+    }
+    drop(x);
+    if !need_input_grad {
+        return Ok(None);
+    }
+    let _t = tag_scope(Tag::Temporary);
+    let w = match w {
+        Some(w) => w,
+        None => weight.data().clone(),
+    };
+    let gx = input_grad(&w, &gy)?;
+    drop((gy, w));
+    Ok(Some(gx.to_dtype(input_dtype)?))
+}
+
 /// The gradient `gy` in `dtype` (autograd casts gradients back through casts).
 fn grad_in(gy: Tensor, dtype: DType) -> Result<Tensor> {
     if gy.dtype() == dtype {
@@ -190,38 +244,23 @@ impl Module for Linear {
                 reason: format!("input {:?} is not [batch, {}]", x.shape(), self.in_features),
             });
         }
-        let (xc, wc, bc, dtype) = affine_inputs(x, &self.weight, self.bias.as_ref())?;
-        let mut y = xc.matmul_transposed(&wc, false, true)?;
-        if let Some(b) = &bc {
-            y.add_bias_(b)?;
-        }
-        if is_grad_enabled() {
-            let w = (dtype != self.weight.data().dtype()).then_some(wc);
-            self.saved = Some(AffineSaved { x: xc, w, input_dtype: x.dtype() });
-        }
+        let (y, saved) =
+            affine_forward(x, &self.weight, self.bias.as_ref(), |x, w| Ok(x.matmul_transposed(w, false, true)?))?;
+        self.saved = saved;
         Ok(y)
     }
 
     fn backward(&mut self, gy: Tensor, need_input_grad: bool) -> Result<Option<Tensor>> {
-        let AffineSaved { x, w, input_dtype } = self.saved.take().ok_or_else(|| missing("Linear"))?;
-        let dtype = x.dtype();
-        let gy = grad_in(gy, dtype)?;
-        param_grad(&mut self.weight, dtype, || Ok(gy.matmul_transposed(&x, true, false)?))?;
-        if let Some(b) = &mut self.bias {
-            param_grad(b, dtype, || Ok(gy.bias_grad()?))?;
-        }
-        drop(x);
-        if !need_input_grad {
-            return Ok(None);
-        }
-        let _t = tag_scope(Tag::Temporary);
-        let w = match w {
-            Some(w) => w,
-            None => self.weight.data().clone(),
-        };
-        let gx = gy.matmul(&w)?;
-        drop((gy, w));
-        Ok(Some(gx.to_dtype(input_dtype)?))
+        let saved = self.saved.take().ok_or_else(|| missing("Linear"))?;
+        affine_backward(
+            saved,
+            gy,
+            need_input_grad,
+            &mut self.weight,
+            self.bias.as_mut(),
+            |x, gy| Ok(gy.matmul_transposed(x, true, false)?),
+            |w, gy| Ok(gy.matmul(w)?),
+        )
     }
 
     fn parameters(&self) -> Vec<&Parameter> {
@@ -343,40 +382,25 @@ impl Module for Conv2d {
                 reason: format!("input {:?} is not [batch, {}, h, w]", x.shape(), self.in_channels),
             });
         }
-        let (xc, wc, bc, dtype) = affine_inputs(x, &self.weight, self.bias.as_ref())?;
-        let mut y = xc.conv2d(&wc, self.opts)?;
-        if let Some(b) = &bc {
-            y.add_bias_(b)?;
-        }
-        if is_grad_enabled() {
-            let w = (dtype != self.weight.data().dtype()).then_some(wc);
-            self.saved = Some((AffineSaved { x: xc, w, input_dtype: x.dtype() }, x.shape().to_vec()));
-        }
+        let opts = self.opts;
+        let (y, saved) = affine_forward(x, &self.weight, self.bias.as_ref(), |x, w| Ok(x.conv2d(w, opts)?))?;
+        self.saved = saved.map(|s| (s, x.shape().to_vec()));
         Ok(y)
     }
 
     fn backward(&mut self, gy: Tensor, need_input_grad: bool) -> Result<Option<Tensor>> {
-        let (AffineSaved { x, w, input_dtype }, x_shape) = self.saved.take().ok_or_else(|| missing("Conv2d"))?;
-        let dtype = x.dtype();
-        let gy = grad_in(gy, dtype)?;
+        let (saved, x_shape) = self.saved.take().ok_or_else(|| missing("Conv2d"))?;
         let w_shape = self.weight.shape().to_vec();
         let opts = self.opts;
-        param_grad(&mut self.weight, dtype, || Ok(Tensor::conv2d_backward_weight(&x, &gy, &w_shape, opts)?))?;
-        if let Some(b) = &mut self.bias {
-            param_grad(b, dtype, || Ok(gy.bias_grad()?))?;
-        }
-        drop(x);
-        if !need_input_grad {
-            return Ok(None);
-        }
-        let _t = tag_scope(Tag::Temporary);
-        let w = match w {
-            Some(w) => w,
-            None => self.weight.data().clone(),
-        };
-        let gx = Tensor::conv2d_backward_data(&w, &gy, &x_shape, opts)?;
-        drop((gy, w));
-        Ok(Some(gx.to_dtype(input_dtype)?))
+        affine_backward(
+            saved,
+            gy,
+            need_input_grad,
+            &mut self.weight,
+            self.bias.as_mut(),
+            |x, gy| Ok(Tensor::conv2d_backward_weight(x, gy, &w_shape, opts)?),
+            |w, gy| Ok(Tensor::conv2d_backward_data(w, gy, &x_shape, opts)?),
+        )
     }
 
     fn parameters(&self) -> Vec<&Parameter> {
