@@ -15,7 +15,7 @@
 //! [`Suite::charts`]: crate::Suite::charts
 
 use serde::{Deserialize, Serialize};
-use vramlab_engine::alloc::consts::{GIB, KIB, MIB};
+use vramlab_engine::alloc::consts::{GIB, KIB, MIB, TIB};
 
 use crate::schema::{CaseResult, Outcome, SuiteResult};
 
@@ -223,15 +223,16 @@ pub fn declared_charts(result: &SuiteResult) -> Vec<ChartSpec> {
 
 // ------------------------------------------------------------------ formats
 
-/// Bytes in binary units: `512 B`, `1.50 KiB`, `3.00 MiB`, `2.00 GiB`.
+/// The binary units [`fmt_bytes`] writes (and `vramlab`'s size arguments
+/// accept), each with its size in bytes, smallest first.
+pub const BYTE_UNITS: [(&str, u64); 5] = [("B", 1), ("KiB", KIB), ("MiB", MIB), ("GiB", GIB), ("TiB", TIB)];
+
+/// `bytes` in the largest binary unit it reaches, two decimals: `512 B`,
+/// `1.50 KiB`, `512.00 MiB`, `24.00 GiB`, `5.00 TiB`. The one byte format of
+/// vramlab: chart labels, pages, summaries and the command line use it.
 pub fn fmt_bytes(bytes: u64) -> String {
-    let b = bytes as f64;
-    match bytes {
-        b0 if b0 < KIB => format!("{b0} B"),
-        b0 if b0 < MIB => format!("{:.2} KiB", b / KIB as f64),
-        b0 if b0 < GIB => format!("{:.2} MiB", b / MIB as f64),
-        _ => format!("{:.2} GiB", b / GIB as f64),
-    }
+    let (name, unit) = BYTE_UNITS.iter().rev().find(|(_, u)| bytes >= *u).copied().unwrap_or(BYTE_UNITS[0]);
+    if unit == 1 { format!("{bytes} B") } else { format!("{:.2} {name}", bytes as f64 / unit as f64) }
 }
 
 /// Nanoseconds in the largest fitting unit: `850 ns`, `12.3 µs`, `4.56 ms`, `1.20 s`.

@@ -43,19 +43,7 @@ pub fn run_suite_with(
     let cases = match catch_unwind(AssertUnwindSafe(|| suite.cases(ctx))) {
         Ok(c) => c,
         Err(panic) => {
-            let failed = CaseResult {
-                name: "setup".into(),
-                params: Default::default(),
-                outcome: Outcome::Failed { message: format!("the suite's setup panicked: {}", panic_message(&panic)) },
-                timing: None,
-                metrics: Default::default(),
-                memory: None,
-                notes: vec![],
-                duration_ns: 0,
-                timeline: None,
-                categories: None,
-                kernels: Vec::new(),
-            };
+            let failed = CaseResult::failed("setup", format!("the suite's setup panicked: {}", panic_message(&panic)));
             return SuiteResult {
                 name: suite.name().into(),
                 description: suite.description().into(),
@@ -120,19 +108,13 @@ fn run_case(case: Case, ctx: &Context, suite: &str, sink: Option<&dyn SnapshotSi
         None => (None, None, None),
     };
     let kernels = profile.as_ref().map(|p| case_kernels(p, ctx)).unwrap_or_default();
-    let mut result = CaseResult {
-        name,
-        params,
-        outcome: Outcome::Ok,
-        timing: None,
-        metrics: Default::default(),
-        memory,
-        notes: vec![],
-        duration_ns,
-        timeline,
-        categories,
-        kernels,
-    };
+    let mut result = CaseResult::ok(name)
+        .with_params(params)
+        .with_memory(memory)
+        .with_duration_ns(duration_ns)
+        .with_timeline(timeline)
+        .with_categories(categories)
+        .with_kernels(kernels);
     match outcome {
         Ok(Ok(CaseOutput { not_available: Some(reason), .. })) => result.outcome = Outcome::NotAvailable { reason },
         Ok(Ok(out)) => {

@@ -130,6 +130,97 @@ pub struct CaseResult {
     pub kernels: Vec<KernelSlice>,
 }
 
+/// Constructors for the common outcomes: each gives a case with no params,
+/// timing, metrics, memory, notes, timeline, categories or kernels and a zero
+/// duration; the `with_*` methods fill in the rest.
+impl CaseResult {
+    /// A case named `name` that ended with `outcome`.
+    pub fn new(name: impl Into<String>, outcome: Outcome) -> CaseResult {
+        CaseResult {
+            name: name.into(),
+            params: BTreeMap::new(),
+            outcome,
+            timing: None,
+            metrics: BTreeMap::new(),
+            memory: None,
+            notes: Vec::new(),
+            duration_ns: 0,
+            timeline: None,
+            categories: None,
+            kernels: Vec::new(),
+        }
+    }
+
+    /// A case that ran ([`Outcome::Ok`]).
+    pub fn ok(name: impl Into<String>) -> CaseResult {
+        CaseResult::new(name, Outcome::Ok)
+    }
+
+    /// A case that failed ([`Outcome::Failed`]) with `message`.
+    pub fn failed(name: impl Into<String>, message: impl Into<String>) -> CaseResult {
+        CaseResult::new(name, Outcome::Failed { message: message.into() })
+    }
+
+    /// A case that does not apply here ([`Outcome::NotAvailable`]) for `reason`.
+    pub fn not_available(name: impl Into<String>, reason: impl Into<String>) -> CaseResult {
+        CaseResult::new(name, Outcome::NotAvailable { reason: reason.into() })
+    }
+
+    /// With these [`params`](CaseResult::params) (replacing any).
+    pub fn with_params(mut self, params: impl IntoIterator<Item = (String, serde_json::Value)>) -> Self {
+        self.params = params.into_iter().collect();
+        self
+    }
+
+    /// With this [`timing`](CaseResult::timing) (a `TimingStats` or an `Option`).
+    pub fn with_timing(mut self, timing: impl Into<Option<TimingStats>>) -> Self {
+        self.timing = timing.into();
+        self
+    }
+
+    /// With these [`metrics`](CaseResult::metrics) (replacing any).
+    pub fn with_metrics(mut self, metrics: impl IntoIterator<Item = (String, f64)>) -> Self {
+        self.metrics = metrics.into_iter().collect();
+        self
+    }
+
+    /// With this [`memory`](CaseResult::memory) (a `MemoryPeaks` or an `Option`).
+    pub fn with_memory(mut self, memory: impl Into<Option<MemoryPeaks>>) -> Self {
+        self.memory = memory.into();
+        self
+    }
+
+    /// With these [`notes`](CaseResult::notes) (replacing any).
+    pub fn with_notes(mut self, notes: Vec<String>) -> Self {
+        self.notes = notes;
+        self
+    }
+
+    /// With this [`duration_ns`](CaseResult::duration_ns).
+    pub fn with_duration_ns(mut self, duration_ns: u64) -> Self {
+        self.duration_ns = duration_ns;
+        self
+    }
+
+    /// With this [`timeline`](CaseResult::timeline) (a `MemoryTimeline` or an `Option`).
+    pub fn with_timeline(mut self, timeline: impl Into<Option<MemoryTimeline>>) -> Self {
+        self.timeline = timeline.into();
+        self
+    }
+
+    /// With these [`categories`](CaseResult::categories) (a `CategoryStack` or an `Option`).
+    pub fn with_categories(mut self, categories: impl Into<Option<CategoryStack>>) -> Self {
+        self.categories = categories.into();
+        self
+    }
+
+    /// With these [`kernels`](CaseResult::kernels).
+    pub fn with_kernels(mut self, kernels: Vec<KernelSlice>) -> Self {
+        self.kernels = kernels;
+        self
+    }
+}
+
 /// One kernel run of a case (source: the profiler's kernel events).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelSlice {

@@ -14,7 +14,7 @@ use vramlab_reports::check::{CheckConfig, Labels, compare};
 use vramlab_reports::history::History;
 use vramlab_rng::Rng;
 use vramlab_suites::harness::summarize;
-use vramlab_suites::{CaseResult, Environment, MemoryPeaks, Outcome, RunOptions, RunResults, SuiteResult};
+use vramlab_suites::{CaseResult, Environment, MemoryPeaks, RunOptions, RunResults, SuiteResult};
 
 /// A run shaped like a full run on this machine, its times drawn around `scale`.
 fn full_run(seed: u64, scale: f64) -> RunResults {
@@ -28,13 +28,11 @@ fn full_run(seed: u64, scale: f64) -> RunResults {
                 .map(|m| (format!("figure{m}_bytes"), (m * 2097152) as f64))
                 .chain((0..2).map(|m| (format!("other{m}_gbps"), 1.5)))
                 .collect();
-            CaseResult {
-                name: format!("case{i}/{}", i * 7),
-                params: BTreeMap::from([("size".into(), serde_json::json!(i))]),
-                outcome: Outcome::Ok,
-                timing: timed.then(|| summarize(samples, 1, "host")),
-                metrics,
-                memory: Some(MemoryPeaks {
+            CaseResult::ok(format!("case{i}/{}", i * 7))
+                .with_params([("size".into(), serde_json::json!(i))])
+                .with_timing(timed.then(|| summarize(samples, 1, "host")))
+                .with_metrics(metrics)
+                .with_memory(MemoryPeaks {
                     device: "cpu".into(),
                     peak_allocated_bytes: 1 << 20,
                     peak_reserved_bytes: 2 << 20,
@@ -42,13 +40,8 @@ fn full_run(seed: u64, scale: f64) -> RunResults {
                     peak_phase: None,
                     by_category_at_peak_bytes: BTreeMap::from([("activation".into(), 1 << 20)]),
                     allocator_events: 10,
-                }),
-                timeline: None,
-                categories: None,
-                kernels: Vec::new(),
-                notes: vec![],
-                duration_ns: 1,
-            }
+                })
+                .with_duration_ns(1)
         })
         .collect();
     RunResults {

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use vramlab_suites::{
-    CaseResult, Environment, Finding, MemoryPeaks, MemoryTimeline, Outcome, PhaseBand, RunOptions, RunResults,
-    SCHEMA_VERSION, Series, SuiteResult, Verdict,
+    CaseResult, Environment, Finding, MemoryPeaks, MemoryTimeline, PhaseBand, RunOptions, RunResults, SCHEMA_VERSION,
+    Series, SuiteResult, Verdict,
 };
 
 /// A timeline of `events` allocator events: a saw-tooth of allocations.
@@ -43,26 +43,22 @@ fn timeline(events: usize) -> MemoryTimeline {
 }
 
 fn results(suites: usize, cases: usize, events: usize) -> RunResults {
-    let case = |i: usize| CaseResult {
-        name: format!("case_{i}"),
-        params: BTreeMap::from([("size".into(), serde_json::json!(i))]),
-        outcome: Outcome::Ok,
-        timing: Some(vramlab_suites::harness::summarize((0..20).map(|k| 1000.0 + k as f64).collect(), 1, "host")),
-        metrics: BTreeMap::from([("throughput_gflops".into(), i as f64)]),
-        memory: Some(MemoryPeaks {
-            device: "cpu:0".into(),
-            peak_allocated_bytes: 1 << 20,
-            peak_reserved_bytes: 2 << 20,
-            peak_active_bytes: 1 << 20,
-            peak_phase: None,
-            by_category_at_peak_bytes: BTreeMap::new(),
-            allocator_events: events as u64,
-        }),
-        notes: vec![],
-        duration_ns: 1,
-        timeline: Some(timeline(events)),
-        categories: None,
-        kernels: Vec::new(),
+    let case = |i: usize| {
+        CaseResult::ok(format!("case_{i}"))
+            .with_params([("size".into(), serde_json::json!(i))])
+            .with_timing(vramlab_suites::harness::summarize((0..20).map(|k| 1000.0 + k as f64).collect(), 1, "host"))
+            .with_metrics([("throughput_gflops".into(), i as f64)])
+            .with_memory(MemoryPeaks {
+                device: "cpu:0".into(),
+                peak_allocated_bytes: 1 << 20,
+                peak_reserved_bytes: 2 << 20,
+                peak_active_bytes: 1 << 20,
+                peak_phase: None,
+                by_category_at_peak_bytes: BTreeMap::new(),
+                allocator_events: events as u64,
+            })
+            .with_duration_ns(1)
+            .with_timeline(timeline(events))
     };
     RunResults {
         schema_version: SCHEMA_VERSION,

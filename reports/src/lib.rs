@@ -136,35 +136,15 @@ pub fn read_results_json(path: &Path) -> Result<RunResults, ReportError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use vramlab_suites::{CaseResult, Environment, RunOptions, SCHEMA_VERSION};
-    use vramlab_suites::{Outcome, SuiteResult};
+    use vramlab_suites::{CaseResult, Environment, RunOptions, SCHEMA_VERSION, SuiteResult};
 
     pub(crate) fn sample() -> RunResults {
-        let case = CaseResult {
-            name: "matmul_64".into(),
-            params: BTreeMap::from([
-                ("size".into(), serde_json::json!(64)),
-                ("dtype".into(), serde_json::json!("f32")),
-            ]),
-            outcome: Outcome::Ok,
-            timing: Some(vramlab_suites::harness::summarize(vec![10.0, 12.0, 11.0], 1, "host")),
-            metrics: BTreeMap::from([("throughput_gflops".into(), 1.5)]),
-            memory: None,
-            notes: vec![],
-            duration_ns: 5,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        };
-        let failed = CaseResult {
-            name: "broken, with \"quotes\"".into(),
-            outcome: Outcome::Failed { message: "it broke, badly".into() },
-            timing: None,
-            metrics: BTreeMap::new(),
-            params: BTreeMap::new(),
-            ..case.clone()
-        };
+        let case = CaseResult::ok("matmul_64")
+            .with_params([("size".into(), serde_json::json!(64)), ("dtype".into(), serde_json::json!("f32"))])
+            .with_timing(vramlab_suites::harness::summarize(vec![10.0, 12.0, 11.0], 1, "host"))
+            .with_metrics([("throughput_gflops".into(), 1.5)])
+            .with_duration_ns(5);
+        let failed = CaseResult::failed("broken, with \"quotes\"", "it broke, badly").with_duration_ns(5);
         RunResults {
             schema_version: SCHEMA_VERSION,
             vramlab_version: "0.1.0".into(),

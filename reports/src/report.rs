@@ -394,7 +394,7 @@ pub fn write_report_with(
         Some((s, c)) => {
             let t = decimated(c.timeline.as_ref().expect("trace_case keeps cases with a timeline"));
             let path = dir.join(TRACE_JSON);
-            let c = CaseResult { categories: c.categories.as_ref().map(decimated_stack), ..c.clone() };
+            let c = c.clone().with_categories(c.categories.as_ref().map(decimated_stack));
             write_unsynced(&path, trace::case_trace(&s.name, &c, &t).as_bytes())?;
             Some((path, TraceLink { case: format!("{} / {}", s.name, c.name), file: TRACE_JSON.into() }))
         }

@@ -94,27 +94,16 @@ fn mark(m: &spec::Marker) -> Mark {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::collections::BTreeMap;
-
     use vramlab_suites::harness::summarize;
     use vramlab_suites::{CaseResult, Outcome};
 
     use super::*;
 
     pub(crate) fn case(name: &str, params: &[(&str, serde_json::Value)], metrics: &[(&str, f64)]) -> CaseResult {
-        CaseResult {
-            name: name.into(),
-            params: params.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
-            outcome: Outcome::Ok,
-            timing: None,
-            metrics: metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect::<BTreeMap<_, _>>(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 1,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
+        CaseResult::ok(name)
+            .with_params(params.iter().map(|(k, v)| ((*k).to_owned(), v.clone())))
+            .with_metrics(metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)))
+            .with_duration_ns(1)
     }
 
     pub(crate) fn timed(mut c: CaseResult, ns: f64) -> CaseResult {

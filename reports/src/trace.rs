@@ -119,36 +119,24 @@ mod tests {
     #[test]
     fn trace_has_counters_phases_and_the_peak() {
         let t = crate::charts::tests::known_timeline();
-        let case = CaseResult {
-            name: "train_step".into(),
-            params: Default::default(),
-            outcome: vramlab_suites::Outcome::Ok,
-            timing: None,
-            metrics: Default::default(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 1,
-            timeline: Some(t.clone()),
-            categories: None,
-            kernels: vec![
-                KernelSlice {
-                    name: "matmul<f32>".into(),
-                    algorithm: "gemm".into(),
-                    device: "cpu:0".into(),
-                    stream: 0,
-                    start_ns: 2_000_000,
-                    duration_ns: 500_000,
-                },
-                KernelSlice {
-                    name: "relu".into(),
-                    algorithm: String::new(),
-                    device: "cpu:0".into(),
-                    stream: 1,
-                    start_ns: 2_600_000,
-                    duration_ns: 1_000,
-                },
-            ],
-        };
+        let case = CaseResult::ok("train_step").with_duration_ns(1).with_timeline(t.clone()).with_kernels(vec![
+            KernelSlice {
+                name: "matmul<f32>".into(),
+                algorithm: "gemm".into(),
+                device: "cpu:0".into(),
+                stream: 0,
+                start_ns: 2_000_000,
+                duration_ns: 500_000,
+            },
+            KernelSlice {
+                name: "relu".into(),
+                algorithm: String::new(),
+                device: "cpu:0".into(),
+                stream: 1,
+                start_ns: 2_600_000,
+                duration_ns: 1_000,
+            },
+        ]);
         let v: Value = serde_json::from_str(&case_trace("memory", &case, &t)).unwrap();
         let ev = v["traceEvents"].as_array().unwrap();
         let counters = ev.iter().filter(|e| e["ph"] == "C" && e["name"] == "allocated_bytes").count();

@@ -1,11 +1,11 @@
-//! Human-readable numbers for reports: binary units for memory (KiB/MiB/GiB),
-//! ns/µs/ms/s for time (both defined beside the suites' chart declarations in
-//! `vramlab_suites::charts`, whose labels use them), and the unit a metric's
-//! name carries.
+//! Human-readable numbers for reports and the command line: binary units for
+//! memory (B/KiB/MiB/GiB/TiB), ns/µs/ms/s for time (both defined beside the
+//! suites' chart declarations in `vramlab_suites::charts`, whose labels use
+//! them), and the unit a metric's name carries.
 
-/// Bytes in binary units (`3.00 MiB`) and nanoseconds in the largest fitting
-/// unit (`12.30 µs`): the suites' chart labels use the same formats.
-pub use vramlab_suites::charts::{fmt_bytes, fmt_ns};
+/// Bytes in binary units (`3.00 MiB`), the units themselves, and nanoseconds in
+/// the largest fitting unit (`12.30 µs`): the suites' chart labels use the same.
+pub use vramlab_suites::charts::{BYTE_UNITS, fmt_bytes, fmt_ns};
 
 /// The unit a metric's name ends in, and its value formatted with it.
 pub fn metric_unit(name: &str) -> &'static str {
@@ -57,6 +57,14 @@ mod tests {
         assert_eq!(fmt_bytes(1536), "1.50 KiB");
         assert_eq!(fmt_bytes(3 << 20), "3.00 MiB");
         assert_eq!(fmt_bytes(2 << 30), "2.00 GiB");
+        assert_eq!(fmt_bytes(0), "0 B");
+        assert_eq!(fmt_bytes(1023), "1023 B");
+        assert_eq!(fmt_bytes(1024), "1.00 KiB");
+        assert_eq!(fmt_bytes(1 << 20), "1.00 MiB");
+        assert_eq!(fmt_bytes(512 << 20), "512.00 MiB");
+        assert_eq!(fmt_bytes(3 << 29), "1.50 GiB");
+        assert_eq!(fmt_bytes(5 << 40), "5.00 TiB");
+        assert_eq!(fmt_bytes(u64::MAX), "16777216.00 TiB");
         assert_eq!(fmt_ns(850.0), "850 ns");
         assert_eq!(fmt_ns(12_300.0), "12.30 µs");
         assert_eq!(fmt_ns(4_560_000.0), "4.56 ms");

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use vramlab_suites::{
-    CaseResult, CategoryStack, Environment, Finding, MemoryPeaks, MemoryTimeline, Outcome, PhaseBand, RunOptions,
-    RunResults, SCHEMA_VERSION, Series, SuiteResult, Verdict,
+    CaseResult, CategoryStack, Environment, Finding, MemoryPeaks, MemoryTimeline, PhaseBand, RunOptions, RunResults,
+    SCHEMA_VERSION, Series, SuiteResult, Verdict,
 };
 
 const EVIL: &str = "<script>alert(1)</script>";
@@ -43,13 +43,11 @@ fn fixture() -> RunResults {
             ("activation".into(), vec![0, 0, 2 << 20, 0]),
         ]),
     };
-    let train = CaseResult {
-        name: "train_step_peak".into(),
-        params: BTreeMap::from([("mode".into(), serde_json::json!("train")), ("tag".into(), serde_json::json!(EVIL))]),
-        outcome: Outcome::Ok,
-        timing: Some(vramlab_suites::harness::summarize(vec![2_000_000.0, 2_100_000.0, 1_900_000.0], 1, "host")),
-        metrics: BTreeMap::from([("peak_allocated_bytes".into(), (3u64 << 20) as f64)]),
-        memory: Some(MemoryPeaks {
+    let train = CaseResult::ok("train_step_peak")
+        .with_params([("mode".into(), serde_json::json!("train")), ("tag".into(), serde_json::json!(EVIL))])
+        .with_timing(vramlab_suites::harness::summarize(vec![2_000_000.0, 2_100_000.0, 1_900_000.0], 1, "host"))
+        .with_metrics([("peak_allocated_bytes".into(), (3u64 << 20) as f64)])
+        .with_memory(MemoryPeaks {
             device: "cpu:0".into(),
             peak_allocated_bytes: 3 << 20,
             peak_reserved_bytes: 4 << 20,
@@ -57,31 +55,12 @@ fn fixture() -> RunResults {
             peak_phase: Some("train_step/forward".into()),
             by_category_at_peak_bytes: BTreeMap::new(),
             allocator_events: 6,
-        }),
-        notes: vec![],
-        duration_ns: 10_000_000,
-        timeline: Some(timeline),
-        categories: Some(stack),
-        kernels: Vec::new(),
-    };
-    let evil = CaseResult {
-        name: EVIL.into(),
-        params: BTreeMap::new(),
-        outcome: Outcome::Failed { message: "it broke | badly".into() },
-        timing: None,
-        metrics: BTreeMap::new(),
-        memory: None,
-        notes: vec![],
-        duration_ns: 1,
-        timeline: None,
-        categories: None,
-        kernels: Vec::new(),
-    };
-    let gpu = CaseResult {
-        name: "h2d/pinned".into(),
-        outcome: Outcome::NotAvailable { reason: "no CUDA driver here".into() },
-        ..evil.clone()
-    };
+        })
+        .with_duration_ns(10_000_000)
+        .with_timeline(timeline)
+        .with_categories(stack);
+    let evil = CaseResult::failed(EVIL, "it broke | badly").with_duration_ns(1);
+    let gpu = CaseResult::not_available("h2d/pinned", "no CUDA driver here").with_duration_ns(1);
     RunResults {
         schema_version: SCHEMA_VERSION,
         vramlab_version: "0.1.0".into(),

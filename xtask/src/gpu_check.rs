@@ -18,9 +18,9 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::Value;
+use vramlab_reports::units::fmt_bytes;
 
 use crate::cli::GpuCheckArgs;
-use crate::size::format_bytes;
 
 /// Exit status of `run.sh`, and of `cargo xtask gpu-check`, when there is no
 /// GPU on the machine: the tests passed, the CUDA tests skipped, and no GPU
@@ -80,11 +80,11 @@ pub fn run(args: &GpuCheckArgs) -> Result<u8> {
         binaries.tests.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "),
         FIGURES_EXAMPLE,
         CLI_BIN,
-        format_bytes(size),
+        fmt_bytes(size),
         started.elapsed().as_secs_f64(),
     );
     if size > TRANSFER_LIMIT_BYTES {
-        eprintln!("  note: the bundle is larger than {}", format_bytes(TRANSFER_LIMIT_BYTES));
+        eprintln!("  note: the bundle is larger than {}", fmt_bytes(TRANSFER_LIMIT_BYTES));
     }
     eprintln!("  commit {}; to run it elsewhere: copy the folder, then {}/run.sh", manifest.commit, bundle.display());
     if args.bundle_only {

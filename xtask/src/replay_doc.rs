@@ -18,7 +18,7 @@ use vramlab_snapshot::{
     Action, FidelityReport, LiveAtStart, Placement, Snapshot, SnapshotReplay, SnapshotReplayOptions,
 };
 
-use crate::size::format_bytes;
+use vramlab_reports::units::fmt_bytes;
 
 /// The document's version: raised whenever a key changes meaning or goes away.
 /// Version 1 replaced the two shapes of earlier releases (`trace`/`snapshot`
@@ -295,7 +295,7 @@ pub fn from_snapshot(input: &str, snap: &Snapshot, r: &SnapshotReplay, opts: &Sn
 
 /// `12.00 MiB (12582912 bytes)`; below 1 KiB the bytes alone.
 pub fn exact(bytes: u64) -> String {
-    if bytes < 1024 { format_bytes(bytes) } else { format!("{} ({bytes} bytes)", format_bytes(bytes)) }
+    if bytes < 1024 { fmt_bytes(bytes) } else { format!("{} ({bytes} bytes)", fmt_bytes(bytes)) }
 }
 
 fn conf_text(conf: &str) -> String {
@@ -437,9 +437,9 @@ fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
              {} block(s), {} freed without an alloc entry (lost from the ring buffer);\n                     \
              all placed before the first entry, as memory_viz does",
             l.blocks_in_segments,
-            format_bytes(l.blocks_in_segments_bytes),
+            fmt_bytes(l.blocks_in_segments_bytes),
             l.freed_without_alloc,
-            format_bytes(l.freed_without_alloc_bytes)
+            fmt_bytes(l.freed_without_alloc_bytes)
         );
     }
 }
@@ -525,7 +525,7 @@ fn fidelity_lines(s: &mut String, fidelity: Option<&FidelityReport>) {
                 let show = |p: Option<Placement>| match p {
                     None => "in memory placed before the trace".to_owned(),
                     Some(p) => {
-                        format!("at offset {} of segment #{} ({})", p.offset, p.segment, format_bytes(p.segment_bytes))
+                        format!("at offset {} of segment #{} ({})", p.offset, p.segment, fmt_bytes(p.segment_bytes))
                     }
                 };
                 let _ = writeln!(

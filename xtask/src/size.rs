@@ -1,11 +1,9 @@
-//! Byte sizes on the command line and in reports, in binary units written out
-//! (B, KiB, MiB, GiB, TiB).
+//! Byte sizes on the command line, in binary units written out (B, KiB, MiB,
+//! GiB, TiB): reading them. Writing them is `vramlab_reports::units::fmt_bytes`.
 
 use std::fmt;
 
-use vramlab_engine::alloc::consts::{GIB, KIB, MIB, TIB};
-
-const UNITS: [(&str, u64); 5] = [("B", 1), ("KiB", KIB), ("MiB", MIB), ("GiB", GIB), ("TiB", TIB)];
+use vramlab_reports::units::BYTE_UNITS;
 
 /// The forms [`parse_size`] accepts, for messages and help.
 pub const ACCEPTED_FORMS: &str =
@@ -39,7 +37,7 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
             s.strip_prefix('-').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'));
         return Err(err(if negative { "sizes cannot be negative".into() } else { "no number".into() }));
     }
-    let multiplier = match UNITS.iter().find(|(name, _)| name.eq_ignore_ascii_case(unit)) {
+    let multiplier = match BYTE_UNITS.iter().find(|(name, _)| name.eq_ignore_ascii_case(unit)) {
         Some(&(_, m)) => m,
         None if unit.is_empty() => 1,
         None => {
@@ -76,13 +74,6 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     let bytes =
         whole.checked_mul(multiplier).and_then(|b| b.checked_add(fraction_bytes / scale)).ok_or_else(too_large)?;
     u64::try_from(bytes).map_err(|_| too_large())
-}
-
-/// `bytes` in the largest binary unit it reaches, two decimals: `512 B`,
-/// `1.50 KiB`, `512.00 MiB`, `24.00 GiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    let (name, unit) = UNITS.iter().rev().find(|(_, u)| bytes >= *u).copied().unwrap_or(UNITS[0]);
-    if unit == 1 { format!("{bytes} B") } else { format!("{:.2} {name}", bytes as f64 / unit as f64) }
 }
 
 #[cfg(test)]
@@ -142,18 +133,5 @@ mod tests {
             assert!(e.starts_with(&format!("'{text}' is not a size")), "{e}");
             assert!(e.contains("KiB, MiB, GiB or TiB"), "{e}");
         }
-    }
-
-    #[test]
-    fn formatting() {
-        assert_eq!(format_bytes(0), "0 B");
-        assert_eq!(format_bytes(1023), "1023 B");
-        assert_eq!(format_bytes(1024), "1.00 KiB");
-        assert_eq!(format_bytes(1536), "1.50 KiB");
-        assert_eq!(format_bytes(1 << 20), "1.00 MiB");
-        assert_eq!(format_bytes(512 << 20), "512.00 MiB");
-        assert_eq!(format_bytes(3 << 29), "1.50 GiB");
-        assert_eq!(format_bytes(5 << 40), "5.00 TiB");
-        assert_eq!(format_bytes(u64::MAX), "16777216.00 TiB");
     }
 }

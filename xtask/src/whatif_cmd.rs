@@ -18,7 +18,7 @@ use vramlab_snapshot::{
 
 use crate::cli::WhatifArgs;
 use crate::replay_cmd::write_stdout;
-use crate::size::format_bytes;
+use vramlab_reports::units::fmt_bytes;
 
 pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if !crate::replay_cmd::report_dir_ok(args.report.as_deref()) {
@@ -61,7 +61,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
             facts: vec![
                 Fact::new("device", results[0].replay.device.to_string()),
                 Fact::new("trace entries", results[0].replay.entries.to_string()),
-                Fact::new("simulated device", args.capacity.map_or_else(|| "unlimited".to_owned(), format_bytes)),
+                Fact::new("simulated device", args.capacity.map_or_else(|| "unlimited".to_owned(), fmt_bytes)),
                 Fact::new("settings tried", results.len().to_string()),
             ],
             settings: results
@@ -115,13 +115,13 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
 }
 
 fn oom_text(o: &snapshot::ReplayOom) -> String {
-    format!("at entry {}: alloc of {}", o.trace_index, format_bytes(o.requested_bytes))
+    format!("at entry {}: alloc of {}", o.trace_index, fmt_bytes(o.requested_bytes))
 }
 
 /// The recommendation, a headline then its reasons; empty when there is nothing to recommend.
 fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) -> Vec<String> {
     let r0 = &results[0].replay;
-    let capacity = args.capacity.map_or_else(|| "unlimited".to_owned(), format_bytes);
+    let capacity = args.capacity.map_or_else(|| "unlimited".to_owned(), fmt_bytes);
     match best.map(|i| &results[i]) {
         Some(b) if args.sweep || results.len() > 1 => {
             let conf =
@@ -134,9 +134,9 @@ fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) ->
                 let saved = r0.peak_reserved_bytes.saturating_sub(rb.peak_reserved_bytes);
                 format!(
                     "peak reserved {} instead of {}: {} ({:.1}%) less than the recorded settings; {} cudaMalloc calls instead of {}",
-                    format_bytes(rb.peak_reserved_bytes),
-                    format_bytes(r0.peak_reserved_bytes),
-                    format_bytes(saved),
+                    fmt_bytes(rb.peak_reserved_bytes),
+                    fmt_bytes(r0.peak_reserved_bytes),
+                    fmt_bytes(saved),
                     percent(saved, r0.peak_reserved_bytes),
                     rb.segment_allocs,
                     r0.segment_allocs
@@ -145,8 +145,8 @@ fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) ->
                 let spare = args.capacity.map(|c| c.saturating_sub(rb.peak_reserved_bytes)).unwrap_or(0);
                 format!(
                     "fits where the recorded settings do not: peak reserved {}, {} to spare; {} cudaMalloc calls",
-                    format_bytes(rb.peak_reserved_bytes),
-                    format_bytes(spare),
+                    fmt_bytes(rb.peak_reserved_bytes),
+                    fmt_bytes(spare),
                     rb.segment_allocs
                 )
             };
@@ -188,7 +188,7 @@ fn text(
 ) -> String {
     let mut s = String::new();
     let r0 = &results[0].replay;
-    let capacity = args.capacity.map_or_else(|| "unlimited".to_owned(), format_bytes);
+    let capacity = args.capacity.map_or_else(|| "unlimited".to_owned(), fmt_bytes);
     let _ = writeln!(
         s,
         "vramlab what-if of {name}: device {}, {} trace entries, capacity {capacity}",
@@ -208,12 +208,12 @@ fn text(
             s,
             "  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {oom}{mark}",
             conf_name(w),
-            format_bytes(r.peak_reserved_bytes),
-            format_bytes(r.peak_allocated_bytes),
+            fmt_bytes(r.peak_reserved_bytes),
+            fmt_bytes(r.peak_allocated_bytes),
             format!(
                 "{} ({})",
-                format_bytes(r.fragmentation_at_peak_bytes),
-                format_bytes(r.largest_free_block_at_peak_bytes)
+                fmt_bytes(r.fragmentation_at_peak_bytes),
+                fmt_bytes(r.largest_free_block_at_peak_bytes)
             ),
             r.segment_allocs,
         );
@@ -237,14 +237,14 @@ fn text(
     let _ = writeln!(
         s,
         "\nWho holds memory at the recording's allocated peak ({at}; requested bytes, {} in all):",
-        format_bytes(total)
+        fmt_bytes(total)
     );
     let _ = writeln!(s, "  {:>12}  {:>6}  {:>7}  top frame", "bytes", "share", "allocs");
     for h in holders.iter().take(args.top) {
         let _ = writeln!(
             s,
             "  {:>12}  {:>5.1}%  {:>7}  {}",
-            format_bytes(h.bytes),
+            fmt_bytes(h.bytes),
             percent(h.bytes, total),
             h.allocations,
             h.frame

@@ -499,19 +499,10 @@ mod tests {
     }
 
     fn result(name: &str, pair_ns: f64) -> CaseResult {
-        CaseResult {
-            name: name.into(),
-            params: [("pool".to_owned(), "small".into())].into(),
-            outcome: Outcome::Ok,
-            timing: None,
-            metrics: [("pair_ns".to_owned(), pair_ns), ("segment_bytes".to_owned(), (2 * MIB) as f64)].into(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 1,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
+        CaseResult::ok(name)
+            .with_params([("pool".into(), "small".into())])
+            .with_metrics([("pair_ns".into(), pair_ns), ("segment_bytes".into(), (2 * MIB) as f64)])
+            .with_duration_ns(1)
     }
 
     #[test]

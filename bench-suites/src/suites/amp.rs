@@ -712,7 +712,6 @@ mod tests {
     use crate::suite::testing::quick_private_context as quick_context;
 
     use crate::runner::run_suite;
-    use crate::schema::Outcome;
     use crate::suite::NoProgress;
 
     /// The suite with the quick workloads shrunk to tiny sizes (a debug build
@@ -817,19 +816,10 @@ mod tests {
             metrics.insert("final_loss_diff_vs_f32_nats".into(), 0.01);
             metrics.insert("max_loss_diff_vs_f32_nats".into(), 0.02);
         }
-        CaseResult {
-            name: format!("{workload}/{}", p.name()),
-            params,
-            outcome: Outcome::Ok,
-            timing: Some(summarize(vec![median_ns], 1, "host")),
-            metrics,
-            memory: None,
-            notes: vec![],
-            duration_ns: 0,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
+        CaseResult::ok(format!("{workload}/{}", p.name()))
+            .with_params(params)
+            .with_timing(summarize(vec![median_ns], 1, "host"))
+            .with_metrics(metrics)
     }
 
     #[test]

@@ -287,19 +287,7 @@ mod tests {
 
     #[test]
     fn gpu_verdicts() {
-        let timed = |name: &str, ns: f64| CaseResult {
-            name: name.into(),
-            params: Default::default(),
-            outcome: Outcome::Ok,
-            timing: Some(summarize(vec![ns], 1, "host")),
-            metrics: Default::default(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 0,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        };
+        let timed = |name: &str, ns: f64| CaseResult::ok(name).with_timing(summarize(vec![ns], 1, "host"));
         let pitfall = [timed(NO_SYNC, 5e3), timed(SYNC, 1e6), timed(EVENTS, 9e5)];
         assert_eq!(finding(None, &pitfall).verdict, Verdict::Holds);
         let no_pitfall = [timed(NO_SYNC, 1e6), timed(SYNC, 1e6)];

@@ -872,19 +872,11 @@ mod tests {
     fn result(shape: &str, mode: TuneMode, algo: &str, ns: f64, extra: &[(&str, f64)]) -> CaseResult {
         let mut metrics: BTreeMap<String, f64> = extra.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         metrics.insert("time_per_call_ns".into(), ns);
-        CaseResult {
-            name: format!("{shape}/{}", mode_name(mode)),
-            params: [("shape".to_owned(), shape.into()), ("mode".to_owned(), mode_name(mode).into())].into(),
-            outcome: Outcome::Ok,
-            timing: None,
-            metrics,
-            memory: None,
-            notes: vec![format!("{ALGORITHM_NOTE}{algo}")],
-            duration_ns: 1,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
+        CaseResult::ok(format!("{shape}/{}", mode_name(mode)))
+            .with_params([("shape".into(), shape.into()), ("mode".into(), mode_name(mode).into())])
+            .with_metrics(metrics)
+            .with_notes(vec![format!("{ALGORITHM_NOTE}{algo}")])
+            .with_duration_ns(1)
     }
 
     #[test]

@@ -503,19 +503,9 @@ mod tests {
         params.insert("size_index".into(), index.into());
         params.insert("size".into(), format!("s{index}").into());
         params.insert("flops".into(), flops.into());
-        CaseResult {
-            name: format!("{}/{device}/s{index}", op.name()),
-            params,
-            outcome: Outcome::Ok,
-            timing: Some(crate::harness::summarize(vec![median_ns], 1, "host")),
-            metrics: Default::default(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 0,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
+        CaseResult::ok(format!("{}/{device}/s{index}", op.name()))
+            .with_params(params)
+            .with_timing(crate::harness::summarize(vec![median_ns], 1, "host"))
     }
 
     #[test]

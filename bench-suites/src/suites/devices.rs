@@ -411,21 +411,10 @@ mod tests {
 
     #[test]
     fn findings_read_a_failed_golden_rule_as_does_not_hold() {
-        let case = CaseResult {
-            name: "device_mismatch".into(),
-            params: Default::default(),
-            outcome: Outcome::Failed {
-                message: "a.add(&b) with operands on cpu and cpu:1 succeeded: the golden rule was not enforced".into(),
-            },
-            timing: None,
-            metrics: Default::default(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 0,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        };
+        let case = CaseResult::failed(
+            "device_mismatch",
+            "a.add(&b) with operands on cpu and cpu:1 succeeded: the golden rule was not enforced",
+        );
         assert_eq!(mismatch_finding(&[case]).verdict, Verdict::DoesNotHold);
         assert_eq!(mismatch_finding(&[]).verdict, Verdict::Inconclusive);
     }

@@ -300,19 +300,7 @@ mod tests {
         let mut metrics = std::collections::BTreeMap::new();
         metrics.insert("samples_per_s".into(), sps);
         metrics.insert("data_wait_percent".into(), wait);
-        CaseResult {
-            name: format!("workers_{workers}/{memory}"),
-            params,
-            outcome: crate::schema::Outcome::Ok,
-            timing: None,
-            metrics,
-            memory: None,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-            notes: vec![],
-            duration_ns: 0,
-        }
+        CaseResult::ok(format!("workers_{workers}/{memory}")).with_params(params).with_metrics(metrics)
     }
 
     #[test]

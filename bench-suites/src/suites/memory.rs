@@ -863,10 +863,7 @@ fn fragmentation_finding(cases: &[CaseResult]) -> Finding {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::schema::Outcome;
     use crate::suite::testing::quick_private_context as quick_context;
 
     use crate::runner::run_suite;
@@ -1053,19 +1050,7 @@ mod tests {
 
     #[test]
     fn findings_say_why_when_cases_are_missing() {
-        let failed = CaseResult {
-            name: "batch_size_sweep".into(),
-            params: BTreeMap::new(),
-            outcome: Outcome::Failed { message: "boom".into() },
-            timing: None,
-            metrics: BTreeMap::new(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 0,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        };
+        let failed = CaseResult::failed("batch_size_sweep", "boom");
         let f = batch_finding(std::slice::from_ref(&failed));
         assert_eq!(f.verdict, Verdict::Inconclusive);
         assert!(f.evidence.contains("failed: boom"), "{}", f.evidence);

@@ -478,19 +478,9 @@ mod tests {
         if pinned {
             metrics.insert("page_locked_bytes".into(), if locked { size } else { 0.0 });
         }
-        CaseResult {
-            name: format!("{}/{}/{size}", dir.name(), memory_name(pinned)),
-            params,
-            outcome: crate::schema::Outcome::Ok,
-            timing: None,
-            metrics,
-            memory: None,
-            notes: vec![],
-            duration_ns: 0,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
+        CaseResult::ok(format!("{}/{}/{size}", dir.name(), memory_name(pinned)))
+            .with_params(params)
+            .with_metrics(metrics)
     }
 
     #[test]
@@ -517,19 +507,7 @@ mod tests {
         let mut metrics = std::collections::BTreeMap::new();
         metrics.insert("overlap_percent".into(), percent);
         metrics.insert("page_locked_bytes".into(), 4e6);
-        CaseResult {
-            name: name.into(),
-            params: Default::default(),
-            outcome: crate::schema::Outcome::Ok,
-            timing: None,
-            metrics,
-            memory: None,
-            notes: Vec::new(),
-            duration_ns: 0,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
+        CaseResult::ok(name).with_metrics(metrics)
     }
 
     #[test]

@@ -1,4 +1,6 @@
 //! The layers: [`Linear`], [`Conv2d`], [`ReLU`], [`GELU`], [`MaxPool2d`], [`Flatten`].
+//! `ReLU` and `GELU` are the one elementwise [`Activation`] module with two
+//! functions ([`ActivationFn`]: [`ReluFn`], [`GeluFn`]).
 //!
 //! What each saves for backward with grad mode on (nothing with it off):
 //!
@@ -10,6 +12,8 @@
 //! | `GELU` | its input | `gelu_backward(x, gy)` |
 //! | `MaxPool2d` | the argmax indices (i64) and the input shape | scatter of `gy` through the indices |
 //! | `Flatten` | the input shape (no tensor) | a reshape of `gy` |
+
+use std::marker::PhantomData;
 
 use super::mode::{autocast_dtype, is_grad_enabled};
 use super::{Module, NnError, Parameter, Result};
@@ -80,6 +84,60 @@ fn affine_inputs(
     let wc = cast(weight.data(), dtype, Tag::Temporary)?;
     let bc = bias.map(|b| cast(b.data(), dtype, Tag::Temporary)).transpose()?;
     Ok((xc, wc, bc, dtype))
+}
+
+/// The forward [`Linear`] and [`Conv2d`] share: the inputs cast for the compute
+/// dtype, `y = op(x, w) + b`, and with grad mode on what backward needs.
+fn affine_forward(
+    x: &Tensor,
+    weight: &Parameter,
+    bias: Option<&Parameter>,
+    op: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<(Tensor, Option<AffineSaved>)> {
+    let (xc, wc, bc, dtype) = affine_inputs(x, weight, bias)?;
+    let mut y = op(&xc, &wc)?;
+    if let Some(b) = &bc {
+        y.add_bias_(b)?;
+    }
+    let saved = is_grad_enabled().then(|| {
+        let w = (dtype != weight.data().dtype()).then_some(wc);
+        AffineSaved { x: xc, w, input_dtype: x.dtype() }
+    });
+    Ok((y, saved))
+}
+
+/// The backward [`Linear`] and [`Conv2d`] share: the weight's gradient
+/// `weight_grad(x, gy)` and the bias's `Σ gy` in the compute dtype, the saved
+/// input dropped, then (when asked) the input's gradient `input_grad(w, gy)`
+/// under `temporary`, in the input's own dtype.
+fn affine_backward(
+    saved: AffineSaved,
+    gy: Tensor,
+    need_input_grad: bool,
+    weight: &mut Parameter,
+    bias: Option<&mut Parameter>,
+    weight_grad: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+    input_grad: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Option<Tensor>> {
+    let AffineSaved { x, w, input_dtype } = saved;
+    let dtype = x.dtype();
+    let gy = grad_in(gy, dtype)?;
+    param_grad(weight, dtype, || weight_grad(&x, &gy))?;
+    if let Some(b) = bias {
+        param_grad(b, dtype, || Ok(gy.bias_grad()?))?;
+    }
+    drop(x);
+    if !need_input_grad {
+        return Ok(None);
+    }
+    let _t = tag_scope(Tag::Temporary);
+    let w = match w {
+        Some(w) => w,
+        None => weight.data().clone(),
+    };
+    let gx = input_grad(&w, &gy)?;
+    drop((gy, w));
+    Ok(Some(gx.to_dtype(input_dtype)?))
 }
 
 /// The gradient `gy` in `dtype` (autograd casts gradients back through casts).
@@ -186,38 +244,23 @@ impl Module for Linear {
                 reason: format!("input {:?} is not [batch, {}]", x.shape(), self.in_features),
             });
         }
-        let (xc, wc, bc, dtype) = affine_inputs(x, &self.weight, self.bias.as_ref())?;
-        let mut y = xc.matmul_transposed(&wc, false, true)?;
-        if let Some(b) = &bc {
-            y.add_bias_(b)?;
-        }
-        if is_grad_enabled() {
-            let w = (dtype != self.weight.data().dtype()).then_some(wc);
-            self.saved = Some(AffineSaved { x: xc, w, input_dtype: x.dtype() });
-        }
+        let (y, saved) =
+            affine_forward(x, &self.weight, self.bias.as_ref(), |x, w| Ok(x.matmul_transposed(w, false, true)?))?;
+        self.saved = saved;
         Ok(y)
     }
 
     fn backward(&mut self, gy: Tensor, need_input_grad: bool) -> Result<Option<Tensor>> {
-        let AffineSaved { x, w, input_dtype } = self.saved.take().ok_or_else(|| missing("Linear"))?;
-        let dtype = x.dtype();
-        let gy = grad_in(gy, dtype)?;
-        param_grad(&mut self.weight, dtype, || Ok(gy.matmul_transposed(&x, true, false)?))?;
-        if let Some(b) = &mut self.bias {
-            param_grad(b, dtype, || Ok(gy.bias_grad()?))?;
-        }
-        drop(x);
-        if !need_input_grad {
-            return Ok(None);
-        }
-        let _t = tag_scope(Tag::Temporary);
-        let w = match w {
-            Some(w) => w,
-            None => self.weight.data().clone(),
-        };
-        let gx = gy.matmul(&w)?;
-        drop((gy, w));
-        Ok(Some(gx.to_dtype(input_dtype)?))
+        let saved = self.saved.take().ok_or_else(|| missing("Linear"))?;
+        affine_backward(
+            saved,
+            gy,
+            need_input_grad,
+            &mut self.weight,
+            self.bias.as_mut(),
+            |x, gy| Ok(gy.matmul_transposed(x, true, false)?),
+            |w, gy| Ok(gy.matmul(w)?),
+        )
     }
 
     fn parameters(&self) -> Vec<&Parameter> {
@@ -339,40 +382,25 @@ impl Module for Conv2d {
                 reason: format!("input {:?} is not [batch, {}, h, w]", x.shape(), self.in_channels),
             });
         }
-        let (xc, wc, bc, dtype) = affine_inputs(x, &self.weight, self.bias.as_ref())?;
-        let mut y = xc.conv2d(&wc, self.opts)?;
-        if let Some(b) = &bc {
-            y.add_bias_(b)?;
-        }
-        if is_grad_enabled() {
-            let w = (dtype != self.weight.data().dtype()).then_some(wc);
-            self.saved = Some((AffineSaved { x: xc, w, input_dtype: x.dtype() }, x.shape().to_vec()));
-        }
+        let opts = self.opts;
+        let (y, saved) = affine_forward(x, &self.weight, self.bias.as_ref(), |x, w| Ok(x.conv2d(w, opts)?))?;
+        self.saved = saved.map(|s| (s, x.shape().to_vec()));
         Ok(y)
     }
 
     fn backward(&mut self, gy: Tensor, need_input_grad: bool) -> Result<Option<Tensor>> {
-        let (AffineSaved { x, w, input_dtype }, x_shape) = self.saved.take().ok_or_else(|| missing("Conv2d"))?;
-        let dtype = x.dtype();
-        let gy = grad_in(gy, dtype)?;
+        let (saved, x_shape) = self.saved.take().ok_or_else(|| missing("Conv2d"))?;
         let w_shape = self.weight.shape().to_vec();
         let opts = self.opts;
-        param_grad(&mut self.weight, dtype, || Ok(Tensor::conv2d_backward_weight(&x, &gy, &w_shape, opts)?))?;
-        if let Some(b) = &mut self.bias {
-            param_grad(b, dtype, || Ok(gy.bias_grad()?))?;
-        }
-        drop(x);
-        if !need_input_grad {
-            return Ok(None);
-        }
-        let _t = tag_scope(Tag::Temporary);
-        let w = match w {
-            Some(w) => w,
-            None => self.weight.data().clone(),
-        };
-        let gx = Tensor::conv2d_backward_data(&w, &gy, &x_shape, opts)?;
-        drop((gy, w));
-        Ok(Some(gx.to_dtype(input_dtype)?))
+        affine_backward(
+            saved,
+            gy,
+            need_input_grad,
+            &mut self.weight,
+            self.bias.as_mut(),
+            |x, gy| Ok(Tensor::conv2d_backward_weight(x, gy, &w_shape, opts)?),
+            |w, gy| Ok(Tensor::conv2d_backward_data(w, gy, &x_shape, opts)?),
+        )
     }
 
     fn parameters(&self) -> Vec<&Parameter> {
@@ -396,93 +424,119 @@ impl Module for Conv2d {
     }
 }
 
+/// What tells one elementwise activation from another: its name, its kernel,
+/// its backward and which tensor that backward needs. [`Activation`] is the
+/// one module around them; [`ReLU`] and [`GELU`] are its two kinds.
+pub trait ActivationFn: Send + 'static {
+    /// The layer's name ([`Module::name`]).
+    const NAME: &'static str;
+    /// Whether backward needs the output (`true`) or the input (`false`).
+    const SAVES_OUTPUT: bool;
+    /// `y = f(x)`.
+    fn forward(x: &Tensor) -> Result<Tensor>;
+    /// The input gradient from the saved tensor (the output or the input, as
+    /// [`SAVES_OUTPUT`](Self::SAVES_OUTPUT) says) and `gy` in its dtype.
+    fn backward(saved: &Tensor, gy: &Tensor) -> Result<Tensor>;
+}
+
+/// [`ReLU`]'s function: `max(x, 0)`, backward `gy · [y > 0]` from its output.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReluFn;
+
+impl ActivationFn for ReluFn {
+    const NAME: &'static str = "ReLU";
+    const SAVES_OUTPUT: bool = true;
+
+    fn forward(x: &Tensor) -> Result<Tensor> {
+        Ok(x.relu()?)
+    }
+
+    fn backward(y: &Tensor, gy: &Tensor) -> Result<Tensor> {
+        // y > 0 exactly where x > 0.
+        Ok(y.relu_backward(gy)?)
+    }
+}
+
+/// [`GELU`]'s function: GELU, tanh approximation, backward
+/// `gelu_backward(x, gy)` from its input.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GeluFn;
+
+impl ActivationFn for GeluFn {
+    const NAME: &'static str = "GELU";
+    const SAVES_OUTPUT: bool = false;
+
+    fn forward(x: &Tensor) -> Result<Tensor> {
+        Ok(x.gelu()?)
+    }
+
+    fn backward(x: &Tensor, gy: &Tensor) -> Result<Tensor> {
+        Ok(x.gelu_backward(gy)?)
+    }
+}
+
+/// An elementwise activation layer, `A` its function: saves the one tensor its
+/// backward needs (the output or the input) with grad mode on. Used as
+/// [`ReLU`] and [`GELU`].
+pub struct Activation<A> {
+    saved: Option<Tensor>,
+    kind: PhantomData<fn() -> A>,
+}
+
 /// `max(x, 0)` (`torch.nn.ReLU`). Saves its output, as PyTorch does: the next
 /// layer usually saves the same tensor as its input, so it costs nothing extra.
-#[derive(Debug, Default)]
-pub struct ReLU {
-    saved: Option<Tensor>,
-}
-
-impl ReLU {
-    pub fn new() -> ReLU {
-        ReLU::default()
-    }
-}
-
-impl Module for ReLU {
-    fn name(&self) -> &'static str {
-        "ReLU"
-    }
-
-    fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
-        self.saved = None;
-        let y = x.relu()?;
-        if is_grad_enabled() {
-            self.saved = Some(y.clone());
-        }
-        Ok(y)
-    }
-
-    fn backward(&mut self, gy: Tensor, need_input_grad: bool) -> Result<Option<Tensor>> {
-        let y = self.saved.take().ok_or_else(|| missing("ReLU"))?;
-        if !need_input_grad {
-            return Ok(None);
-        }
-        let gy = grad_in(gy, y.dtype())?;
-        // y > 0 exactly where x > 0.
-        Ok(Some(y.relu_backward(&gy)?))
-    }
-
-    fn saves_output(&self) -> bool {
-        true
-    }
-
-    fn saved_tensors(&self) -> Vec<&Tensor> {
-        self.saved.iter().collect()
-    }
-
-    fn clear_saved(&mut self) {
-        self.saved = None;
-    }
-}
+pub type ReLU = Activation<ReluFn>;
 
 /// GELU, tanh approximation (`torch.nn.GELU(approximate='tanh')`). Saves its input.
-#[derive(Debug, Default)]
-pub struct GELU {
-    saved: Option<Tensor>,
-}
+pub type GELU = Activation<GeluFn>;
 
-impl GELU {
-    pub fn new() -> GELU {
-        GELU::default()
+impl<A: ActivationFn> Activation<A> {
+    pub fn new() -> Self {
+        Activation { saved: None, kind: PhantomData }
     }
 }
 
-impl Module for GELU {
+impl<A: ActivationFn> Default for Activation<A> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<A: ActivationFn> std::fmt::Debug for Activation<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(A::NAME).field("saved", &self.saved).finish()
+    }
+}
+
+impl<A: ActivationFn> Module for Activation<A> {
     fn name(&self) -> &'static str {
-        "GELU"
+        A::NAME
     }
 
     fn forward(&mut self, x: &Tensor) -> Result<Tensor> {
         self.saved = None;
-        let y = x.gelu()?;
+        let y = A::forward(x)?;
         if is_grad_enabled() {
-            self.saved = Some(x.clone());
+            self.saved = Some(if A::SAVES_OUTPUT { y.clone() } else { x.clone() });
         }
         Ok(y)
     }
 
     fn backward(&mut self, gy: Tensor, need_input_grad: bool) -> Result<Option<Tensor>> {
-        let x = self.saved.take().ok_or_else(|| missing("GELU"))?;
+        let saved = self.saved.take().ok_or_else(|| missing(A::NAME))?;
         if !need_input_grad {
             return Ok(None);
         }
-        let gy = grad_in(gy, x.dtype())?;
-        Ok(Some(x.gelu_backward(&gy)?))
+        let gy = grad_in(gy, saved.dtype())?;
+        Ok(Some(A::backward(&saved, &gy)?))
     }
 
     fn saves_input(&self) -> bool {
-        true
+        !A::SAVES_OUTPUT
+    }
+
+    fn saves_output(&self) -> bool {
+        A::SAVES_OUTPUT
     }
 
     fn saved_tensors(&self) -> Vec<&Tensor> {

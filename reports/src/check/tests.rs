@@ -13,13 +13,11 @@ use vramlab_suites::{
 use super::*;
 
 fn case(name: &str, samples: Vec<f64>, segment_bytes: f64) -> CaseResult {
-    CaseResult {
-        name: name.into(),
-        params: BTreeMap::from([("size".into(), serde_json::json!(64))]),
-        outcome: Outcome::Ok,
-        timing: Some(summarize(samples, 1, "host")),
-        metrics: BTreeMap::from([("segment_bytes".into(), segment_bytes), ("bandwidth_gbps".into(), 3.0)]),
-        memory: Some(MemoryPeaks {
+    CaseResult::ok(name)
+        .with_params([("size".into(), serde_json::json!(64))])
+        .with_timing(summarize(samples, 1, "host"))
+        .with_metrics([("segment_bytes".into(), segment_bytes), ("bandwidth_gbps".into(), 3.0)])
+        .with_memory(MemoryPeaks {
             device: "cpu".into(),
             peak_allocated_bytes: 1 << 20,
             peak_reserved_bytes: segment_bytes as u64,
@@ -27,13 +25,8 @@ fn case(name: &str, samples: Vec<f64>, segment_bytes: f64) -> CaseResult {
             peak_phase: None,
             by_category_at_peak_bytes: BTreeMap::from([("activation".into(), 1 << 20)]),
             allocator_events: 4,
-        }),
-        timeline: None,
-        categories: None,
-        kernels: Vec::new(),
-        notes: vec![],
-        duration_ns: 1,
-    }
+        })
+        .with_duration_ns(1)
 }
 
 fn run(cases: Vec<CaseResult>) -> RunResults {
