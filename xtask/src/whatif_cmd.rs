@@ -210,11 +210,7 @@ fn text(
             conf_name(w),
             fmt_bytes(r.peak_reserved_bytes),
             fmt_bytes(r.peak_allocated_bytes),
-            format!(
-                "{} ({})",
-                fmt_bytes(r.fragmentation_at_peak_bytes),
-                fmt_bytes(r.largest_free_block_at_peak_bytes)
-            ),
+            format!("{} ({})", fmt_bytes(r.fragmentation_at_peak_bytes), fmt_bytes(r.largest_free_block_at_peak_bytes)),
             r.segment_allocs,
         );
     }
