@@ -16,6 +16,8 @@ mod export;
 mod import;
 mod model;
 pub mod pickle;
+mod pools;
+mod two_step;
 mod replay;
 mod whatif;
 
@@ -24,6 +26,7 @@ pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
+pub use pools::PoolInference;
 pub use replay::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
     SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
