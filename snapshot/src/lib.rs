@@ -17,8 +17,9 @@ mod import;
 mod model;
 pub mod pickle;
 mod pools;
-mod two_step;
 mod replay;
+mod two_step;
+mod underivable;
 mod whatif;
 
 pub use export::{write_chrome_trace, write_snapshot};
@@ -31,6 +32,7 @@ pub use replay::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
     SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
+pub use underivable::UnderivableStat;
 pub use whatif::{PeakHolder, SWEEP_GRID, WhatIf, peak_holders, recommend, what_if, what_if_timelines};
 
 use thiserror::Error;

@@ -92,14 +92,28 @@ fn open_lives(trace: &[TraceEntry]) -> Vec<Life> {
     for (i, e) in trace.iter().enumerate() {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => {
-                lives.push(Life { addr: e.addr, size: e.size, stream: e.stream, start: Some(i), end: None, pool: None });
+                lives.push(Life {
+                    addr: e.addr,
+                    size: e.size,
+                    stream: e.stream,
+                    start: Some(i),
+                    end: None,
+                    pool: None,
+                });
                 live.insert(e.addr, (e.addr.saturating_add(e.size), lives.len() - 1));
             }
             Action::SegmentFree | Action::SegmentUnmap => {
                 let gone = overlapping(&live, e.addr, e.size);
                 if gone.is_empty() {
                     // Reserved before the first entry.
-                    lives.push(Life { addr: e.addr, size: e.size, stream: e.stream, start: None, end: Some(i), pool: None });
+                    lives.push(Life {
+                        addr: e.addr,
+                        size: e.size,
+                        stream: e.stream,
+                        start: None,
+                        end: Some(i),
+                        pool: None,
+                    });
                 }
                 for base in gone {
                     if let Some((_, k)) = live.remove(&base) {
@@ -141,11 +155,8 @@ fn walk_allocs(trace: &[TraceEntry], lives: &[Life], mut on_alloc: impl FnMut(us
                 }
             }
             Action::Alloc => {
-                let holder = live
-                    .range(..=e.addr)
-                    .next_back()
-                    .filter(|(_, (stop, _))| e.addr < *stop)
-                    .map(|(_, &(_, k))| k);
+                let holder =
+                    live.range(..=e.addr).next_back().filter(|(_, (stop, _))| e.addr < *stop).map(|(_, &(_, k))| k);
                 on_alloc(i, e, holder);
             }
             _ => {}
@@ -224,19 +235,20 @@ impl PoolPlan {
         // default-pool allocation.
         let mut windows: HashMap<(i64, MempoolId), (usize, usize)> = HashMap::default();
         let mut default_streams: HashMap<i64, ()> = HashMap::default();
-        let pools_of: Vec<Option<MempoolId>> = lives.iter().map(|l| if l.end.is_none() { l.pool } else { None }).collect();
+        let pools_of: Vec<Option<MempoolId>> =
+            lives.iter().map(|l| if l.end.is_none() { l.pool } else { None }).collect();
         let known: Vec<bool> = lives.iter().map(|l| l.end.is_none()).collect();
         walk_allocs(trace, &lives, |i, e, holder| {
-                let Some(k) = holder.filter(|&k| known[k]) else { return };
-                match private(pools_of[k]) {
-                    Some(p) => {
-                        let w = windows.entry((e.stream, p)).or_insert((i, i));
-                        w.1 = i;
-                    }
-                    None => {
-                        default_streams.insert(e.stream, ());
-                    }
+            let Some(k) = holder.filter(|&k| known[k]) else { return };
+            match private(pools_of[k]) {
+                Some(p) => {
+                    let w = windows.entry((e.stream, p)).or_insert((i, i));
+                    w.1 = i;
                 }
+                None => {
+                    default_streams.insert(e.stream, ());
+                }
+            }
         });
 
         // Infer the pools of freed lifetimes.
@@ -254,11 +266,8 @@ impl PoolPlan {
                 if default_streams.contains_key(&life.stream) {
                     return None;
                 }
-                let mut of: Vec<(MempoolId, usize)> = windows
-                    .iter()
-                    .filter(|((s, _), _)| *s == life.stream)
-                    .map(|((_, p), (a, _))| (*p, *a))
-                    .collect();
+                let mut of: Vec<(MempoolId, usize)> =
+                    windows.iter().filter(|((s, _), _)| *s == life.stream).map(|((_, p), (a, _))| (*p, *a)).collect();
                 of.sort_unstable();
                 (of.len() == 1 && of[0].1 <= start).then_some(of[0].0)
             };
@@ -282,20 +291,22 @@ impl PoolPlan {
         let pool_of_life: Vec<Option<MempoolId>> = lives.iter().map(|l| private(l.pool)).collect();
         let mut by_entry = HashMap::default();
         walk_allocs(trace, &lives, |i, e, holder| {
-                let pool = match holder {
-                    Some(k) => pool_of_life[k],
-                    // Not in any segment the trace or the dump shows: the final
-                    // segments are the only map left.
-                    None => private(final_pool(e.addr)),
-                };
-                if let Some(p) = pool {
-                    by_entry.insert(i, p);
-                }
+            let pool = match holder {
+                Some(k) => pool_of_life[k],
+                // Not in any segment the trace or the dump shows: the final
+                // segments are the only map left.
+                None => private(final_pool(e.addr)),
+            };
+            if let Some(p) = pool {
+                by_entry.insert(i, p);
+            }
         });
         plan.inference.allocs_in_private_pools = by_entry.len() as u64;
         plan.by_entry = by_entry;
-        plan.at_start =
-            start_lives.iter().map(|&k| (lives[k].addr, lives[k].addr + lives[k].size, private(lives[k].pool))).collect();
+        plan.at_start = start_lives
+            .iter()
+            .map(|&k| (lives[k].addr, lives[k].addr + lives[k].size, private(lives[k].pool)))
+            .collect();
         plan.at_start.sort_unstable_by_key(|r| r.0);
         plan
     }

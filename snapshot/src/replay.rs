@@ -24,9 +24,10 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use thiserror::Error;
 
+use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
 use super::pools::{PoolInference, PoolPlan};
 use super::two_step::PendingFrees;
-use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
+use super::underivable::{TraceStart, UnderivableStat, underivable_stats};
 use vramlab_allocator::hooks::{AllocatorAction, Event, Hooks, Subscriber};
 use vramlab_allocator::{
     AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolFilter, PoolKind,
@@ -191,6 +192,10 @@ pub struct SnapshotReplay {
     /// as PyTorch keys it. Equal to the recording process's own when the trace
     /// holds everything from its first allocation (nothing live at the start).
     pub final_memory_stats: std::collections::BTreeMap<String, i64>,
+    /// The keys of `final_memory_stats` this recording's trace cannot determine
+    /// (underivable.rs): lower bounds or not known. Every other key is
+    /// PyTorch's when the fidelity check agrees.
+    pub underivable_stats: Vec<UnderivableStat>,
     /// The replay as a snapshot (its trace and final segments, the simulated
     /// addresses; the memory placed before the first entry comes first), when
     /// [`SnapshotReplayOptions::record`] asked for it.
@@ -490,6 +495,7 @@ fn replay(
         peak_allocated_index: None,
         fidelity: None,
         final_memory_stats: Default::default(),
+        underivable_stats: Vec::new(),
         recording: None,
     };
     let mut recorded_seg: Vec<(u64, Action, u64)> = Vec::new();
@@ -671,6 +677,9 @@ fn replay(
     r.final_reserved_bytes = allocator.memory_reserved();
     r.final_memory_stats = allocator.stats().flatten();
     r.frees_deferred = frees.deferred;
+    let live_before = r.live_at_start.blocks_in_segments + r.live_at_start.freed_without_alloc > 0
+        || r.pool_inference.live_at_start > 0;
+    r.underivable_stats = underivable_stats(&r.final_memory_stats, TraceStart { live_before, windowed });
     r.frees_pending_at_end = frees.waiting();
 
     if !windowed && settings_from_snapshot && opts.capacity_bytes.is_none() && !r.stopped_early {
@@ -831,11 +840,9 @@ fn fidelity(
         recorded_segments: rec_segs.len() as u64,
         replayed_segments: rep_segs.len() as u64,
         final_segments_disagreement,
-        recorded_allocated_bytes: rec_iter()
-            .flat_map(|s| &s.blocks)
-            .filter(|b| b.state != BlockState::Inactive)
-            .map(|b| b.size)
-            .sum(),
+        // A block whose free waits for other streams (active_pending_free) is
+        // active but allocated no more.
+        recorded_allocated_bytes: rec_iter().map(Segment::allocated_bytes).sum(),
         replayed_allocated_bytes: allocator.memory_allocated(),
         recorded_reserved_bytes: rec_iter().map(|s| s.total_size).sum(),
         replayed_reserved_bytes: allocator.memory_reserved(),

@@ -96,6 +96,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
             source: name.clone(),
             unit: "trace ops".into(),
             facts: page_facts(&opts, &report, timeline),
+            stat_notes: Vec::new(),
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)

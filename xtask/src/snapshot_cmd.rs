@@ -46,6 +46,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
             source: name.to_owned(),
             unit: "trace entries".into(),
             facts: page_facts(&snap, &r, timeline),
+            stat_notes: stat_notes(&r),
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)
@@ -77,6 +78,21 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         }
     }
     Ok(out)
+}
+
+/// The statistics the trace cannot determine, as the replay page shows them.
+fn stat_notes(r: &SnapshotReplay) -> Vec<replay_page::StatNote> {
+    r.underivable_stats
+        .iter()
+        .map(|u| {
+            let value = r.final_memory_stats.get(&u.key).copied().unwrap_or(0);
+            replay_page::StatNote {
+                key: u.key.clone(),
+                value: if u.lower_bound { format!("at least {value}") } else { "not known from the trace".to_owned() },
+                reason: u.reason.clone(),
+            }
+        })
+        .collect()
 }
 
 /// The replay page's summary table.
@@ -221,6 +237,26 @@ fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay, args: &ReplayArg
             "  private pools      {:?}: CUDA graphs / MemPools, replayed in their own pools (by their final segments)",
             r.private_pools
         );
+    }
+    let pi = &r.pool_inference;
+    if pi.inferred_private > 0 || (!r.private_pools.is_empty() && pi.freed_assumed_default > 0) {
+        let _ = writeln!(
+            s,
+            "  pools of segments  {} known from the final segments, {} freed ones inferred in a private pool, \
+             {} freed ones replayed in the default pool (their pool is not in the trace)",
+            pi.known_from_final_segments, pi.inferred_private, pi.freed_assumed_default
+        );
+    }
+    if r.frees_deferred > 0 {
+        let _ = writeln!(
+            s,
+            "  deferred frees     {} (record_stream: allocated no more at free_requested, reusable at \
+             free_completed); {} still waiting for other streams at the dump",
+            r.frees_deferred, r.frees_pending_at_end
+        );
+    }
+    for n in stat_notes(r) {
+        let _ = writeln!(s, "  not derivable      {}: {} ({})", n.key, n.value, n.reason);
     }
     match &r.fidelity {
         None => {
