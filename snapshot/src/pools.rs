@@ -211,13 +211,10 @@ impl PoolPlan {
         let private = |p: Option<MempoolId>| p.filter(|&p| p != (0, 0));
         let start_lives: Vec<usize> = (0..lives.len()).filter(|&k| lives[k].start.is_none()).collect();
 
-        let mut plan = PoolPlan::default();
-        plan.pools = {
-            let mut v: Vec<MempoolId> = finals.iter().map(|r| r.2).filter(|&p| p != (0, 0)).collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        };
+        let mut pools: Vec<MempoolId> = finals.iter().map(|r| r.2).filter(|&p| p != (0, 0)).collect();
+        pools.sort_unstable();
+        pools.dedup();
+        let mut plan = PoolPlan { pools, ..PoolPlan::default() };
         let inf = &mut plan.inference;
         inf.segments = lives.len() as u64;
         inf.live_at_start = start_lives.len() as u64;
