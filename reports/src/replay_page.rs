@@ -47,6 +47,16 @@ impl Fact {
     }
 }
 
+/// A statistic the replayed trace cannot determine, for the replay page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatNote {
+    /// The `torch.cuda.memory_stats()` key.
+    pub key: String,
+    /// The replay's value as shown: "at least N" (a lower bound) or "not known from the trace".
+    pub value: String,
+    pub reason: String,
+}
+
 /// What `cargo xtask replay --report` shows.
 #[derive(Debug, Clone)]
 pub struct ReplayPage<'a> {
@@ -56,6 +66,8 @@ pub struct ReplayPage<'a> {
     pub unit: String,
     /// The replay's settings and figures, in order.
     pub facts: Vec<Fact>,
+    /// Statistics the trace cannot determine (snapshot replays), shown apart from the replay's figures.
+    pub stat_notes: Vec<StatNote>,
     pub timeline: &'a ReplayTimeline,
 }
 
@@ -481,6 +493,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         unit => &page.unit,
         ops_per_point => t.ops_per_point,
         facts => &page.facts,
+        stat_notes => &page.stat_notes,
         timeline => timeline,
         segments => segments,
         peak => peak,
@@ -586,6 +599,11 @@ mod tests {
             source: "runs/<b>frag</b> & co.jsonl".into(),
             unit: "trace ops".into(),
             facts: vec![Fact::new("simulated device", "1.00 GiB"), Fact::new("allocator <config>", "default")],
+            stat_notes: vec![StatNote {
+                key: "num_sync_all_streams".into(),
+                value: "at least 59".into(),
+                reason: "empty_cache() calls that release nothing leave no trace entry".into(),
+            }],
             timeline: &t,
         };
         let files = write_replay_report(&dir, &page).unwrap();
@@ -594,6 +612,11 @@ mod tests {
         assert!(html.contains("runs&#x2f;&lt;b&gt;frag&lt;&#x2f;b&gt; &amp; co.jsonl"), "the name is escaped");
         assert!(!html.contains("<b>frag"));
         assert!(html.contains("allocator &lt;config&gt;"));
+        // A statistic the trace cannot tell, apart, as a lower bound.
+        assert!(html.contains(
+            "<tr><td><code>num_sync_all_streams</code></td><td class=\"num\">at least 59</td><td>empty_cache() calls \
+             that release nothing leave no trace entry</td></tr>"
+        ));
         // The timeline, with the reserved peak in words and on the chart.
         assert!(html.contains("Memory over the replay"));
         assert!(html.contains("Reserved memory peaks at 1020.00 MiB after 101 trace ops, with 808.00 MiB allocated."));
@@ -688,7 +711,13 @@ mod tests {
         let dir = temp_dir("unwritable");
         std::fs::write(&dir, b"a file, not a folder").unwrap();
         let t = ReplayTimeline::default();
-        let page = ReplayPage { source: "x".into(), unit: "trace ops".into(), facts: vec![], timeline: &t };
+        let page = ReplayPage {
+            source: "x".into(),
+            unit: "trace ops".into(),
+            facts: vec![],
+            stat_notes: vec![],
+            timeline: &t,
+        };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");
         assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");

@@ -16,7 +16,10 @@ mod export;
 mod import;
 mod model;
 pub mod pickle;
+mod pools;
 mod replay;
+mod two_step;
+mod underivable;
 mod whatif;
 
 pub use export::{write_chrome_trace, write_snapshot};
@@ -24,10 +27,12 @@ pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
+pub use pools::PoolInference;
 pub use replay::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
     SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
+pub use underivable::UnderivableStat;
 pub use whatif::{PeakHolder, SWEEP_GRID, WhatIf, peak_holders, recommend, what_if, what_if_timelines};
 
 use thiserror::Error;

@@ -14,11 +14,9 @@
 //!
 //! Private pools (CUDA graphs, `MemPool`): every pool a final segment names by its
 //! `segment_pool_id` is created (use count 1, as a live graph or `MemPool` holds
-//! it), and each allocation at an address inside such a segment is made in that
-//! pool (`beginAllocateToPool` for its stream around the `malloc`). PyTorch's trace
-//! entries do not say their pool, so the final segments are the map: allocations
-//! in private-pool segments freed before the snapshot was taken go to the default
-//! pool.
+//! it), and each allocation the pool plan (`pools.rs`: segment lifetimes, their
+//! pools known from the final segments or inferred) puts in a private pool is made
+//! there (`beginAllocateToPool` for its stream around the `malloc`).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +25,9 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
+use super::pools::{PoolInference, PoolPlan};
+use super::two_step::PendingFrees;
+use super::underivable::{TraceStart, UnderivableStat, underivable_stats};
 use vramlab_allocator::hooks::{AllocatorAction, Event, Hooks, Subscriber};
 use vramlab_allocator::{
     AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolFilter, PoolKind,
@@ -176,6 +177,14 @@ pub struct SnapshotReplay {
     /// Private pools the snapshot's segments use on this device, replayed as
     /// private pools (see the module docs).
     pub private_pools: Vec<(i64, i64)>,
+    /// How each segment's pool was learned (final segments, inferred, assumed default).
+    pub pool_inference: PoolInference,
+    /// Frees whose `free_completed` came after other entries: blocks used on other
+    /// streams (`record_stream`), allocated no more from `free_requested`, reusable
+    /// only from `free_completed` (PyTorch's two-step free).
+    pub frees_deferred: u64,
+    /// Of those, still waiting for other streams at the dump (no `free_completed`).
+    pub frees_pending_at_end: u64,
     /// Index in the trace of the entry at which allocated memory peaked (after it ran).
     pub peak_allocated_index: Option<u64>,
     pub fidelity: Option<FidelityReport>,
@@ -183,6 +192,10 @@ pub struct SnapshotReplay {
     /// as PyTorch keys it. Equal to the recording process's own when the trace
     /// holds everything from its first allocation (nothing live at the start).
     pub final_memory_stats: std::collections::BTreeMap<String, i64>,
+    /// The keys of `final_memory_stats` this recording's trace cannot determine
+    /// (underivable.rs): lower bounds or not known. Every other key is
+    /// PyTorch's when the fidelity check agrees.
+    pub underivable_stats: Vec<UnderivableStat>,
     /// The replay as a snapshot (its trace and final segments, the simulated
     /// addresses; the memory placed before the first entry comes first), when
     /// [`SnapshotReplayOptions::record`] asked for it.
@@ -294,33 +307,6 @@ impl Streams {
     }
 }
 
-/// The private-pool segments of one device: address ranges and their pool.
-struct PoolMap {
-    ranges: Vec<(u64, u64, MempoolId)>,
-}
-
-impl PoolMap {
-    fn new(snapshot: &Snapshot, device: i64) -> PoolMap {
-        let mut ranges: Vec<(u64, u64, MempoolId)> = snapshot
-            .segments
-            .iter()
-            .filter(|s| s.device == device && s.segment_pool_id != (0, 0))
-            .map(|s| {
-                let (a, b) = s.segment_pool_id;
-                (s.address, s.address.saturating_add(s.total_size), (a as u64, b as u64))
-            })
-            .collect();
-        ranges.sort_unstable();
-        PoolMap { ranges }
-    }
-
-    /// The pool whose segment holds `addr`, if a private one does.
-    fn pool_of(&self, addr: u64) -> Option<MempoolId> {
-        let k = self.ranges.partition_point(|r| r.0 <= addr);
-        k.checked_sub(1).map(|k| self.ranges[k]).filter(|r| addr < r.1).map(|r| r.2)
-    }
-}
-
 /// `malloc`, in private pool `pool` when given (begin allocating the stream to it,
 /// allocate, end and give the use back).
 fn malloc_in(
@@ -412,6 +398,8 @@ fn replay(
     let plan =
         trace.iter().filter(|e| in_window(e) && e.action == Action::SegmentAlloc).map(|e| (e.size, e.addr)).collect();
     let raw = Arc::new(SimulatedMemory::with_address_plan(opts.capacity_bytes.unwrap_or(MAX_BYTES), plan));
+    // Stream events wait for the trace's free_completed (two_step.rs).
+    raw.hold_events(true);
     let hooks = Hooks::new();
     let log = Arc::new(SegmentLog { events: Mutex::default(), all: opts.record.then(Mutex::default) });
     let mut recorder = opts.record.then(|| Recorder { trace: Vec::new(), frames_of: HashMap::default() });
@@ -419,13 +407,12 @@ fn replay(
     hooks.subscribe(log.clone());
     let allocator = CachingAllocator::with_hooks(raw.clone(), config.clone(), hooks, device as u32)
         .map_err(SnapshotReplayError::Setup)?;
-    let pools = PoolMap::new(snapshot, device as i64);
-    for &(_, _, pool) in &pools.ranges {
-        if allocator.pool_use_count(pool).is_none() {
-            allocator.create_or_incref_pool(pool).map_err(SnapshotReplayError::Setup)?;
-        }
+    let pools = PoolPlan::new(snapshot, device);
+    for &pool in &pools.pools {
+        allocator.create_or_incref_pool(pool).map_err(SnapshotReplayError::Setup)?;
     }
     let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
+    let mut frees = PendingFrees::default();
     let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
 
     // Pass 1: what was live before the first event.
@@ -462,7 +449,7 @@ fn replay(
     let mut streams = Streams { ids: HashMap::from_iter([(0, 0)]) };
     let mut handles: HashMap<u64, Allocation> = HashMap::default();
     for &(addr, size, frames, _) in &pre {
-        let a = malloc_in(&allocator, size, 0, pools.pool_of(addr))
+        let a = malloc_in(&allocator, size, 0, pools.pool_at_start(addr))
             .map_err(|source| SnapshotReplayError::Allocator { index: 0, source })?;
         handles.insert(addr, a);
         if let Some(rec) = recorder.as_mut() {
@@ -502,9 +489,13 @@ fn replay(
         stopped_early: false,
         recorded_ooms: 0,
         private_pools: snapshot.private_pools(device as i64),
+        pool_inference: pools.inference.clone(),
+        frees_deferred: 0,
+        frees_pending_at_end: 0,
         peak_allocated_index: None,
         fidelity: None,
         final_memory_stats: Default::default(),
+        underivable_stats: Vec::new(),
         recording: None,
     };
     let mut recorded_seg: Vec<(u64, Action, u64)> = Vec::new();
@@ -557,7 +548,7 @@ fn replay(
                     allocator.free(old).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
                 }
                 let stream = streams.id(e.stream)?;
-                match malloc_in(&allocator, e.size, stream, pools.pool_of(e.addr)) {
+                match malloc_in(&allocator, e.size, stream, pools.pool_of_entry(i as usize)) {
                     Ok(a) => {
                         placed = Some((e.addr, a.addr()));
                         handles.insert(e.addr, a);
@@ -582,14 +573,24 @@ fn replay(
                     Err(source) => return Err(SnapshotReplayError::Allocator { index: i, source }),
                 }
             }
+            Action::FreeRequested if free_on_completed => {
+                // The two-step free (two_step.rs): allocated no more from here.
+                if let Some(h) = handles.remove(&e.addr) {
+                    let next = trace.get(i as usize + 1);
+                    let now = next.is_some_and(|n| n.action == Action::FreeCompleted && n.addr == e.addr);
+                    frees
+                        .request(&allocator, e.addr, h, now)
+                        .map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
+                }
+            }
             a if is_free(a) => {
                 r.frees += 1;
-                match handles.remove(&e.addr) {
-                    Some(h) => {
-                        allocator.free(h).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?
-                    }
-                    None if failed.remove(&e.addr).is_some() => {}
-                    None => skip(&mut r, format!("entry {i}: {} of {:#x}, which is not live", a.as_str(), e.addr)),
+                if frees.complete(&allocator, &raw, e.addr) {
+                    // Requested before: done now.
+                } else if let Some(h) = handles.remove(&e.addr) {
+                    allocator.free(h).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?
+                } else if failed.remove(&e.addr).is_none() {
+                    skip(&mut r, format!("entry {i}: {} of {:#x}, which is not live", a.as_str(), e.addr));
                 }
             }
             Action::SegmentFree | Action::SegmentUnmap => {
@@ -598,7 +599,19 @@ fn replay(
                 // A run of segment frees is an empty_cache() (or the release of
                 // cached blocks on a retry): release what is cached once per run.
                 if prev_action != e.action {
+                    // Pools whose segments this run frees were freeable then.
+                    let run = trace[i as usize..].iter().take_while(|x| x.action == e.action).count();
+                    let mut freeable: Vec<_> =
+                        (i as usize..i as usize + run).flat_map(|k| pools.freeable_for(k).iter().copied()).collect();
+                    freeable.sort_unstable();
+                    freeable.dedup();
+                    for &p in &freeable {
+                        let _ = allocator.release_pool(p);
+                    }
                     allocator.empty_cache();
+                    for &p in &freeable {
+                        let _ = allocator.create_or_incref_pool(p);
+                    }
                 }
             }
             Action::SegmentAlloc | Action::SegmentMap => {
@@ -663,6 +676,11 @@ fn replay(
     r.final_allocated_bytes = allocator.memory_allocated();
     r.final_reserved_bytes = allocator.memory_reserved();
     r.final_memory_stats = allocator.stats().flatten();
+    r.frees_deferred = frees.deferred;
+    let live_before = r.live_at_start.blocks_in_segments + r.live_at_start.freed_without_alloc > 0
+        || r.pool_inference.live_at_start > 0;
+    r.underivable_stats = underivable_stats(&r.final_memory_stats, TraceStart { live_before, windowed });
+    r.frees_pending_at_end = frees.waiting();
 
     if !windowed && settings_from_snapshot && opts.capacity_bytes.is_none() && !r.stopped_early {
         let mut report = fidelity(snapshot, device, &allocator, &recorded_seg, &replayed_seg);
@@ -822,11 +840,9 @@ fn fidelity(
         recorded_segments: rec_segs.len() as u64,
         replayed_segments: rep_segs.len() as u64,
         final_segments_disagreement,
-        recorded_allocated_bytes: rec_iter()
-            .flat_map(|s| &s.blocks)
-            .filter(|b| b.state != BlockState::Inactive)
-            .map(|b| b.size)
-            .sum(),
+        // A block whose free waits for other streams (active_pending_free) is
+        // active but allocated no more.
+        recorded_allocated_bytes: rec_iter().map(Segment::allocated_bytes).sum(),
         replayed_allocated_bytes: allocator.memory_allocated(),
         recorded_reserved_bytes: rec_iter().map(|s| s.total_size).sum(),
         replayed_reserved_bytes: allocator.memory_reserved(),

@@ -90,6 +90,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
             source: name.clone(),
             unit: "trace ops".into(),
             facts: replay_doc::page_facts(&doc, timeline),
+            stat_notes: replay_doc::stat_notes(&doc),
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)

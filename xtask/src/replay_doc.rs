@@ -13,9 +13,10 @@ use serde::Serialize;
 use vramlab_engine::alloc::OutOfMemoryError;
 use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
-use vramlab_reports::replay_page::Fact;
+use vramlab_reports::replay_page::{Fact, StatNote};
 use vramlab_snapshot::{
-    Action, FidelityReport, LiveAtStart, Placement, Snapshot, SnapshotReplay, SnapshotReplayOptions,
+    Action, FidelityReport, LiveAtStart, Placement, PoolInference, Snapshot, SnapshotReplay, SnapshotReplayOptions,
+    UnderivableStat,
 };
 
 use vramlab_reports::units::fmt_bytes;
@@ -136,11 +137,20 @@ pub struct ReplayDoc {
     pub first_skipped: Option<String>,
     /// Private pools (CUDA graphs, MemPools) replayed in their own pools.
     pub private_pools: Vec<(i64, i64)>,
+    /// How each segment's pool was known (snapshots only).
+    pub pool_inference: Option<PoolInference>,
+    /// `record_stream` frees replayed in two steps, and those still waiting at
+    /// the end (snapshots only).
+    pub frees_deferred: Option<u64>,
+    pub frees_pending_at_end: Option<u64>,
     /// The largest free block and reserved − allocated at the reserved peak (snapshots only).
     pub largest_free_block_at_peak_bytes: Option<u64>,
     pub fragmentation_at_peak_bytes: Option<u64>,
     /// `torch.cuda.memory_stats()` of the headline device at the end, keyed as PyTorch keys it.
     pub memory_stats: BTreeMap<String, i64>,
+    /// The `memory_stats` keys the input cannot determine, each with its reason
+    /// and whether the value is a lower bound; left out of every comparison.
+    pub underivable_stats: Vec<UnderivableStat>,
     /// `torch.cuda.memory_summary()` at the end (traces only).
     pub summary: Option<String>,
     /// The check of the replay against the recording (snapshots replayed whole,
@@ -203,9 +213,13 @@ pub fn from_trace(input: &str, opts: &ReplayOptions, r: &ReplayReport) -> Replay
         skipped_entries: 0,
         first_skipped: None,
         private_pools: Vec::new(),
+        pool_inference: None,
+        frees_deferred: None,
+        frees_pending_at_end: None,
         largest_free_block_at_peak_bytes: None,
         fragmentation_at_peak_bytes: None,
         memory_stats: r.memory_stats.clone(),
+        underivable_stats: Vec::new(),
         summary: Some(r.summary.clone()),
         fidelity: None,
         devices: r
@@ -277,9 +291,13 @@ pub fn from_snapshot(input: &str, snap: &Snapshot, r: &SnapshotReplay, opts: &Sn
         skipped_entries: r.skipped_entries,
         first_skipped: r.first_skipped.clone(),
         private_pools: r.private_pools.clone(),
+        pool_inference: Some(r.pool_inference.clone()),
+        frees_deferred: Some(r.frees_deferred),
+        frees_pending_at_end: Some(r.frees_pending_at_end),
         largest_free_block_at_peak_bytes: Some(r.largest_free_block_at_peak_bytes),
         fragmentation_at_peak_bytes: Some(r.fragmentation_at_peak_bytes),
         memory_stats: r.final_memory_stats.clone(),
+        underivable_stats: r.underivable_stats.clone(),
         summary: None,
         fidelity: r.fidelity.clone(),
         devices: vec![DocDevice {
@@ -420,6 +438,27 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
                     d.private_pools
                 );
             }
+            if let Some(pi) = &d.pool_inference
+                && (pi.inferred_private > 0 || (!d.private_pools.is_empty() && pi.freed_assumed_default > 0))
+            {
+                let _ = writeln!(
+                    s,
+                    "  pools of segments  {} known from the final segments, {} freed ones inferred in a private pool, \
+                     {} freed ones replayed in the default pool (their pool is not in the trace)",
+                    pi.known_from_final_segments, pi.inferred_private, pi.freed_assumed_default
+                );
+            }
+            if let Some(n) = d.frees_deferred.filter(|&n| n > 0) {
+                let _ = writeln!(
+                    s,
+                    "  deferred frees     {n} (record_stream: allocated no more at free_requested, reusable at \
+                     free_completed); {} still waiting for other streams at the dump",
+                    d.frees_pending_at_end.unwrap_or(0)
+                );
+            }
+            for n in stat_notes(d) {
+                let _ = writeln!(s, "  not derivable      {}: {} ({})", n.key, n.value, n.reason);
+            }
             fidelity_lines(&mut s, d.fidelity.as_ref());
         }
     }
@@ -554,6 +593,22 @@ fn fidelity_lines(s: &mut String, fidelity: Option<&FidelityReport>) {
             }
         }
     }
+}
+
+/// The statistics the input cannot determine, as the text and the page show
+/// them: "at least N" for a lower bound, else "not known from the trace".
+pub fn stat_notes(d: &ReplayDoc) -> Vec<StatNote> {
+    d.underivable_stats
+        .iter()
+        .map(|u| {
+            let value = d.memory_stats.get(&u.key).copied().unwrap_or(0);
+            StatNote {
+                key: u.key.clone(),
+                value: if u.lower_bound { format!("at least {value}") } else { "not known from the trace".to_owned() },
+                reason: u.reason.clone(),
+            }
+        })
+        .collect()
 }
 
 /// The replay page's summary table, from the document and the page's timeline

@@ -574,6 +574,18 @@ impl CachingAllocator {
         }
     }
 
+    /// PyTorch's `process_events` on its own: frees the blocks whose stream events
+    /// have all completed, as the start of every `malloc` does (and, like it, not
+    /// while a pool is being allocated to). For replays that learn from a trace
+    /// (its `free_completed`) that another stream's work is done.
+    pub fn process_events(&self) {
+        let mut st = self.lock();
+        if st.captures_underway.is_empty() && st.num_pending_events != 0 {
+            st.process_events(&self.device);
+        }
+        st.emitter.flush();
+    }
+
     /// `torch.cuda.empty_cache()`: waits for outstanding stream events, then gives
     /// every fully free segment (and every fully free page of expandable segments)
     /// back to the device. Allocated memory is unchanged.
