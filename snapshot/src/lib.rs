@@ -15,6 +15,7 @@
 mod export;
 mod import;
 mod model;
+mod oom;
 pub mod pickle;
 mod replay;
 mod whatif;
@@ -24,6 +25,7 @@ pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
+pub use oom::{InferredCapacity, LimitKind, OomRequest, ReleaseKind, ReleaseSummary};
 pub use replay::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
     SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,

@@ -32,6 +32,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         config: args.alloc_conf.clone(),
         on_oom: args.on_oom.into(),
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
+        ..Default::default()
     };
     let (r, timeline) = if args.report.is_some() {
         let (r, t) =
@@ -154,7 +155,13 @@ fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay, args: &ReplayArg
         (false, _) => " (--alloc-conf)",
     };
     let _ = writeln!(s, "  allocator config   {conf}{origin}");
-    let capacity = r.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
+    let mut capacity = r.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
+    if r.capacity_inferred.is_some() {
+        capacity += " (inferred from the recorded OOM: no --capacity given)";
+    }
+    if let Some(limit) = r.memory_limit_bytes {
+        capacity += &format!("; per-process limit {}", exact(limit));
+    }
     let _ = writeln!(s, "  simulated device   {capacity}");
     let window = if r.entries_in_window != r.entries {
         format!(", {} in the time window", r.entries_in_window)
@@ -205,6 +212,30 @@ fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay, args: &ReplayArg
     }
     if r.recorded_ooms > 0 {
         let _ = writeln!(s, "  recorded OOMs      {} in the snapshot's own trace", r.recorded_ooms);
+        if r.oom_requests.is_empty() {
+            let why = r.capacity_not_inferred.as_deref().unwrap_or("the device is unlimited");
+            let _ = writeln!(s, "                     only counted, not replayed: {why}");
+        }
+        for o in &r.oom_requests {
+            let outcome = match (o.served, o.spare_bytes, o.short_bytes) {
+                (true, spare, _) => format!("served, {} to spare", format_bytes(spare.unwrap_or(0))),
+                (false, _, short) => {
+                    format!("failed as recorded (release, retry, OOM), {} short", format_bytes(short.unwrap_or(0)))
+                }
+            };
+            let _ = writeln!(
+                s,
+                "                     entry {}: request of {} replayed: {outcome}",
+                o.trace_index,
+                exact(o.requested_bytes)
+            );
+        }
+    }
+    if let Some(c) = &r.capacity_inferred {
+        let _ = writeln!(s, "  capacity           {}", c.describe());
+    }
+    if r.releases.runs > 0 {
+        let _ = writeln!(s, "  releases           {}", r.releases.describe());
     }
     let _ = writeln!(s, "  peak allocated     {}", exact(r.peak_allocated_bytes));
     let _ = writeln!(s, "  peak reserved      {}", exact(r.peak_reserved_bytes));
