@@ -15,6 +15,7 @@
 mod export;
 mod import;
 mod model;
+mod oom;
 pub mod pickle;
 mod pools;
 mod replay;
@@ -27,6 +28,7 @@ pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
+pub use oom::{InferredCapacity, LimitKind, OomRequest, ReleaseKind, ReleaseSummary};
 pub use pools::PoolInference;
 pub use replay::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,

@@ -17,6 +17,15 @@
 //! it), and each allocation the pool plan (`pools.rs`: segment lifetimes, their
 //! pools known from the final segments or inferred) puts in a private pool is made
 //! there (`beginAllocateToPool` for its stream around the `malloc`).
+//!
+//! Recorded out-of-memory errors and releases ([`super::oom`]): each `oom` entry's
+//! request is made again against a limited device — the capacity given, or where
+//! none is, the one the recorded OOMs imply ([`InferredCapacity`]) — so that the
+//! release, the retry and the failure happen in the allocator as they did in
+//! PyTorch; a recorded OOM never stops the replay (the program went on). Runs of
+//! segment frees are replayed as `empty_cache()` only when they were the
+//! program's (or cannot be told); the allocator's own releases belong to its
+//! settings and are left to the replayed allocator.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +34,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
+use super::oom::{self, InferredCapacity, OomRequest, ReleaseKind, ReleaseSummary};
 use super::pools::{PoolInference, PoolPlan};
 use super::two_step::PendingFrees;
 use super::underivable::{TraceStart, UnderivableStat, underivable_stats};
@@ -46,8 +56,15 @@ pub struct SnapshotReplayOptions {
     /// Keep only entries with `time_us` in this window (inclusive).
     pub from_us: Option<i64>,
     pub to_us: Option<i64>,
-    /// The simulated device's capacity; `None` is unlimited.
+    /// The simulated device's capacity; `None` is unlimited, or, for a trace
+    /// with `oom` entries, the capacity they imply ([`InferredCapacity`]).
     pub capacity_bytes: Option<u64>,
+    /// Never infer a capacity from recorded OOMs: `None` stays unlimited.
+    pub no_capacity_inference: bool,
+    /// `torch.cuda.set_per_process_memory_fraction(f)` on the simulated device:
+    /// the process may reserve `f` × the capacity (garbage collection under
+    /// `garbage_collection_threshold` acts only with a fraction below 1, as in PyTorch).
+    pub memory_fraction: Option<f64>,
     /// The settings to replay under; `None` is the snapshot's own (its
     /// `allocator_settings`, or PyTorch's defaults when it has none).
     pub config: Option<AllocatorConfig>,
@@ -174,6 +191,19 @@ pub struct SnapshotReplay {
     pub stopped_early: bool,
     /// `oom` entries in the recording itself.
     pub recorded_ooms: u64,
+    /// The capacity used when none was given, inferred from the recorded OOMs.
+    pub capacity_inferred: Option<InferredCapacity>,
+    /// Why no capacity could be inferred for a trace with recorded OOMs (they
+    /// are then only counted, and their releases replayed as `empty_cache()`).
+    pub capacity_not_inferred: Option<String>,
+    /// The per-process limit in force (fraction or inferred), in bytes.
+    pub memory_limit_bytes: Option<u64>,
+    /// Each recorded failed request, made again: served or not, with how much
+    /// to spare or how much short.
+    pub oom_requests: Vec<OomRequest>,
+    /// Whose the recorded releases (runs of segment frees) were and how the
+    /// replay treated them.
+    pub releases: ReleaseSummary,
     /// Private pools the snapshot's segments use on this device, replayed as
     /// private pools (see the module docs).
     pub private_pools: Vec<(i64, i64)>,
@@ -216,6 +246,8 @@ pub enum SnapshotReplayError {
     NoTrace,
     #[error("the capacity of {0} bytes is too large: at most 1 PiB can be simulated")]
     CapacityTooLarge(u64),
+    #[error("the memory fraction {0} is not in [0, 1]")]
+    InvalidFraction(f64),
     #[error("the trace uses more than {max} streams, more than the allocator model tracks")]
     TooManyStreams { max: u32 },
     #[error("cannot set up the allocator: {0}")]
@@ -392,12 +424,40 @@ fn replay(
     {
         return Err(SnapshotReplayError::CapacityTooLarge(c));
     }
+    if let Some(f) = opts.memory_fraction
+        && !(0.0..=1.0).contains(&f)
+    {
+        return Err(SnapshotReplayError::InvalidFraction(f));
+    }
+    // Without a capacity, the one the recorded OOMs imply (under the recorded settings).
+    let (capacity_inferred, capacity_not_inferred) = if opts.capacity_bytes.is_some() || opts.no_capacity_inference {
+        (None, None)
+    } else if windowed {
+        let has_oom = trace.iter().any(|e| in_window(e) && e.action == Action::Oom);
+        (None, has_oom.then(|| "a time window was given: the reserved memory at the OOM is not known".to_owned()))
+    } else {
+        let recorded = snapshot.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default();
+        match oom::infer_capacity(snapshot, device, &recorded) {
+            Ok(c) => (c, None),
+            Err(why) => (None, Some(why)),
+        }
+    };
+    // The device: the capacity given; for an inferred per-process limit, the
+    // device the recording saw (reserved then + its free bytes) under that limit.
+    let device_bytes = match (&capacity_inferred, opts.capacity_bytes) {
+        (_, Some(c)) => c,
+        (Some(c), None) if c.kind == oom::LimitKind::Fraction => {
+            (c.reserved_at_oom_bytes + c.device_free_bytes).clamp(c.below, MAX_BYTES)
+        }
+        (Some(c), None) => c.bytes,
+        (None, None) => MAX_BYTES,
+    };
     // The recording's segment addresses, in order: PyTorch breaks ties between
     // free blocks of one size by address, so the replay must place its segments
     // where the recording's were to choose the same block.
     let plan =
         trace.iter().filter(|e| in_window(e) && e.action == Action::SegmentAlloc).map(|e| (e.size, e.addr)).collect();
-    let raw = Arc::new(SimulatedMemory::with_address_plan(opts.capacity_bytes.unwrap_or(MAX_BYTES), plan));
+    let raw = Arc::new(SimulatedMemory::with_address_plan(device_bytes, plan));
     // Stream events wait for the trace's free_completed (two_step.rs).
     raw.hold_events(true);
     let hooks = Hooks::new();
@@ -407,6 +467,19 @@ fn replay(
     hooks.subscribe(log.clone());
     let allocator = CachingAllocator::with_hooks(raw.clone(), config.clone(), hooks, device as u32)
         .map_err(SnapshotReplayError::Setup)?;
+    if let Some(f) = opts.memory_fraction {
+        allocator.set_memory_fraction(f).map_err(SnapshotReplayError::Setup)?;
+    } else if let Some(c) = capacity_inferred.as_ref().filter(|c| c.kind == oom::LimitKind::Fraction) {
+        allocator.set_memory_limit(Some(c.bytes));
+    }
+    // A limit the failed requests can run into: then they are made again.
+    let limited =
+        opts.capacity_bytes.is_some() || opts.memory_fraction.is_some_and(|f| f < 1.0) || capacity_inferred.is_some();
+    // The allocator's own releases are replayed only under the recorded settings
+    // and the recorded (unknown) limit; elsewhere the allocator releases by itself.
+    let own_releases_replayed =
+        settings_from_snapshot && opts.capacity_bytes.is_none() && opts.memory_fraction.is_none();
+    let release_plan = oom::classify_releases(trace, &snapshot.frames, in_window);
     let pools = PoolPlan::new(snapshot, device);
     for &pool in &pools.pools {
         allocator.create_or_incref_pool(pool).map_err(SnapshotReplayError::Setup)?;
@@ -470,7 +543,7 @@ fn replay(
         devices_with_entries: snapshot.device_traces.iter().filter(|t| !t.is_empty()).count() as u64,
         alloc_conf: config.to_string(),
         settings_from_snapshot,
-        capacity_bytes: opts.capacity_bytes,
+        capacity_bytes: opts.capacity_bytes.or(capacity_inferred.as_ref().map(|_| device_bytes)),
         entries: trace.len() as u64,
         entries_in_window: 0,
         allocs: 0,
@@ -488,6 +561,11 @@ fn replay(
         ooms: Vec::new(),
         stopped_early: false,
         recorded_ooms: 0,
+        memory_limit_bytes: allocator.memory_limit(),
+        capacity_inferred,
+        capacity_not_inferred,
+        oom_requests: Vec::new(),
+        releases: ReleaseSummary::default(),
         private_pools: snapshot.private_pools(device as i64),
         pool_inference: pools.inference.clone(),
         frees_deferred: 0,
@@ -596,21 +674,26 @@ fn replay(
             Action::SegmentFree | Action::SegmentUnmap => {
                 recorded_seg.push((i, e.action, e.size));
                 recorded_segs.free(e.addr);
-                // A run of segment frees is an empty_cache() (or the release of
-                // cached blocks on a retry): release what is cached once per run.
+                // A run of segment frees is a release of cached blocks: the
+                // program's empty_cache() is made where it was recorded, the
+                // allocator's own are left to the replayed allocator.
                 if prev_action != e.action {
-                    // Pools whose segments this run frees were freeable then.
-                    let run = trace[i as usize..].iter().take_while(|x| x.action == e.action).count();
-                    let mut freeable: Vec<_> =
-                        (i as usize..i as usize + run).flat_map(|k| pools.freeable_for(k).iter().copied()).collect();
-                    freeable.sort_unstable();
-                    freeable.dedup();
-                    for &p in &freeable {
-                        let _ = allocator.release_pool(p);
-                    }
-                    allocator.empty_cache();
-                    for &p in &freeable {
-                        let _ = allocator.create_or_incref_pool(p);
+                    let kind = release_plan.run_at(i).unwrap_or(ReleaseKind::Unattributed);
+                    if r.releases.count(kind, limited, own_releases_replayed) {
+                        // Pools whose segments this run frees were freeable then.
+                        let run = trace[i as usize..].iter().take_while(|x| x.action == e.action).count();
+                        let mut freeable: Vec<_> = (i as usize..i as usize + run)
+                            .flat_map(|k| pools.freeable_for(k).iter().copied())
+                            .collect();
+                        freeable.sort_unstable();
+                        freeable.dedup();
+                        for &p in &freeable {
+                            let _ = allocator.release_pool(p);
+                        }
+                        allocator.empty_cache();
+                        for &p in &freeable {
+                            let _ = allocator.create_or_incref_pool(p);
+                        }
                     }
                 }
             }
@@ -618,7 +701,20 @@ fn replay(
                 recorded_seg.push((i, e.action, e.size));
                 recorded_segs.alloc(e.addr, e.size);
             }
-            Action::Oom => r.recorded_ooms += 1,
+            Action::Oom => {
+                r.recorded_ooms += 1;
+                if limited {
+                    let stream = streams.id(e.stream)?;
+                    let request = oom::replay_request(&allocator, e, i, stream)
+                        .map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
+                    if let (Some(message), Some(rec)) =
+                        (&request.message, track.as_deref_mut().and_then(|t| t.recorder.as_mut()))
+                    {
+                        rec.oom(&allocator, (i, None, device as u32), e.size, message.clone());
+                    }
+                    r.oom_requests.push(request);
+                }
+            }
             _ => {}
         }
         prev_action = e.action;
@@ -682,7 +778,12 @@ fn replay(
     r.underivable_stats = underivable_stats(&r.final_memory_stats, TraceStart { live_before, windowed });
     r.frees_pending_at_end = frees.waiting();
 
-    if !windowed && settings_from_snapshot && opts.capacity_bytes.is_none() && !r.stopped_early {
+    if !windowed
+        && settings_from_snapshot
+        && opts.capacity_bytes.is_none()
+        && opts.memory_fraction.is_none()
+        && !r.stopped_early
+    {
         let mut report = fidelity(snapshot, device, &allocator, &recorded_seg, &replayed_seg);
         report.first_misplaced_alloc = first_misplaced;
         r.fidelity = Some(report);

@@ -18,8 +18,8 @@ use vramlab_replay::timeline::ReplayTimeline;
 
 /// The settings `--sweep` tries besides the recorded ones, as
 /// `PYTORCH_CUDA_ALLOC_CONF` strings. (`garbage_collection_threshold` acts only
-/// with a per-process memory fraction below 1, which a replay does not set, so
-/// the grid leaves it out; it can be given explicitly.)
+/// with a per-process memory fraction below 1 — [`SnapshotReplayOptions::memory_fraction`]
+/// or an inferred per-process limit — so the grid leaves it out; it can be given explicitly.)
 pub const SWEEP_GRID: [&str; 11] = [
     "expandable_segments:True",
     "max_split_size_mb:128",
@@ -41,12 +41,29 @@ pub struct WhatIf {
     pub alloc_conf: String,
     /// Whether these are the snapshot's own settings.
     pub recorded: bool,
+    /// Would this setting have avoided the recorded OOM(s)? Every recorded
+    /// failed request served and no other request failing; `None` when the
+    /// recording has no OOM or its requests could not be made again (no capacity).
+    pub avoids_recorded_oom: Option<bool>,
     pub replay: SnapshotReplay,
 }
 
 impl WhatIf {
+    /// Every request served: no out-of-memory, the recorded failed requests included.
     pub fn fits(&self) -> bool {
-        self.replay.ooms.is_empty()
+        self.replay.ooms.is_empty() && self.replay.oom_requests.iter().all(|o| o.served)
+    }
+
+    /// The first request this setting could not serve: (trace index, bytes,
+    /// whether it is a recorded failed request).
+    pub fn first_failure(&self) -> Option<(u64, u64, bool)> {
+        let other = self.replay.ooms.first().map(|o| (o.trace_index, o.requested_bytes, false));
+        let recorded =
+            self.replay.oom_requests.iter().find(|o| !o.served).map(|o| (o.trace_index, o.requested_bytes, true));
+        match (other, recorded) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -97,7 +114,15 @@ fn run_all(
                         replay_snapshot(snapshot, &opts).map(|r| (r, None))
                     };
                     *slot = Some(outcome.map(|(replay, timeline)| {
-                        (WhatIf { alloc_conf: replay.alloc_conf.clone(), recorded: config.is_none(), replay }, timeline)
+                        let avoids_recorded_oom = (!replay.oom_requests.is_empty()).then(|| {
+                            replay.oom_requests.iter().all(|o| o.served)
+                                && replay.ooms.iter().all(|o| o.trace_index > replay.oom_requests[0].trace_index)
+                        });
+                        let recorded = config.is_none();
+                        (
+                            WhatIf { alloc_conf: replay.alloc_conf.clone(), recorded, avoids_recorded_oom, replay },
+                            timeline,
+                        )
                     }));
                 }
             });

@@ -332,9 +332,15 @@ pub struct WhatifArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
-    /// Memory of the simulated device, e.g. 24GiB [default: unlimited]
+    /// Memory of the simulated device, e.g. 24GiB [default: unlimited, or for a snapshot with
+    /// recorded OOMs the capacity they imply]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity, allow_hyphen_values = true)]
     pub capacity: Option<u64>,
+
+    /// torch.cuda.set_per_process_memory_fraction(F) on the simulated device: every setting may
+    /// reserve F x --capacity; garbage_collection_threshold acts only under a fraction below 1
+    #[arg(long, value_name = "F")]
+    pub fraction: Option<f64>,
 
     /// Try a grid of allocator settings and recommend the best that fits
     #[arg(long)]

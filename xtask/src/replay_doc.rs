@@ -15,8 +15,8 @@ use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
 use vramlab_reports::replay_page::{Fact, StatNote};
 use vramlab_snapshot::{
-    Action, FidelityReport, LiveAtStart, Placement, PoolInference, Snapshot, SnapshotReplay, SnapshotReplayOptions,
-    UnderivableStat,
+    Action, FidelityReport, InferredCapacity, LiveAtStart, OomRequest, Placement, PoolInference, ReleaseSummary,
+    Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
 };
 
 use vramlab_reports::units::fmt_bytes;
@@ -130,6 +130,17 @@ pub struct ReplayDoc {
     pub too_large_not_listed: u64,
     /// `oom` entries in the recording itself (snapshots only).
     pub recorded_ooms: Option<u64>,
+    /// Each recorded failed request made again: served (with the memory to
+    /// spare) or failed as recorded (with how much short) (snapshots only).
+    pub oom_requests: Vec<OomRequest>,
+    /// The capacity the recorded OOMs imply, when none was given, and why none
+    /// could be inferred when it could not (snapshots only).
+    pub capacity_inferred: Option<InferredCapacity>,
+    pub capacity_not_inferred: Option<String>,
+    /// The per-process limit in force (an inferred limit or `--fraction`).
+    pub memory_limit_bytes: Option<u64>,
+    /// The recording's releases of cached blocks and how each was replayed (snapshots only).
+    pub releases: Option<ReleaseSummary>,
     /// Memory live when the recording began, placed before the first entry (snapshots only).
     pub live_at_start: Option<LiveAtStart>,
     /// Entries that made no sense and were skipped, and the first of them.
@@ -209,6 +220,11 @@ pub fn from_trace(input: &str, opts: &ReplayOptions, r: &ReplayReport) -> Replay
         too_large: r.too_large.clone(),
         too_large_not_listed: r.too_large_not_recorded,
         recorded_ooms: None,
+        oom_requests: Vec::new(),
+        capacity_inferred: None,
+        capacity_not_inferred: None,
+        memory_limit_bytes: None,
+        releases: None,
         live_at_start: None,
         skipped_entries: 0,
         first_skipped: None,
@@ -287,6 +303,11 @@ pub fn from_snapshot(input: &str, snap: &Snapshot, r: &SnapshotReplay, opts: &Sn
         too_large: Vec::new(),
         too_large_not_listed: 0,
         recorded_ooms: Some(r.recorded_ooms),
+        oom_requests: r.oom_requests.clone(),
+        capacity_inferred: r.capacity_inferred.clone(),
+        capacity_not_inferred: r.capacity_not_inferred.clone(),
+        memory_limit_bytes: r.memory_limit_bytes,
+        releases: Some(r.releases.clone()),
         live_at_start: Some(r.live_at_start.clone()),
         skipped_entries: r.skipped_entries,
         first_skipped: r.first_skipped.clone(),
@@ -352,7 +373,13 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
             let _ = writeln!(s, "  device             {}{how}", d.device);
         }
     }
-    let capacity = d.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
+    let mut capacity = d.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
+    if d.capacity_inferred.is_some() {
+        capacity += " (inferred from the recorded OOM: no --capacity given)";
+    }
+    if let Some(limit) = d.memory_limit_bytes {
+        capacity += &format!("; per-process limit {}", exact(limit));
+    }
     let origin = match (d.format, d.settings_from_snapshot, snapshot_has_settings) {
         (InputFormat::VramlabTrace, ..) => "",
         (_, true, true) => " (the snapshot's allocator_settings)",
@@ -394,6 +421,30 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
     oom_lines(&mut s, d);
     if let Some(n) = d.recorded_ooms.filter(|&n| n > 0) {
         let _ = writeln!(s, "  recorded OOMs      {n} in the snapshot's own trace");
+        if d.oom_requests.is_empty() {
+            let why = d.capacity_not_inferred.as_deref().unwrap_or("the device is unlimited");
+            let _ = writeln!(s, "                     only counted, not replayed: {why}");
+        }
+        for o in &d.oom_requests {
+            let outcome = match (o.served, o.spare_bytes, o.short_bytes) {
+                (true, spare, _) => format!("served, {} to spare", fmt_bytes(spare.unwrap_or(0))),
+                (false, _, short) => {
+                    format!("failed as recorded (release, retry, OOM), {} short", fmt_bytes(short.unwrap_or(0)))
+                }
+            };
+            let _ = writeln!(
+                s,
+                "                     entry {}: request of {} replayed: {outcome}",
+                o.trace_index,
+                exact(o.requested_bytes)
+            );
+        }
+    }
+    if let Some(c) = &d.capacity_inferred {
+        let _ = writeln!(s, "  capacity           {}", c.describe());
+    }
+    if let Some(rel) = d.releases.as_ref().filter(|r| r.runs > 0) {
+        let _ = writeln!(s, "  releases           {}", rel.describe());
     }
     let since = d.last_reset_peak_line.map(|l| format!(", since the reset_peak at line {l}")).unwrap_or_default();
     let _ = writeln!(s, "  peak allocated     {}{since}", exact(d.peak_allocated_bytes));

@@ -30,6 +30,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         config: args.alloc_conf.clone(),
         on_oom: args.on_oom.into(),
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
+        ..Default::default()
     };
     let (r, timeline) = if args.report.is_some() {
         let (r, t) =

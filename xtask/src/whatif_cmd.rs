@@ -9,7 +9,7 @@ use std::io::BufReader;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
-use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
     self as snapshot, PeakHolder, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, peak_holders, recommend,
@@ -36,6 +36,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         from_us: args.from_us,
         to_us: args.to_us,
         capacity_bytes: args.capacity,
+        memory_fraction: args.fraction,
         ..Default::default()
     };
     let mut configs: Vec<Option<AllocatorConfig>> = vec![None];
@@ -61,7 +62,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
             facts: vec![
                 Fact::new("device", results[0].replay.device.to_string()),
                 Fact::new("trace entries", results[0].replay.entries.to_string()),
-                Fact::new("simulated device", args.capacity.map_or_else(|| "unlimited".to_owned(), fmt_bytes)),
+                Fact::new("simulated device", capacity_text(args, &results[0])),
                 Fact::new("settings tried", results.len().to_string()),
             ],
             settings: results
@@ -78,7 +79,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
                         fragmentation_at_peak_bytes: r.fragmentation_at_peak_bytes,
                         largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
                         segment_allocs: r.segment_allocs,
-                        oom: r.ooms.first().map(oom_text),
+                        oom: failure_text(w),
                         timeline: t,
                     }
                 })
@@ -114,14 +115,73 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     write_stdout(&out).map(|()| 0)
 }
 
-fn oom_text(o: &snapshot::ReplayOom) -> String {
-    format!("at entry {}: alloc of {}", o.trace_index, fmt_bytes(o.requested_bytes))
+/// The first request a setting could not serve, for its row.
+fn failure_text(w: &WhatIf) -> Option<String> {
+    w.first_failure().map(|(i, bytes, recorded)| {
+        let what = if recorded { "the recorded failed request" } else { "alloc" };
+        // PyTorch's message names the segment it tried, which rounding may make larger.
+        let tried = w
+            .replay
+            .oom_requests
+            .iter()
+            .find(|o| o.trace_index == i)
+            .and_then(|o| o.message.as_deref())
+            .or_else(|| w.replay.ooms.iter().find(|o| o.trace_index == i).map(|o| o.message.as_str()))
+            .and_then(tried_to_allocate)
+            .filter(|t| *t != format_size(bytes))
+            .map(|t| format!(" (tried to allocate {t})"))
+            .unwrap_or_default();
+        format!("at entry {i}: {what} of {}{tried}", fmt_bytes(bytes))
+    })
+}
+
+/// "Tried to allocate X." of an out-of-memory message: the X.
+fn tried_to_allocate(message: &str) -> Option<String> {
+    let rest = &message[message.find("Tried to allocate ")? + "Tried to allocate ".len()..];
+    Some(rest[..rest.find(". ")?].to_owned())
+}
+
+/// The simulated device, and where its capacity came from.
+fn capacity_text(args: &WhatifArgs, r0: &WhatIf) -> String {
+    let r = &r0.replay;
+    let mut s = match (args.capacity, &r.capacity_inferred) {
+        (Some(c), _) => fmt_bytes(c),
+        (None, Some(c)) => format!(
+            "{}, inferred from the recorded OOM at entry {} (no --capacity given)",
+            fmt_bytes(r.memory_limit_bytes.unwrap_or(c.bytes)),
+            c.entry
+        ),
+        (None, None) => "unlimited".to_owned(),
+    };
+    if let (Some(f), Some(limit)) = (args.fraction, r.memory_limit_bytes) {
+        s += &format!(", memory fraction {f}: {} per process", fmt_bytes(limit));
+    }
+    s
+}
+
+/// Whether each recorded failed request was served under a setting, for its row.
+fn recorded_oom_text(w: &WhatIf) -> String {
+    let r = &w.replay;
+    match w.avoids_recorded_oom {
+        None => "-".to_owned(),
+        Some(true) => {
+            let spare = r.oom_requests.iter().filter_map(|o| o.spare_bytes).min().unwrap_or(0);
+            format!("served, {} to spare", fmt_bytes(spare))
+        }
+        Some(false) => match r.oom_requests.iter().find(|o| !o.served) {
+            Some(o) => format!("fails, {} short", fmt_bytes(o.short_bytes.unwrap_or(0))),
+            None => "served, but an earlier request fails".to_owned(),
+        },
+    }
 }
 
 /// The recommendation, a headline then its reasons; empty when there is nothing to recommend.
 fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) -> Vec<String> {
     let r0 = &results[0].replay;
-    let capacity = args.capacity.map_or_else(|| "unlimited".to_owned(), fmt_bytes);
+    let capacity = capacity_text(args, &results[0]);
+    if results[0].avoids_recorded_oom.is_some() {
+        return recorded_oom_recommendation(results, best, &capacity);
+    }
     match best.map(|i| &results[i]) {
         Some(b) if args.sweep || results.len() > 1 => {
             let conf =
@@ -157,6 +217,48 @@ fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) ->
     }
 }
 
+/// The recommendation for a recording that ran out of memory: would a setting
+/// have avoided the recorded OOM?
+fn recorded_oom_recommendation(results: &[WhatIf], best: Option<usize>, capacity: &str) -> Vec<String> {
+    let r0 = &results[0];
+    let first = &r0.replay.oom_requests[0];
+    let request = format!("the request of {} at entry {}", fmt_bytes(first.requested_bytes), first.trace_index);
+    let recorded = if r0.avoids_recorded_oom == Some(true) {
+        "the recorded settings serve it here too (the capacity is not the recorded one)".to_owned()
+    } else {
+        format!("the recorded settings fail it, as PyTorch did ({})", recorded_oom_text(r0))
+    };
+    let tried = results.len() > 1;
+    match best.map(|i| &results[i]) {
+        Some(b) if !b.recorded => {
+            let conf = if b.alloc_conf.is_empty() { "(unset: PyTorch's defaults)" } else { &b.alloc_conf };
+            vec![
+                format!("Recommended: PYTORCH_CUDA_ALLOC_CONF={conf}"),
+                format!(
+                    "Would this setting have avoided the recorded OOM? Yes: {request} is {} under {capacity}; {recorded}",
+                    recorded_oom_text(b)
+                ),
+                format!(
+                    "peak reserved {}; {} cudaMalloc calls",
+                    fmt_bytes(b.replay.peak_reserved_bytes),
+                    b.replay.segment_allocs
+                ),
+            ]
+        }
+        Some(_) => vec![
+            "Recommended: the recorded settings".to_owned(),
+            format!("Would this setting have avoided the recorded OOM? Yes: {request} is served under {capacity}"),
+        ],
+        None if tried => vec![
+            format!("No setting tried fits in {capacity}."),
+            format!(
+                "Would any setting tried have avoided the recorded OOM? No: {request} fails under every one; {recorded}"
+            ),
+        ],
+        None => vec![format!("Would this setting have avoided the recorded OOM? No: {recorded}")],
+    }
+}
+
 #[derive(Serialize)]
 struct Json<'a> {
     snapshot: &'a str,
@@ -188,7 +290,7 @@ fn text(
 ) -> String {
     let mut s = String::new();
     let r0 = &results[0].replay;
-    let capacity = args.capacity.map_or_else(|| "unlimited".to_owned(), fmt_bytes);
+    let capacity = capacity_text(args, &results[0]);
     let _ = writeln!(
         s,
         "vramlab what-if of {name}: device {}, {} trace entries, capacity {capacity}",
@@ -197,16 +299,23 @@ fn text(
     let width = results.iter().map(|w| conf_name(w).len()).max().unwrap_or(10).max(10);
     let _ = writeln!(
         s,
-        "\n  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  out of memory",
-        "setting", "peak reserved", "peak allocated", "free at peak (largest)", "cudaMalloc"
+        "\n  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {}out of memory",
+        "setting",
+        "peak reserved",
+        "peak allocated",
+        "free at peak (largest)",
+        "cudaMalloc",
+        if r0.oom_requests.is_empty() { String::new() } else { format!("{:28}  ", "recorded OOM request") },
     );
     for (i, w) in results.iter().enumerate() {
         let r = &w.replay;
-        let oom = r.ooms.first().map_or_else(|| "no".to_owned(), oom_text);
+        let oom = failure_text(w).unwrap_or_else(|| "no".to_owned());
+        let recorded_oom =
+            if r0.oom_requests.is_empty() { String::new() } else { format!("{:28}  ", recorded_oom_text(w)) };
         let mark = if Some(i) == best { " <- recommended" } else { "" };
         let _ = writeln!(
             s,
-            "  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {oom}{mark}",
+            "  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {recorded_oom}{oom}{mark}",
             conf_name(w),
             fmt_bytes(r.peak_reserved_bytes),
             fmt_bytes(r.peak_allocated_bytes),
@@ -214,13 +323,26 @@ fn text(
             r.segment_allocs,
         );
     }
-    if let Some(o) = r0.ooms.first() {
-        let frame = snap.frames.stack(o.frames).next().map(|f| format!(" ({})", f.short())).unwrap_or_default();
+    let first_recorded = r0.oom_requests.iter().find(|o| !o.served);
+    let first = match (r0.ooms.first(), first_recorded) {
+        (Some(o), Some(q)) if q.trace_index < o.trace_index => None,
+        (Some(o), _) => Some((o.trace_index, o.time_us, o.frames, o.message.as_str())),
+        _ => None,
+    }
+    .or_else(|| first_recorded.map(|q| (q.trace_index, q.time_us, q.frames, q.message.as_deref().unwrap_or(""))));
+    if let Some((index, time_us, frames, message)) = first {
+        let frame = snap.frames.stack(frames).next().map(|f| format!(" ({})", f.short())).unwrap_or_default();
+        let recorded = if first_recorded.is_some_and(|q| q.trace_index == index) { ", as recorded" } else { "" };
         let _ = writeln!(
             s,
-            "\nThe recorded settings run out of memory at entry {} (time_us {}){frame}:\n  {}",
-            o.trace_index, o.time_us, o.message
+            "\nThe recorded settings run out of memory at entry {index} (time_us {time_us}){frame}{recorded}:\n  {message}",
         );
+    }
+    if let Some(c) = &r0.capacity_inferred {
+        let _ = writeln!(s, "\nCapacity: {}", c.describe());
+    }
+    if r0.releases.runs > 0 {
+        let _ = writeln!(s, "Releases (recorded settings): {}", r0.releases.describe());
     }
     if let Some((head, why)) = recommendation(args, results, best).split_first() {
         let _ = writeln!(s, "\n{head}");

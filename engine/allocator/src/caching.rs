@@ -730,6 +730,20 @@ impl CachingAllocator {
         Ok(())
     }
 
+    /// The per-process limit that `torch.cuda.set_per_process_memory_fraction`
+    /// sets (PyTorch's `allowed_memory_maximum`), given in bytes rather than as a
+    /// fraction of the device: for a limit known only by its size (a snapshot's
+    /// recorded out-of-memory under a fraction). `None` removes it. Garbage
+    /// collection (`garbage_collection_threshold`) acts under it as under a fraction.
+    pub fn set_memory_limit(&self, bytes: Option<u64>) {
+        self.lock().allowed_memory_maximum = bytes;
+    }
+
+    /// The per-process limit in force (`allowed_memory_maximum`), if any.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.lock().allowed_memory_maximum
+    }
+
     /// `torch.cuda.memory._set_allocator_settings(s)`: a new configuration from `s`
     /// on top of the current one ([`AllocatorConfig::with_settings`]), in force from
     /// the next call. Where PyTorch reads `max_split_size` live and lets the

@@ -336,6 +336,19 @@ fn one_byte_oom_asks_for_a_two_mib_segment() {
     assert!(err.to_string().contains("Tried to allocate 2.00 MiB"), "{err}");
 }
 
+/// PyTorch's message names `format_size(alloc_size)`, the segment it tried
+/// after rounding, not the request: 956 MiB under `roundup_power2_divisions:4`
+/// rounds to 1024 MiB (512 MiB bucket, 128 MiB steps).
+#[test]
+fn oom_message_names_the_rounded_allocation_under_roundup_power2_divisions() {
+    let (_raw, a) = sim_with(900 * MIB, AllocatorConfig::parse("roundup_power2_divisions:4").unwrap());
+    let err = a.malloc(956 * MIB, 0, None).unwrap_err();
+    let oom = err.as_oom().expect("out of memory");
+    assert_eq!((oom.requested_bytes, oom.rounded_bytes, oom.segment_bytes), (956 * MIB, 1024 * MIB, 1024 * MIB));
+    assert!(err.to_string().contains("Tried to allocate 1024.00 MiB."), "{err}");
+    assert!(!err.to_string().contains("956"), "{err}");
+}
+
 #[test]
 fn max_split_size_oversize_rules() {
     let config = AllocatorConfig { max_split_size: Some(64 * MIB), ..Default::default() };
