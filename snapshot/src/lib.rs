@@ -17,6 +17,7 @@ mod import;
 mod model;
 pub mod pickle;
 mod replay;
+mod rewind;
 mod whatif;
 
 pub use export::{write_chrome_trace, write_snapshot};
