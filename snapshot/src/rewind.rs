@@ -34,6 +34,7 @@
 //! address order, as memory_viz places memory it cannot place.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use serde::Serialize;
 
@@ -199,52 +200,44 @@ pub(crate) fn rewind(
         }
     }
     let mut counts = LiveAtStart::default();
-    let not_undone = |counts: &mut LiveAtStart, i: usize, e: &TraceEntry, why: &str| {
-        counts.entries_not_undone += 1;
-        if counts.first_not_undone.is_none() {
-            counts.first_not_undone =
-                Some(format!("entry {i} from the start: {} at {:#x}: {why}", e.action.as_str(), e.addr));
-        }
-    };
     let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
     for (i, e) in undo.iter().enumerate().rev() {
-        match e.action {
-            Action::Alloc => {
-                if live.remove(&e.addr).is_none() {
-                    not_undone(&mut counts, i, e, "no block is allocated there");
+        let problem = match e.action {
+            Action::Alloc => live.remove(&e.addr).is_none().then_some("no block is allocated there"),
+            a if is_free(a) => match live.entry(e.addr) {
+                Entry::Occupied(_) => Some("the block is allocated already"),
+                Entry::Vacant(v) => {
+                    v.insert(Live {
+                        size: None,
+                        requested: e.size,
+                        frames: e.frames,
+                        stream: e.stream,
+                        untouched: false,
+                    });
+                    None
                 }
-            }
-            a if is_free(a) => {
-                if live.contains_key(&e.addr) {
-                    not_undone(&mut counts, i, e, "the block is allocated already");
-                } else {
-                    live.insert(
-                        e.addr,
-                        Live { size: None, requested: e.size, frames: e.frames, stream: e.stream, untouched: false },
-                    );
-                }
-            }
-            Action::SegmentAlloc => {
-                if segs.remove(&e.addr).is_none() {
-                    not_undone(&mut counts, i, e, "no segment starts there");
-                }
-            }
-            Action::SegmentFree if e.size == 0 => not_undone(&mut counts, i, e, "a segment of 0 bytes"),
+            },
+            Action::SegmentAlloc => segs.remove(&e.addr).is_none().then_some("no segment starts there"),
+            Action::SegmentFree if e.size == 0 => Some("a segment of 0 bytes"),
             Action::SegmentFree => {
                 let pool_id = final_pools.get(&e.addr).copied().unwrap_or((0, 0));
                 let seg =
                     Seg { size: e.size, stream: e.stream, pool: pool_by_size(e.size), pool_id, expandable: false };
-                if segs.insert(e.addr, seg).is_some() {
-                    not_undone(&mut counts, i, e, "a segment starts there already");
-                }
+                segs.insert(e.addr, seg).is_some().then_some("a segment starts there already")
             }
-            Action::SegmentMap => {
-                if !unmap_range(&mut segs, e.addr, e.size) {
-                    not_undone(&mut counts, i, e, "the range is not mapped");
-                }
+            Action::SegmentMap => (!unmap_range(&mut segs, e.addr, e.size)).then_some("the range is not mapped"),
+            Action::SegmentUnmap => {
+                map_range(&mut segs, &final_pools, e);
+                None
             }
-            Action::SegmentUnmap => map_range(&mut segs, &final_pools, e),
-            _ => {}
+            _ => None,
+        };
+        if let Some(why) = problem {
+            counts.entries_not_undone += 1;
+            if counts.first_not_undone.is_none() {
+                counts.first_not_undone =
+                    Some(format!("entry {i} from the start: {} at {:#x}: {why}", e.action.as_str(), e.addr));
+            }
         }
     }
 

@@ -223,3 +223,30 @@ proptest! {
         prop_assert_eq!(shape(&end), shape(&rec));
     }
 }
+
+#[test]
+fn every_fixture_cut_in_half_replays_exactly_from_its_rewound_start() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for dir in ["../tests/data/torch-snapshots", "../tests/data/snapshots", "../../shared/fixtures/torch-2.11-h200"] {
+        // The shared H200 fixtures sit beside the repository, where it has them.
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+        paths.extend(entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "pickle")));
+    }
+    paths.sort();
+    assert!(paths.len() >= 12, "{paths:?}");
+    for path in paths {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        // The CUDA graph capture's empty_cache is not replayed yet: it disagrees whole too.
+        if name == "cudagraph.pickle" {
+            continue;
+        }
+        let s = read_snapshot_file(&path).unwrap();
+        let device = s.busiest_device().unwrap();
+        let k = s.device_traces[device].len() / 2;
+        let r = replay_snapshot(&cut(&s, device, k), &SnapshotReplayOptions::default()).unwrap();
+        let f = r.fidelity.as_ref().unwrap();
+        assert!(f.agrees(), "{name} cut at {k}: {f:#?}");
+        assert_eq!(r.live_at_start.entries_not_undone, 0, "{name}: {:?}", r.live_at_start);
+    }
+}

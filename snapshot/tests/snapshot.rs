@@ -139,6 +139,12 @@ fn memory_live_before_the_recording_is_placed_first_and_counted() {
     assert_eq!(r.live_at_start.blocks_in_segments_bytes, 40 * MIB);
     assert_eq!(r.live_at_start.freed_without_alloc, 1);
     assert_eq!(r.live_at_start.freed_without_alloc_bytes, 12 * MIB - 100);
+    // Rewound from the final segments: the weight's 40 MiB segment and the
+    // buffer's 12 MiB one were reserved at the first entry, at their addresses.
+    let l = &r.live_at_start;
+    assert_eq!((l.segments, l.segments_bytes, l.blocks), (2, 52 * MIB, 2));
+    assert_eq!((l.outside_segments, l.entries_not_undone), (0, 0));
+    assert!(r.fidelity.as_ref().unwrap().agrees());
     assert_eq!(r.final_reserved_bytes, (40 + 20 + 2 + 64) * MIB);
     assert_eq!(r.final_allocated_bytes, (40 + 64) * MIB + 1024 + 200_192);
 }
