@@ -155,6 +155,8 @@ struct Live {
     stream: i64,
     /// Still live in the final segments with no entry in the trace.
     untouched: bool,
+    /// For a block freed in the trace: the index of its free.
+    freed_at: usize,
 }
 
 fn pool_by_size(size: u64) -> PoolKind {
@@ -195,6 +197,7 @@ pub(crate) fn rewind(
                     frames: b.frames,
                     stream: s.stream,
                     untouched: true,
+                    freed_at: usize::MAX,
                 },
             );
         }
@@ -213,6 +216,7 @@ pub(crate) fn rewind(
                         frames: e.frames,
                         stream: e.stream,
                         untouched: false,
+                        freed_at: i,
                     });
                     None
                 }
@@ -256,6 +260,7 @@ pub(crate) fn rewind(
         .collect();
     let mut outside = Vec::new();
     let live: Vec<(u64, Live)> = live.into_iter().collect();
+    let bounds = alloc_bounds(undo, &live);
     for (k, (addr, b)) in live.iter().enumerate() {
         if b.untouched {
             counts.blocks_in_segments += 1;
@@ -273,13 +278,21 @@ pub(crate) fn rewind(
         };
         // Up to the next live block in the segment, or the segment's end.
         let seg_end = seg.address + seg.size;
-        let limit = live.get(k + 1).map_or(seg_end, |(next, _)| (*next).min(seg_end));
+        let limit = live.get(k + 1).map_or(seg_end, |(next, _)| (*next).min(seg_end)).min(bounds[k]);
         let room = limit - addr;
         let size = match b.size {
             Some(size) => size.min(room),
             None => {
                 let rounded = config.round_size(b.requested).min(room);
-                if splits(config, seg.pool, seg.expandable, rounded, room - rounded) { rounded } else { room }
+                if splits(config, seg.pool, seg.expandable, rounded, room - rounded) {
+                    rounded
+                } else if !seg.expandable && rounded >= config.max_split_size.unwrap_or(u64::MAX) {
+                    // An oversize block is never split, but takes no free block
+                    // of its size plus `max_non_split_rounding` or more.
+                    room.min(rounded + config.max_non_split_rounding - MIN_BLOCK_SIZE)
+                } else {
+                    room
+                }
             }
         };
         // A block must be a whole number of 512-byte units, as every block PyTorch makes is.
@@ -292,6 +305,30 @@ pub(crate) fn rewind(
     counts.blocks_bytes =
         segments.iter().flat_map(|s| &s.blocks).chain(outside.iter().map(|(_, b)| b)).map(|b| b.size).sum();
     StartState { segments, outside, live_at_start: counts }
+}
+
+/// For each live block freed in the trace, the lowest address above it that
+/// an `alloc` took while it was still allocated (its block ends there at the
+/// latest); `u64::MAX` for the others.
+fn alloc_bounds(undo: &[TraceEntry], live: &[(u64, Live)]) -> Vec<u64> {
+    let mut bounds = vec![u64::MAX; live.len()];
+    let mut by_free: Vec<usize> = (0..live.len()).filter(|&k| live[k].1.freed_at != usize::MAX).collect();
+    by_free.sort_by_key(|&k| live[k].1.freed_at);
+    let mut taken = std::collections::BTreeSet::new();
+    let mut next = 0;
+    for k in by_free {
+        let (addr, ref b) = live[k];
+        while next < b.freed_at {
+            if undo[next].action == Action::Alloc {
+                taken.insert(undo[next].addr);
+            }
+            next += 1;
+        }
+        if let Some(&above) = taken.range(addr + 1..).next() {
+            bounds[k] = above;
+        }
+    }
+    bounds
 }
 
 /// Whether the allocator splits the rest of `remaining` bytes off a block of
