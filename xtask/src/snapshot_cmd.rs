@@ -163,19 +163,33 @@ fn text_report(name: &str, snap: &Snapshot, r: &SnapshotReplay, args: &ReplayArg
     };
     let _ = writeln!(s, "  trace entries      {}{window}: {} allocs, {} frees", r.entries, r.allocs, r.frees);
     let l = &r.live_at_start;
-    if l.blocks_in_segments + l.freed_without_alloc == 0 {
-        let _ = writeln!(s, "  live at start      nothing (every block's alloc is in the trace)");
+    if l.segments + l.blocks == 0 {
+        let _ = writeln!(s, "  live at start      nothing (every segment and block is made in the trace)");
     } else {
         let _ = writeln!(
             s,
-            "  live at start      {} block(s), {} allocated in the final segments without an alloc entry;\n                     \
-             {} block(s), {} freed without an alloc entry (lost from the ring buffer);\n                     \
-             all placed before the first entry, as memory_viz does",
+            "  live at start      {} segment(s) of {} and {} block(s) of {}, rewound from the final segments;\n                     \
+             {} block(s), {} allocated in the final segments without an entry;\n                     \
+             {} block(s), {} freed without an alloc entry (lost from the ring buffer)",
+            l.segments,
+            format_bytes(l.segments_bytes),
+            l.blocks,
+            format_bytes(l.blocks_bytes),
             l.blocks_in_segments,
             format_bytes(l.blocks_in_segments_bytes),
             l.freed_without_alloc,
             format_bytes(l.freed_without_alloc_bytes)
         );
+        if l.outside_segments + l.entries_not_undone > 0 {
+            let _ = writeln!(
+                s,
+                "                     {} block(s) in no segment placed in segments of the replay's own making; \
+                 {} entr(ies) not undone{}",
+                l.outside_segments,
+                l.entries_not_undone,
+                l.first_not_undone.as_deref().map(|f| format!(" (the first: {f})")).unwrap_or_default()
+            );
+        }
     }
     if r.skipped_entries > 0 {
         let _ = writeln!(
