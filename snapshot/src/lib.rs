@@ -19,6 +19,7 @@ mod oom;
 pub mod pickle;
 mod pools;
 mod replay;
+mod rewind;
 mod two_step;
 mod underivable;
 mod whatif;

@@ -7,10 +7,12 @@
 //! with the same segments and the totals they imply; the first place where they
 //! part is reported.
 //!
-//! Memory live before the first event (blocks allocated in the final segments
-//! with no `alloc` in the trace, and frees of blocks whose `alloc` the ring
-//! buffer lost) is allocated before the first event, in address order, as
-//! memory_viz places it, and counted in [`LiveAtStart`].
+//! Memory live before the first entry (a ring buffer that lost its start, a
+//! recording begun after the model was built) is the allocator's state at that
+//! entry, rewound from the final segments through the trace (the `rewind`
+//! module): its segments restored at their addresses and their blocks at their
+//! offsets before the first entry, and counted in [`LiveAtStart`]. A window
+//! (`from_us`) starts from the state rewound to its first entry.
 //!
 //! Private pools (CUDA graphs, `MemPool`): every pool a final segment names by its
 //! `segment_pool_id` is created (use count 1, as a live graph or `MemPool` holds
@@ -36,6 +38,7 @@ use thiserror::Error;
 use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
 use super::oom::{self, InferredCapacity, OomRequest, ReleaseKind, ReleaseSummary};
 use super::pools::{PoolInference, PoolPlan};
+use super::rewind;
 use super::two_step::PendingFrees;
 use super::underivable::{TraceStart, UnderivableStat, underivable_stats};
 use vramlab_allocator::hooks::{AllocatorAction, Event, Hooks, Subscriber};
@@ -74,16 +77,7 @@ pub struct SnapshotReplayOptions {
     pub record: bool,
 }
 
-/// Memory live when the recording began, placed before the first event.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct LiveAtStart {
-    /// Blocks allocated in the final segments with no `alloc` in the trace.
-    pub blocks_in_segments: u64,
-    pub blocks_in_segments_bytes: u64,
-    /// Blocks freed in the trace whose `alloc` is not in it (lost from the ring buffer).
-    pub freed_without_alloc: u64,
-    pub freed_without_alloc_bytes: u64,
-}
+pub use super::rewind::LiveAtStart;
 
 /// Where the replay and the recording first disagree on segment events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -341,7 +335,7 @@ impl Streams {
 
 /// `malloc`, in private pool `pool` when given (begin allocating the stream to it,
 /// allocate, end and give the use back).
-fn malloc_in(
+pub(crate) fn malloc_in(
     allocator: &CachingAllocator,
     size: u64,
     stream: StreamId,
@@ -452,18 +446,35 @@ fn replay(
         (Some(c), None) => c.bytes,
         (None, None) => MAX_BYTES,
     };
-    // The recording's segment addresses, in order: PyTorch breaks ties between
-    // free blocks of one size by address, so the replay must place its segments
-    // where the recording's were to choose the same block.
-    let plan =
-        trace.iter().filter(|e| in_window(e) && e.action == Action::SegmentAlloc).map(|e| (e.size, e.addr)).collect();
+    let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
+    let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
+    // Pass 1: the state at the first entry (of the window), rewound from the final segments.
+    let first = opts.from_us.map_or(0, |f| trace.iter().position(|e| e.time_us >= f).unwrap_or(trace.len()));
+    let mut start = rewind::rewind(snapshot, device, &trace[first..], &config, free_on_completed);
+    let pools = PoolPlan::new(snapshot, device);
+    if first == 0 {
+        // Segments reserved before the trace and freed in it: their pool is the
+        // plan's (known from a final segment, or inferred), not the address's.
+        for seg in start.segments.iter_mut().filter(|s| s.pool_id == (0, 0)) {
+            if let Some((a, b)) = pools.pool_at_start(seg.address) {
+                seg.pool_id = (a as i64, b as i64);
+            }
+        }
+    }
+    // The recording's segment addresses, in order (the start's segments, then
+    // the trace's): PyTorch breaks ties between free blocks of one size by
+    // address, so the replay must place its segments where the recording's
+    // were to choose the same block.
+    let plan = start
+        .address_plan()
+        .chain(trace.iter().filter(|e| in_window(e) && e.action == Action::SegmentAlloc).map(|e| (e.size, e.addr)))
+        .collect();
     let raw = Arc::new(SimulatedMemory::with_address_plan(device_bytes, plan));
     // Stream events wait for the trace's free_completed (two_step.rs).
     raw.hold_events(true);
     let hooks = Hooks::new();
     let log = Arc::new(SegmentLog { events: Mutex::default(), all: opts.record.then(Mutex::default) });
     let mut recorder = opts.record.then(|| Recorder { trace: Vec::new(), frames_of: HashMap::default() });
-    let first_time_us = trace.iter().find(|e| in_window(e)).map_or(0, |e| e.time_us);
     hooks.subscribe(log.clone());
     let allocator = CachingAllocator::with_hooks(raw.clone(), config.clone(), hooks, device as u32)
         .map_err(SnapshotReplayError::Setup)?;
@@ -480,57 +491,27 @@ fn replay(
     let own_releases_replayed =
         settings_from_snapshot && opts.capacity_bytes.is_none() && opts.memory_fraction.is_none();
     let release_plan = oom::classify_releases(trace, &snapshot.frames, in_window);
-    let pools = PoolPlan::new(snapshot, device);
     for &pool in &pools.pools {
         allocator.create_or_incref_pool(pool).map_err(SnapshotReplayError::Setup)?;
     }
-    let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
     let mut frees = PendingFrees::default();
-    let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
-
-    // Pass 1: what was live before the first event.
-    let mut live: HashMap<u64, u64> = HashMap::default();
-    let mut pre: Vec<(u64, u64, StackId, bool)> = Vec::new(); // addr, requested, frames, from a free
-    let mut live_at_start = LiveAtStart::default();
-    for e in trace.iter().filter(|e| in_window(e)) {
-        match e.action {
-            Action::Alloc => {
-                live.insert(e.addr, e.size);
-            }
-            a if is_free(a) && live.remove(&e.addr).is_none() => {
-                pre.push((e.addr, e.size, e.frames, true));
-                live_at_start.freed_without_alloc += 1;
-                live_at_start.freed_without_alloc_bytes += e.size;
-            }
-            _ => {}
-        }
-    }
-    if !windowed || opts.to_us.is_none() {
-        for seg in snapshot.segments.iter().filter(|s| s.device == device as i64) {
-            for b in &seg.blocks {
-                let active = b.state != BlockState::Inactive;
-                if active && !live.contains_key(&b.address) {
-                    pre.push((b.address, b.requested_size.max(1), b.frames, false));
-                    live_at_start.blocks_in_segments += 1;
-                    live_at_start.blocks_in_segments_bytes += b.requested_size;
-                }
-            }
-        }
-    }
-    pre.sort_by_key(|p| p.0);
-
     let mut streams = Streams { ids: HashMap::from_iter([(0, 0)]) };
     let mut handles: HashMap<u64, Allocation> = HashMap::default();
-    for &(addr, size, frames, _) in &pre {
-        let a = malloc_in(&allocator, size, 0, pools.pool_at_start(addr))
-            .map_err(|source| SnapshotReplayError::Allocator { index: 0, source })?;
-        handles.insert(addr, a);
+    for (addr, a, frames) in rewind::place(&allocator, &raw, &start, |raw| streams.id(raw))? {
         if let Some(rec) = recorder.as_mut() {
-            rec.take(&log, first_time_us.saturating_sub(1), frames);
+            rec.frames_of.insert(a.addr(), frames);
         }
+        handles.insert(addr, a);
+    }
+    let live_at_start = start.live_at_start;
+    // The recording starts where the trace does: the placed memory is in its
+    // final segments, from which a replay of it rewinds the same start.
+    if let Some(all) = &log.all
+        && let Ok(mut v) = all.lock()
+    {
+        v.clear();
     }
     allocator.reset_peak_stats();
-    raw.arm_address_plan();
     // The segments the placed memory needed are not in the trace: not compared.
     if let Ok(mut v) = log.events.lock() {
         v.clear();

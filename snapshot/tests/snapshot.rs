@@ -139,6 +139,12 @@ fn memory_live_before_the_recording_is_placed_first_and_counted() {
     assert_eq!(r.live_at_start.blocks_in_segments_bytes, 40 * MIB);
     assert_eq!(r.live_at_start.freed_without_alloc, 1);
     assert_eq!(r.live_at_start.freed_without_alloc_bytes, 12 * MIB - 100);
+    // Rewound from the final segments: the weight's 40 MiB segment and the
+    // buffer's 12 MiB one were reserved at the first entry, at their addresses.
+    let l = &r.live_at_start;
+    assert_eq!((l.segments, l.segments_bytes, l.blocks), (2, 52 * MIB, 2));
+    assert_eq!((l.outside_segments, l.entries_not_undone), (0, 0));
+    assert!(r.fidelity.as_ref().unwrap().agrees());
     assert_eq!(r.final_reserved_bytes, (40 + 20 + 2 + 64) * MIB);
     assert_eq!(r.final_allocated_bytes, (40 + 64) * MIB + 1024 + 200_192);
 }
@@ -278,13 +284,16 @@ fn a_recorded_replay_is_a_snapshot_that_replays_to_the_same_figures() {
     let s = load("small_p5.pickle");
     let r = replay_snapshot(&s, &SnapshotReplayOptions { record: true, ..Default::default() }).unwrap();
     let rec = r.recording.as_ref().unwrap();
-    // The placed memory (2 blocks) comes first, then the 26 entries' own events.
+    // The recording starts where the trace does: the memory live at the start
+    // (2 blocks) is in its final segments, not in its trace.
     let trace = &rec.device_traces[0];
-    assert_eq!(trace.iter().filter(|e| e.action == Action::Alloc).count() as u64, r.allocs + 2);
+    assert_eq!(trace.iter().filter(|e| e.action == Action::Alloc).count() as u64, r.allocs);
     let reserved: u64 = rec.segments.iter().map(|g| g.total_size).sum();
     assert_eq!(reserved, r.final_reserved_bytes);
-    // Replaying the recording reproduces it, and the fidelity check agrees.
+    // Replaying the recording rewinds it to the same start, reproduces it, and
+    // the fidelity check agrees.
     let again = replay_snapshot(rec, &SnapshotReplayOptions::default()).unwrap();
+    assert_eq!(again.live_at_start, r.live_at_start);
     assert!(again.fidelity.as_ref().unwrap().agrees(), "{:#?}", again.fidelity);
     assert_eq!(again.peak_reserved_bytes, r.peak_reserved_bytes);
     assert_eq!(again.final_allocated_bytes, r.final_allocated_bytes);

@@ -328,6 +328,8 @@ fn map_path(token: &str) -> Option<&str> {
     if token.starts_with('/') {
         return None; // a path of some machine, not of the tree
     }
+    // `../shared/…`: the folder beside the repository, read as `shared/…`.
+    let token = token.strip_prefix("../").unwrap_or(token);
     if token.is_empty() || !token.chars().all(plain) || token.starts_with('.') && token.len() < 3 {
         return None;
     }

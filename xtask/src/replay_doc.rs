@@ -518,18 +518,32 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
 
 fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
     let Some(l) = &d.live_at_start else { return };
-    if l.blocks_in_segments + l.freed_without_alloc == 0 {
-        let _ = writeln!(s, "  live at start      nothing (every block's alloc is in the trace)");
-    } else {
+    if l.segments + l.blocks == 0 {
+        let _ = writeln!(s, "  live at start      nothing (every segment and block is made in the trace)");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  live at start      {} segment(s) of {} and {} block(s) of {}, rewound from the final segments;\n                     \
+         {} block(s), {} allocated in the final segments without an entry;\n                     \
+         {} block(s), {} freed without an alloc entry (lost from the ring buffer)",
+        l.segments,
+        fmt_bytes(l.segments_bytes),
+        l.blocks,
+        fmt_bytes(l.blocks_bytes),
+        l.blocks_in_segments,
+        fmt_bytes(l.blocks_in_segments_bytes),
+        l.freed_without_alloc,
+        fmt_bytes(l.freed_without_alloc_bytes)
+    );
+    if l.outside_segments + l.entries_not_undone > 0 {
         let _ = writeln!(
             s,
-            "  live at start      {} block(s), {} allocated in the final segments without an alloc entry;\n                     \
-             {} block(s), {} freed without an alloc entry (lost from the ring buffer);\n                     \
-             all placed before the first entry, as memory_viz does",
-            l.blocks_in_segments,
-            fmt_bytes(l.blocks_in_segments_bytes),
-            l.freed_without_alloc,
-            fmt_bytes(l.freed_without_alloc_bytes)
+            "                     {} block(s) in no segment placed in segments of the replay's own making; \
+             {} entr(ies) not undone{}",
+            l.outside_segments,
+            l.entries_not_undone,
+            l.first_not_undone.as_deref().map(|f| format!(" (the first: {f})")).unwrap_or_default()
         );
     }
 }

@@ -36,7 +36,11 @@ fn a_snapshot_is_detected_by_content_and_checked_against_the_recording() {
     let out = stdout(&o);
     assert!(out.contains("PyTorch memory snapshot, pickle protocol 5"), "{out}");
     assert!(out.contains("fidelity           agrees: 6 segment events"), "{out}");
-    assert!(out.contains("1 block(s), 40.00 MiB allocated in the final segments without an alloc entry"), "{out}");
+    assert!(
+        out.contains("2 segment(s) of 52.00 MiB and 2 block(s) of 52.00 MiB, rewound from the final segments"),
+        "{out}"
+    );
+    assert!(out.contains("1 block(s), 40.00 MiB allocated in the final segments without an entry"), "{out}");
     assert!(out.contains("peak reserved      126.00 MiB"), "{out}");
 }
 

@@ -86,6 +86,10 @@ pub enum AllocError {
     /// checks); refused before anything changes.
     #[error("{device}: checkpoint of private pool {pool:?} does not fit its segment at {segment:#x}: {reason}")]
     CheckpointMismatch { device: String, pool: (u64, u64), segment: u64, reason: String },
+    /// A segment layout given to [`restore_segment`](crate::CachingAllocator::restore_segment)
+    /// that no caching allocator could hold; refused before anything changes.
+    #[error("{device}: cannot restore the segment of {size} bytes: {reason}")]
+    RestoreMismatch { device: String, size: u64, reason: String },
 }
 
 impl AllocError {

@@ -26,7 +26,7 @@ mod summary;
 
 pub use caching::{
     Allocation, BlockInfo, BlockState, CachingAllocator, CheckpointBlock, CheckpointDelta, CheckpointSegment,
-    MAX_REQUEST, MempoolId, PoolCheckpoint, PoolFilter, SegmentInfo,
+    MAX_REQUEST, MempoolId, PoolCheckpoint, PoolFilter, RestoreBlock, RestoreSegment, SegmentInfo,
 };
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
 pub use consistency::{StatInconsistency, check_memory_stat_consistency};
