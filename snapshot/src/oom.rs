@@ -152,7 +152,18 @@ pub(crate) fn classify_releases(
     frames: &FrameTable,
     keep: impl Fn(&TraceEntry) -> bool,
 ) -> ReleasePlan {
-    let kept: Vec<(usize, &TraceEntry)> = trace.iter().enumerate().filter(|(_, e)| keep(e)).collect();
+    // Only the runs of segment frees are looked at: no copy of the trace.
+    let kept: Vec<(usize, &TraceEntry)> = trace
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| {
+            matches!(e.action, Action::SegmentFree | Action::SegmentUnmap | Action::Oom)
+                || trace
+                    .get(i.wrapping_sub(1))
+                    .is_some_and(|p| matches!(p.action, Action::SegmentFree | Action::SegmentUnmap))
+        })
+        .filter(|(_, e)| keep(e))
+        .collect();
     let mut runs = rustc_hash::FxHashMap::default();
     let mut k = 0;
     while k < kept.len() {
@@ -162,13 +173,13 @@ pub(crate) fn classify_releases(
             continue;
         }
         let start = k;
-        while k < kept.len() && kept[k].1.action == action {
+        while k < kept.len() && kept[k].1.action == action && kept[k].0 == kept[start].0 + (k - start) {
             k += 1;
         }
         let run = &kept[start..k];
         let kind = if run.iter().any(|(_, e)| names_empty_cache(frames, e.frames)) {
             ReleaseKind::Program
-        } else if kept.get(k).is_some_and(|(_, e)| e.action == Action::Oom) {
+        } else if kept.get(k).is_some_and(|(i, e)| *i == run[run.len() - 1].0 + 1 && e.action == Action::Oom) {
             ReleaseKind::RetryBeforeOom
         } else if run.iter().any(|(_, e)| names_allocator_release(frames, e.frames)) {
             ReleaseKind::Allocator

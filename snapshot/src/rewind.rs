@@ -34,7 +34,9 @@
 //! address order, as memory_viz places memory it cannot place.
 
 use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
+use std::collections::hash_map::Entry;
+
+use rustc_hash::FxHashMap;
 
 use serde::Serialize;
 
@@ -175,7 +177,9 @@ pub(crate) fn rewind(
     free_on_completed: bool,
 ) -> StartState {
     let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
-    let mut live: BTreeMap<u64, Live> = BTreeMap::new();
+    // Hashed, not ordered: a whole trace's allocs and frees pass through it
+    // (millions on a big recording); the few left at the start are sorted after.
+    let mut live: FxHashMap<u64, Live> = FxHashMap::default();
     let mut final_pools: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
     for s in snapshot.segments.iter().filter(|s| s.device == device as i64) {
         let pool = match s.segment_type {
@@ -263,7 +267,8 @@ pub(crate) fn rewind(
         })
         .collect();
     let mut outside = Vec::new();
-    let live: Vec<(u64, Live)> = live.into_iter().collect();
+    let mut live: Vec<(u64, Live)> = live.into_iter().collect();
+    live.sort_unstable_by_key(|(addr, _)| *addr);
     let bounds = alloc_bounds(undo, &live);
     for (k, (addr, b)) in live.iter().enumerate() {
         if b.untouched {
