@@ -34,7 +34,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         return Ok(BAD_REPORT_DIR);
     }
     let opts = ReplayOptions {
-        capacity_bytes: args.capacity,
+        capacity_bytes: args.capacity_bytes(),
         config: args.alloc_conf.clone().unwrap_or_default(),
         on_oom: args.on_oom.into(),
     };

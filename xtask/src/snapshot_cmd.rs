@@ -26,7 +26,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         device: args.device,
         from_us: args.from_us,
         to_us: args.to_us,
-        capacity_bytes: args.capacity,
+        capacity_bytes: args.capacity_bytes(),
         config: args.alloc_conf.clone(),
         on_oom: args.on_oom.into(),
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),

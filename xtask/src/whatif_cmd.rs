@@ -35,7 +35,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         device: args.device,
         from_us: args.from_us,
         to_us: args.to_us,
-        capacity_bytes: args.capacity,
+        capacity_bytes: args.capacity_bytes(),
         memory_fraction: args.fraction,
         ..Default::default()
     };
@@ -96,7 +96,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         let json = Json {
             snapshot: &name,
             device: recorded.replay.device,
-            capacity_bytes: args.capacity,
+            capacity_bytes: args.capacity_bytes(),
             results: &results,
             recommended: best.map(|i| results[i].alloc_conf.as_str()),
             peak_index,
@@ -144,7 +144,7 @@ fn tried_to_allocate(message: &str) -> Option<String> {
 /// The simulated device, and where its capacity came from.
 fn capacity_text(args: &WhatifArgs, r0: &WhatIf) -> String {
     let r = &r0.replay;
-    let mut s = match (args.capacity, &r.capacity_inferred) {
+    let mut s = match (args.capacity_bytes(), &r.capacity_inferred) {
         (Some(c), _) => fmt_bytes(c),
         (None, Some(c)) => format!(
             "{}, inferred from the recorded OOM at entry {} (no --capacity given)",
@@ -202,7 +202,7 @@ fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) ->
                     r0.segment_allocs
                 )
             } else {
-                let spare = args.capacity.map(|c| c.saturating_sub(rb.peak_reserved_bytes)).unwrap_or(0);
+                let spare = args.capacity_bytes().map(|c| c.saturating_sub(rb.peak_reserved_bytes)).unwrap_or(0);
                 format!(
                     "fits where the recorded settings do not: peak reserved {}, {} to spare; {} cudaMalloc calls",
                     fmt_bytes(rb.peak_reserved_bytes),
