@@ -18,6 +18,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
+use vramlab_snapshot::Attribution;
 
 use crate::charts::{DrawResult, FAMILY, HEIGHT, WIDTH, byte_unit, draw_legend, register_font};
 use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
@@ -69,6 +70,9 @@ pub struct ReplayPage<'a> {
     /// Statistics the trace cannot determine (snapshot replays), shown apart from the replay's figures.
     pub stat_notes: Vec<StatNote>,
     pub timeline: &'a ReplayTimeline,
+    /// Who holds the memory at the allocated peak and at each out-of-memory
+    /// (snapshots; empty for a vramlab trace, which has no stacks).
+    pub attribution: &'a [Attribution],
 }
 
 /// One setting of `cargo xtask whatif --report`.
@@ -98,6 +102,9 @@ pub struct WhatifPage<'a> {
     pub settings: Vec<WhatifSetting<'a>>,
     /// The recommendation, in sentences (`--sweep` or several settings).
     pub recommendation: Vec<String>,
+    /// Who holds the memory at the recording's allocated peak (and at the
+    /// recorded settings' out-of-memory).
+    pub attribution: &'a [Attribution],
 }
 
 /// The files a page was written to.
@@ -494,6 +501,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         ops_per_point => t.ops_per_point,
         facts => &page.facts,
         stat_notes => &page.stat_notes,
+        attribution => crate::peak_table::views(page.attribution),
         timeline => timeline,
         segments => segments,
         peak => peak,
@@ -558,6 +566,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         facts => &page.facts,
         rows => rows,
         recommendation => &page.recommendation,
+        attribution => crate::peak_table::views(page.attribution),
         overlay => overlay,
         charts => per_setting,
         trace => TRACE_JSON,
@@ -605,6 +614,7 @@ mod tests {
                 reason: "empty_cache() calls that release nothing leave no trace entry".into(),
             }],
             timeline: &t,
+            attribution: &[],
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -678,6 +688,7 @@ mod tests {
                 setting("expandable_segments:True", true, None),
             ],
             recommendation: vec!["Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()],
+            attribution: &[],
         };
         let files = write_whatif_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -717,6 +728,7 @@ mod tests {
             facts: vec![],
             stat_notes: vec![],
             timeline: &t,
+            attribution: &[],
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

@@ -91,6 +91,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
             unit: "trace ops".into(),
             facts: replay_doc::page_facts(&doc, timeline),
             stat_notes: replay_doc::stat_notes(&doc),
+            attribution: &doc.attribution,
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)

@@ -47,6 +47,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
             unit: "trace entries".into(),
             facts: replay_doc::page_facts(&doc, timeline),
             stat_notes: replay_doc::stat_notes(&doc),
+            attribution: &doc.attribution,
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)
