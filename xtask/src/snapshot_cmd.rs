@@ -48,6 +48,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
             facts: replay_doc::page_facts(&doc, timeline),
             stat_notes: replay_doc::stat_notes(&doc),
             attribution: &doc.attribution,
+            capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)

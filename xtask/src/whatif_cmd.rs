@@ -87,6 +87,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
                 .collect(),
             recommendation: recommendation(args, &results, best),
             attribution: &attribution,
+            capacity_bytes: results[0].replay.memory_limit_bytes.or(results[0].replay.capacity_bytes),
         };
         let files = replay_page::write_whatif_report(dir, &page)
             .with_context(|| format!("cannot write the report into {}", dir.display()))?;
