@@ -398,8 +398,8 @@ impl<'a> Classifier<'a> {
             {
                 info.parameter = true;
             }
-            if (path.ends_with("torch/autograd/__init__.py") && name == "backward")
-                || (path.ends_with("torch/_tensor.py") && name == "backward")
+            if ((path.ends_with("torch/autograd/__init__.py") || path.ends_with("torch/_tensor.py"))
+                && name == "backward")
                 || path.ends_with("torch/autograd/graph.py")
                 || name.contains("torch::autograd::Engine")
                 || file == "engine.cpp"
