@@ -15,6 +15,7 @@ pub mod history;
 pub mod html;
 pub mod markdown;
 pub mod memory_snapshot;
+pub mod peak_table;
 mod plot;
 pub mod replay_page;
 pub mod report;

@@ -18,6 +18,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
+use vramlab_snapshot::Attribution;
 
 use crate::charts::{DrawResult, FAMILY, HEIGHT, WIDTH, byte_unit, draw_legend, register_font};
 use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
@@ -69,6 +70,11 @@ pub struct ReplayPage<'a> {
     /// Statistics the trace cannot determine (snapshot replays), shown apart from the replay's figures.
     pub stat_notes: Vec<StatNote>,
     pub timeline: &'a ReplayTimeline,
+    /// The simulated device's memory (or the per-process limit), drawn on the chart; `None` is unlimited.
+    pub capacity_bytes: Option<u64>,
+    /// Who holds the memory at the allocated peak and at each out-of-memory
+    /// (snapshots; empty for a vramlab trace, which has no stacks).
+    pub attribution: &'a [Attribution],
 }
 
 /// One setting of `cargo xtask whatif --report`.
@@ -98,6 +104,12 @@ pub struct WhatifPage<'a> {
     pub settings: Vec<WhatifSetting<'a>>,
     /// The recommendation, in sentences (`--sweep` or several settings).
     pub recommendation: Vec<String>,
+    /// Who holds the memory at the recording's allocated peak (and at the
+    /// recorded settings' out-of-memory).
+    pub attribution: &'a [Attribution],
+    /// The memory a setting may reserve (the capacity, or the per-process
+    /// limit under it); `None` is unlimited.
+    pub capacity_bytes: Option<u64>,
 }
 
 /// The files a page was written to.
@@ -114,6 +126,8 @@ pub struct PageFiles {
 const ALLOCATED: RGBColor = RGBColor(31, 100, 180);
 const RESERVED: RGBColor = RGBColor(230, 120, 30);
 const RED: RGBColor = RGBColor(200, 30, 30);
+/// The reserved peak's mark: darker than the reserved line, apart from an OOM's red.
+const RESERVED_MARK: RGBColor = RGBColor(170, 80, 0);
 const FREE: RGBColor = RGBColor(222, 226, 230);
 /// One colour per setting of a sweep (the recorded one and the 11 of the grid).
 const PALETTE: [RGBColor; 12] = [
@@ -146,12 +160,25 @@ struct Mark {
     ops: u64,
     bytes: u64,
     label: String,
+    color: RGBColor,
 }
 
 #[derive(Debug, Clone)]
 enum PageChart<'a> {
-    Lines { title: String, x_desc: String, lines: Vec<Line<'a>>, marks: Vec<Mark> },
-    Segments { title: String, segments: &'a [SegmentInfo] },
+    Lines {
+        title: String,
+        x_desc: String,
+        lines: Vec<Line<'a>>,
+        marks: Vec<Mark>,
+        /// The device's capacity (or per-process limit), drawn as a dashed horizontal line.
+        capacity: Option<u64>,
+        /// Whether the chart draws its own legend (the what-if overview's is in the page).
+        legend: bool,
+    },
+    Segments {
+        title: String,
+        segments: &'a [SegmentInfo],
+    },
 }
 
 impl PageChart<'_> {
@@ -175,7 +202,9 @@ impl PageChart<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         match self {
-            PageChart::Lines { title, x_desc, lines, marks } => draw_lines(root, title, x_desc, lines, marks),
+            PageChart::Lines { title, x_desc, lines, marks, capacity, legend } => {
+                draw_lines(root, title, x_desc, lines, marks, *capacity, *legend)
+            }
             PageChart::Segments { title, segments } => draw_segments(root, title, segments),
         }
         .map_err(|e| e.to_string())
@@ -228,12 +257,15 @@ fn draw_lines<DB: DrawingBackend>(
     x_desc: &str,
     lines: &[Line<'_>],
     marks: &[Mark],
+    capacity: Option<u64>,
+    legend: bool,
 ) -> DrawResult<DB> {
     let all = || lines.iter().flat_map(|l| l.points.iter());
     let x_max = all().map(|p| p.ops).chain(marks.iter().map(|m| m.ops)).max().unwrap_or(0).max(1) as f64;
     let max_bytes = all()
         .map(|p| p.reserved_bytes.max(p.allocated_bytes))
         .chain(marks.iter().map(|m| m.bytes))
+        .chain(capacity)
         .max()
         .unwrap_or(0)
         .max(1);
@@ -262,15 +294,26 @@ fn draw_lines<DB: DrawingBackend>(
             .label(line.label.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
     }
+    if let Some(c) = capacity {
+        let y = c as f64 / bdiv;
+        let grey = RGBColor(90, 90, 90);
+        chart.draw_series(DashedLineSeries::new([(0.0, y), (x_max, y)], 8, 5, grey.stroke_width(2)))?;
+        let style = TextStyle::from((FAMILY, 13).into_font()).color(&grey).pos(Pos::new(HPos::Left, VPos::Bottom));
+        chart.draw_series(std::iter::once(Text::new(
+            format!("capacity {}", fmt_bytes(c)),
+            (x_max * 0.01, y + y_max * 0.01),
+            style,
+        )))?;
+    }
     for m in marks {
         let at = (m.ops as f64, m.bytes as f64 / bdiv);
-        chart.draw_series(std::iter::once(Circle::new(at, 5, RED.filled())))?;
+        chart.draw_series(std::iter::once(Circle::new(at, 5, m.color.filled())))?;
         // Labels right of their mark, or left of it in the right part of the chart.
         let h = if at.0 > x_max * 0.6 { HPos::Right } else { HPos::Left };
-        let style = TextStyle::from((FAMILY, 13).into_font()).color(&RED).pos(Pos::new(h, VPos::Bottom));
+        let style = TextStyle::from((FAMILY, 13).into_font()).color(&m.color).pos(Pos::new(h, VPos::Bottom));
         chart.draw_series(std::iter::once(Text::new(m.label.clone(), (at.0, at.1 + y_max * 0.02), style)))?;
     }
-    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+    if legend { draw_legend(&mut chart, SeriesLabelPosition::LowerRight) } else { Ok(()) }
 }
 
 fn draw_segments<DB: DrawingBackend>(
@@ -358,10 +401,16 @@ struct OomRow {
 
 #[derive(Debug, Clone, Serialize)]
 struct SettingRow {
-    name: String,
+    /// The group's number on the charts, and its colour.
+    number: usize,
+    color: String,
+    /// The settings with these identical results.
+    names: Vec<String>,
     recommended: bool,
     peak_reserved: String,
     peak_allocated: String,
+    /// Capacity − peak reserved: what more could be reserved before running out.
+    headroom: String,
     fragmentation: String,
     largest_free: String,
     segment_allocs: u64,
@@ -415,7 +464,14 @@ fn oom_row(o: &OomState) -> OomRow {
     }
 }
 
-/// The peak and OOM marks of a timeline's chart.
+/// The first point where allocated memory is highest.
+fn allocated_peak(t: &ReplayTimeline) -> Option<&TimelinePoint> {
+    let max = t.points.iter().map(|p| p.allocated_bytes).max().filter(|&m| m > 0)?;
+    t.points.iter().find(|p| p.allocated_bytes == max)
+}
+
+/// The peak and OOM marks of a timeline's chart: the reserved peak, the
+/// allocated peak, and the first three out-of-memory errors.
 fn marks(t: &ReplayTimeline) -> Vec<Mark> {
     let mut marks: Vec<Mark> = t
         .peak
@@ -424,17 +480,25 @@ fn marks(t: &ReplayTimeline) -> Vec<Mark> {
             ops: p.ops,
             bytes: p.reserved_bytes,
             label: format!("peak reserved {}", fmt_bytes(p.reserved_bytes)),
+            color: RESERVED_MARK,
         })
         .collect();
+    marks.extend(allocated_peak(t).map(|p| Mark {
+        ops: p.ops,
+        bytes: p.allocated_bytes,
+        label: format!("peak allocated {}", fmt_bytes(p.allocated_bytes)),
+        color: ALLOCATED,
+    }));
     marks.extend(t.ooms.iter().take(3).map(|o| Mark {
         ops: o.index + 1,
         bytes: o.reserved_bytes,
         label: format!("OOM: {}", fmt_bytes(o.requested_bytes)),
+        color: RED,
     }));
     marks
 }
 
-fn timeline_chart<'a>(title: String, unit: &str, t: &'a ReplayTimeline) -> PageChart<'a> {
+fn timeline_chart<'a>(title: String, unit: &str, t: &'a ReplayTimeline, capacity: Option<u64>) -> PageChart<'a> {
     PageChart::Lines {
         title,
         x_desc: unit.to_owned(),
@@ -443,6 +507,8 @@ fn timeline_chart<'a>(title: String, unit: &str, t: &'a ReplayTimeline) -> PageC
             Line { label: "allocated".into(), color: ALLOCATED, points: &t.points, reserved: false },
         ],
         marks: marks(t),
+        capacity,
+        legend: true,
     }
 }
 
@@ -458,7 +524,8 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     prepare(dir)?;
     let t = page.timeline;
     let mut files = Vec::new();
-    let timeline = timeline_chart("Memory over the replay".into(), &page.unit, t).write(dir, "timeline", &mut files)?;
+    let timeline = timeline_chart("Memory over the replay".into(), &page.unit, t, page.capacity_bytes)
+        .write(dir, "timeline", &mut files)?;
     let segments = match &t.peak {
         Some(p) => {
             let more = if p.segments.len() > MAX_SEGMENTS_DRAWN {
@@ -494,6 +561,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         ops_per_point => t.ops_per_point,
         facts => &page.facts,
         stat_notes => &page.stat_notes,
+        attribution => crate::peak_table::views(page.attribution),
         timeline => timeline,
         segments => segments,
         peak => peak,
@@ -510,47 +578,112 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     Ok(PageFiles { index_html, trace_json, charts: files })
 }
 
-/// Writes the what-if page into `dir` (created if needed).
+/// Settings whose replays came out the same: every figure and the whole timeline.
+fn same_result(a: &WhatifSetting<'_>, b: &WhatifSetting<'_>) -> bool {
+    a.peak_reserved_bytes == b.peak_reserved_bytes
+        && a.peak_allocated_bytes == b.peak_allocated_bytes
+        && a.fragmentation_at_peak_bytes == b.fragmentation_at_peak_bytes
+        && a.largest_free_block_at_peak_bytes == b.largest_free_block_at_peak_bytes
+        && a.segment_allocs == b.segment_allocs
+        && a.oom == b.oom
+        && a.timeline.points == b.timeline.points
+        && a.timeline.ooms.len() == b.timeline.ooms.len()
+}
+
+/// The settings grouped by identical results, in the order of their first member.
+fn result_groups(settings: &[WhatifSetting<'_>]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (k, s) in settings.iter().enumerate() {
+        match groups.iter_mut().find(|g| same_result(&settings[g[0]], s)) {
+            Some(g) => g.push(k),
+            None => groups.push(vec![k]),
+        }
+    }
+    groups
+}
+
+fn hex(c: RGBColor) -> String {
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+}
+
+/// Writes the what-if page into `dir` (created if needed). Settings with
+/// identical results (every figure and the whole timeline) are one row and one
+/// chart, which names them all.
 pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFiles, ReportError> {
     prepare(dir)?;
     let mut files = Vec::new();
+    let groups = result_groups(&page.settings);
+    let color = |g: usize| PALETTE[g % PALETTE.len()];
     let overlay = PageChart::Lines {
         title: "Reserved memory under each setting".into(),
         x_desc: page.unit.clone(),
-        lines: page
-            .settings
+        lines: groups
             .iter()
             .enumerate()
-            .map(|(k, s)| Line {
-                label: s.name.clone(),
-                color: PALETTE[k % PALETTE.len()],
-                points: &s.timeline.points,
+            .map(|(g, members)| Line {
+                label: format!("#{}", g + 1),
+                color: color(g),
+                points: &page.settings[members[0]].timeline.points,
                 reserved: true,
             })
             .collect(),
-        marks: Vec::new(),
+        marks: groups
+            .iter()
+            .enumerate()
+            .filter_map(|(g, members)| {
+                let o = page.settings[members[0]].timeline.ooms.first()?;
+                Some(Mark {
+                    ops: o.index + 1,
+                    bytes: o.reserved_bytes,
+                    label: format!("#{} OOM", g + 1),
+                    color: color(g),
+                })
+            })
+            .collect(),
+        capacity: page.capacity_bytes,
+        legend: false,
     }
     .write(dir, "reserved", &mut files)?;
-    let mut per_setting = Vec::with_capacity(page.settings.len());
-    for (k, s) in page.settings.iter().enumerate() {
-        let chart =
-            timeline_chart(s.name.clone(), &page.unit, s.timeline).write(dir, &format!("setting-{k}"), &mut files)?;
+    let mut per_setting = Vec::with_capacity(groups.len());
+    for (g, members) in groups.iter().enumerate() {
+        let s = &page.settings[members[0]];
+        let title = format!(
+            "#{} {}",
+            g + 1,
+            members.iter().map(|&k| page.settings[k].name.as_str()).collect::<Vec<_>>().join(" · ")
+        );
+        let chart = timeline_chart(title, &page.unit, s.timeline, page.capacity_bytes).write(
+            dir,
+            &format!("setting-{g}"),
+            &mut files,
+        )?;
         per_setting.push(chart);
     }
-    let rows: Vec<SettingRow> = page
-        .settings
+    let rows: Vec<SettingRow> = groups
         .iter()
-        .map(|s| SettingRow {
-            name: s.name.clone(),
-            recommended: s.recommended,
-            peak_reserved: fmt_bytes(s.peak_reserved_bytes),
-            peak_allocated: fmt_bytes(s.peak_allocated_bytes),
-            fragmentation: fmt_bytes(s.fragmentation_at_peak_bytes),
-            largest_free: fmt_bytes(s.largest_free_block_at_peak_bytes),
-            segment_allocs: s.segment_allocs,
-            oom: s.oom.clone(),
+        .enumerate()
+        .map(|(g, members)| {
+            let s = &page.settings[members[0]];
+            SettingRow {
+                number: g + 1,
+                color: hex(color(g)),
+                names: members.iter().map(|&k| page.settings[k].name.clone()).collect(),
+                recommended: members.iter().any(|&k| page.settings[k].recommended),
+                peak_reserved: fmt_bytes(s.peak_reserved_bytes),
+                peak_allocated: fmt_bytes(s.peak_allocated_bytes),
+                headroom: match (&s.oom, page.capacity_bytes) {
+                    (Some(_), _) => "none: out of memory".to_owned(),
+                    (None, Some(c)) => fmt_bytes(c.saturating_sub(s.peak_reserved_bytes)),
+                    (None, None) => "unlimited device".to_owned(),
+                },
+                fragmentation: fmt_bytes(s.fragmentation_at_peak_bytes),
+                largest_free: fmt_bytes(s.largest_free_block_at_peak_bytes),
+                segment_allocs: s.segment_allocs,
+                oom: s.oom.clone(),
+            }
         })
         .collect();
+    let grouped = groups.iter().filter(|g| g.len() > 1).count();
     let ctx = minijinja::context! {
         title => format!("vramlab what-if of {}", page.source),
         version => env!("CARGO_PKG_VERSION"),
@@ -558,6 +691,10 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         facts => &page.facts,
         rows => rows,
         recommendation => &page.recommendation,
+        attribution => crate::peak_table::views(page.attribution),
+        capacity => page.capacity_bytes.map(fmt_bytes),
+        grouped => grouped,
+        settings_tried => page.settings.len(),
         overlay => overlay,
         charts => per_setting,
         trace => TRACE_JSON,
@@ -605,6 +742,8 @@ mod tests {
                 reason: "empty_cache() calls that release nothing leave no trace entry".into(),
             }],
             timeline: &t,
+            capacity_bytes: None,
+            attribution: &[],
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -676,19 +815,33 @@ mod tests {
             settings: vec![
                 setting("recorded: PyTorch defaults", false, Some("at entry 153: alloc of 16.00 MiB")),
                 setting("expandable_segments:True", true, None),
+                setting("max_split_size_mb:128", false, None),
             ],
             recommendation: vec!["Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()],
+            attribution: &[],
+            capacity_bytes: Some(1 << 30),
         };
         let files = write_whatif_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
         assert!(html.contains("<strong>Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True</strong>"));
-        assert!(html.contains("expandable_segments:True <span class=\"verdict holds\">recommended</span>"));
-        assert!(html.contains("<td>at entry 153: alloc of 16.00 MiB</td>"));
+        // Identical results are one row, which names both settings and says so.
         assert!(html.contains(
-            "<td class=\"num\">212.00 MiB</td><td class=\"num\">12.00 MiB</td><td class=\"num\">51</td><td>no</td>"
+            "<code>expandable_segments:True</code><br><code>max_split_size_mb:128</code> <span class=\"hint\">(2 \
+             settings, identical results)</span> <span class=\"verdict holds\">recommended</span>"
         ));
+        assert!(html.contains("3 settings tried; settings with identical results"));
+        assert!(html.contains("<td>at entry 153: alloc of 16.00 MiB</td>"));
+        // Headroom: the capacity (1 GiB) minus the peak reserved (1020 MiB); none for the setting that ran out.
+        assert!(html.contains(
+            "<td class=\"num\">4.00 MiB</td><td class=\"num\">212.00 MiB</td><td class=\"num\">12.00 MiB</td>\
+             <td class=\"num\">51</td><td>no</td>"
+        ));
+        assert!(html.contains("<td class=\"num\">none: out of memory</td>"));
         assert!(html.contains("Reserved memory under each setting"));
-        // One chart per setting besides the overlay, each as PNG and SVG.
+        // The capacity line and the OOM point on the charts.
+        assert!(html.contains("capacity 1.00 GiB"));
+        assert!(html.contains("#1 OOM"));
+        // One chart per group of settings besides the overlay, each as PNG and SVG.
         assert_eq!(html.matches("<figure class=\"chart static\">").count(), 3);
         assert_eq!(files.charts.len(), 6);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&files.trace_json).unwrap()).unwrap();
@@ -701,7 +854,11 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["recorded: PyTorch defaults (x: trace entries)", "expandable_segments:True (x: trace entries)"]
+            [
+                "recorded: PyTorch defaults (x: trace entries)",
+                "expandable_segments:True (x: trace entries)",
+                "max_split_size_mb:128 (x: trace entries)"
+            ]
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -717,6 +874,8 @@ mod tests {
             facts: vec![],
             stat_notes: vec![],
             timeline: &t,
+            capacity_bytes: None,
+            attribution: &[],
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

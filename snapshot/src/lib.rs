@@ -4,14 +4,16 @@
 //! snapshot's trace through the allocator with the fidelity check against what
 //! the snapshot recorded ([`replay_snapshot`]; [`replay_snapshot_timeline`] adds
 //! its memory over the trace for reports), and the what-if replay under
-//! other settings with its recommendation ([`what_if`], [`recommend`],
-//! [`peak_holders`]).
+//! other settings with its recommendation ([`what_if`], [`recommend`]), and
+//! who holds the memory at the allocated peak and at each out-of-memory, by
+//! the call path of the user's own code ([`attribute`], [`replay_attribution`]).
 //!
 //! The pickle is read by a streaming reader of its own ([`pickle`]): trace
 //! entries become compact [`TraceEntry`] values as soon as they are complete,
 //! strings and frames are interned, and no generic value tree of the whole file
 //! is ever built (ARCHITECTURE.md says why no pickle crate is used).
 
+mod attribution;
 mod export;
 mod import;
 mod model;
@@ -24,6 +26,10 @@ mod two_step;
 mod underivable;
 mod whatif;
 
+pub use attribution::{
+    Attribution, CallPathGroup, Category, CategoryShare, CategorySource, FailedRequest, FrameKind, FullStack, NoFrames,
+    Point, PointKind, StackFrame, attribute, frame_kind, replay_attribution, requested_peak_index,
+};
 pub use export::{write_chrome_trace, write_snapshot};
 pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
@@ -36,7 +42,7 @@ pub use replay::{
     SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
 pub use underivable::UnderivableStat;
-pub use whatif::{PeakHolder, SWEEP_GRID, WhatIf, peak_holders, recommend, what_if, what_if_timelines};
+pub use whatif::{SWEEP_GRID, WhatIf, recommend, what_if, what_if_timelines};
 
 use thiserror::Error;
 

@@ -1,18 +1,15 @@
 //! What-if replay: a snapshot's requests replayed under other allocator settings
 //! and capacities (in parallel, the file parsed once), the recommendation of
-//! the setting with the lowest peak reserved memory that fits, and the
-//! attribution of the allocated peak to the code that holds it (top frame).
-
-use std::collections::HashMap;
+//! the setting with the lowest peak reserved memory that fits. Who holds the
+//! peak is `attribution.rs`'s.
 
 use serde::Serialize;
 
-use super::model::{Action, Snapshot, StackId};
+use super::model::Snapshot;
 use super::replay::{
     SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
 use vramlab_allocator::AllocatorConfig;
-use vramlab_allocator::BlockState;
 use vramlab_replay::OnOom;
 use vramlab_replay::timeline::ReplayTimeline;
 
@@ -140,110 +137,4 @@ pub fn recommend(results: &[WhatIf]) -> Option<usize> {
         .filter(|(_, w)| w.fits())
         .min_by_key(|(i, w)| (w.replay.peak_reserved_bytes, w.replay.segment_allocs, *i))
         .map(|(i, _)| i)
-}
-
-/// Memory held at the allocated peak by one top frame.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PeakHolder {
-    /// `file:line:function` of the innermost Python frame, or `<no frames>`.
-    pub frame: String,
-    /// Requested bytes of the live allocations it made.
-    pub bytes: u64,
-    pub allocations: u64,
-}
-
-/// The recording's own peak of live requested bytes (memory live before the
-/// recording included): the index of the entry after which it is reached
-/// (`None`: before the first entry) and the live allocations then, grouped by
-/// their top frame, largest first.
-pub fn peak_holders(snapshot: &Snapshot, device: usize) -> (Option<u64>, Vec<PeakHolder>) {
-    let Some(trace) = snapshot.device_traces.get(device) else { return (None, Vec::new()) };
-    let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
-    let free_action = if free_on_completed { Action::FreeCompleted } else { Action::FreeRequested };
-    let mut live: HashMap<u64, (u64, StackId)> = HashMap::new();
-    // Memory live before the first entry: blocks in the final segments never allocated in the trace.
-    let allocated_in_trace: std::collections::HashSet<u64> =
-        trace.iter().filter(|e| e.action == Action::Alloc).map(|e| e.addr).collect();
-    let mut freed_first: std::collections::HashSet<u64> = std::collections::HashSet::new();
-    let mut seen_alloc: std::collections::HashSet<u64> = std::collections::HashSet::new();
-    for e in trace {
-        match e.action {
-            Action::Alloc => {
-                seen_alloc.insert(e.addr);
-            }
-            a if a == free_action && !seen_alloc.contains(&e.addr) && freed_first.insert(e.addr) => {
-                live.insert(e.addr, (e.size, e.frames));
-            }
-            _ => {}
-        }
-    }
-    for seg in snapshot.segments.iter().filter(|s| s.device == device as i64 && s.segment_pool_id == (0, 0)) {
-        for b in seg.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
-            if !allocated_in_trace.contains(&b.address) {
-                live.insert(b.address, (b.requested_size, b.frames));
-            }
-        }
-    }
-    // Find the peak, then replay up to it.
-    let mut current: u64 = live.values().map(|v| v.0).sum();
-    let (mut peak, mut peak_index) = (current, None);
-    let mut sizes: HashMap<u64, u64> = live.iter().map(|(a, v)| (*a, v.0)).collect();
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::Alloc => {
-                current += e.size;
-                if let Some(old) = sizes.insert(e.addr, e.size) {
-                    current -= old;
-                }
-            }
-            a if a == free_action => current -= sizes.remove(&e.addr).unwrap_or(0),
-            _ => {}
-        }
-        if current > peak {
-            (peak, peak_index) = (current, Some(i as u64));
-        }
-    }
-    let end = peak_index.map_or(0, |i| i as usize + 1);
-    for e in &trace[..end] {
-        match e.action {
-            Action::Alloc => {
-                live.insert(e.addr, (e.size, e.frames));
-            }
-            a if a == free_action => {
-                live.remove(&e.addr);
-            }
-            _ => {}
-        }
-    }
-    let mut by_frame: HashMap<StackId, (u64, u64)> = HashMap::new();
-    for (_, (size, frames)) in live {
-        let slot = by_frame.entry(frames).or_default();
-        slot.0 += size;
-        slot.1 += 1;
-    }
-    let mut by_name: HashMap<String, (u64, u64)> = HashMap::new();
-    for (stack, (bytes, n)) in by_frame {
-        let frame = top_frame(snapshot, stack);
-        let slot = by_name.entry(frame).or_default();
-        slot.0 += bytes;
-        slot.1 += n;
-    }
-    let mut out: Vec<PeakHolder> =
-        by_name.into_iter().map(|(frame, (bytes, allocations))| PeakHolder { frame, bytes, allocations }).collect();
-    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.frame.cmp(&b.frame)));
-    (peak_index, out)
-}
-
-/// The innermost frame of user code: the first Python frame (memory_viz leaves
-/// out the C++ unwinding frames the same way), else the first frame.
-fn top_frame(snapshot: &Snapshot, stack: StackId) -> String {
-    let mut frames = snapshot.frames.stack(stack).peekable();
-    let first = frames.peek().map(|f| f.short());
-    snapshot
-        .frames
-        .stack(stack)
-        .find(|f| f.filename.ends_with(".py"))
-        .map(|f| f.short())
-        .or(first)
-        .unwrap_or_else(|| "<no frames>".to_owned())
 }

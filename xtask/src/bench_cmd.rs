@@ -63,7 +63,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         quick: args.quick,
         samples: args.samples.map(|n| n as usize),
         seed: args.seed,
-        capacity_bytes: args.capacity,
+        capacity_bytes: args.capacity.bytes,
     };
     let mut harness = if args.quick { HarnessConfig::quick() } else { HarnessConfig::standard() };
     harness.fixed_samples = options.samples;

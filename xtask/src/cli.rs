@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_replay::{MAX_BYTES, OnOom};
 
-use crate::size::{self, ACCEPTED_FORMS};
+use crate::size::{self, ACCEPTED_FORMS, Size};
 
 const ABOUT: &str = "vramlab: measure what GPU performance guides claim, on your own hardware, and profile GPU memory";
 
@@ -105,7 +105,8 @@ each a device synchronisation) and whether and where it runs out of memory. --sw
 of PYTORCH_CUDA_ALLOC_CONF settings (expandable_segments, max_split_size_mb,
 roundup_power2_divisions) in parallel and recommends the one with the lowest peak reserved
 memory that fits in --capacity (ties: fewer cudaMalloc calls). The allocations live at the
-allocated peak are listed by the code that made them (top frame), largest first.";
+allocated peak (and at the recorded settings' first out-of-memory) are grouped by the call path of
+the user's own code (frames inside torch, packages, the standard library and C++ folded), largest first.";
 
 const WHATIF_AFTER_HELP: &str = "\
 Examples:
@@ -241,7 +242,7 @@ pub struct BenchArgs {
 
     /// Memory of the CPU device the memory suite runs out of, e.g. 4GiB
     #[arg(long, value_name = "SIZE", value_parser = parse_bench_capacity, default_value = "4GiB")]
-    pub capacity: u64,
+    pub capacity: Size,
 
     /// Also store the results (raw samples included) as baseline NAME (DIR/NAME.json)
     #[arg(long, value_name = "NAME", value_parser = crate::check_cmd::parse_baseline_name)]
@@ -268,12 +269,12 @@ pub struct BenchArgs {
     pub check: crate::check_cmd::CheckOptions,
 }
 
-fn parse_bench_capacity(s: &str) -> Result<u64, String> {
-    let bytes = size::parse_size(s).map_err(|e| e.to_string())?;
-    if bytes < 64 << 20 {
+fn parse_bench_capacity(s: &str) -> Result<Size, String> {
+    let size = size::parse_size(s).map_err(|e| e.to_string())?;
+    if size.bytes < 64 << 20 {
         return Err(format!("'{s}' is too small for the memory suite: at least 64MiB"));
     }
-    Ok(bytes)
+    Ok(size)
 }
 
 #[derive(Debug, Args)]
@@ -282,9 +283,10 @@ pub struct ReplayArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
-    /// Memory of the simulated device, e.g. 24GiB, 512MiB, 1.5GiB or plain bytes [default: unlimited]
+    /// Memory of the simulated device, e.g. 24GiB, 512MiB, 1.5GiB or plain bytes (a fraction of a
+    /// byte is rounded down, with a note) [default: unlimited]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity, allow_hyphen_values = true)]
-    pub capacity: Option<u64>,
+    pub capacity: Option<Size>,
 
     /// Allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax, e.g.
     /// 'expandable_segments:True,max_split_size_mb:128' [default: PyTorch's defaults]
@@ -335,7 +337,7 @@ pub struct WhatifArgs {
     /// Memory of the simulated device, e.g. 24GiB [default: unlimited, or for a snapshot with
     /// recorded OOMs the capacity they imply]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity, allow_hyphen_values = true)]
-    pub capacity: Option<u64>,
+    pub capacity: Option<Size>,
 
     /// torch.cuda.set_per_process_memory_fraction(F) on the simulated device: every setting may
     /// reserve F x --capacity; garbage_collection_threshold acts only under a fraction below 1
@@ -393,12 +395,40 @@ impl From<OnOomArg> for OnOom {
     }
 }
 
-fn parse_capacity(s: &str) -> Result<u64, String> {
-    let bytes = size::parse_size(s).map_err(|e| e.to_string())?;
-    if bytes > MAX_BYTES {
+fn parse_capacity(s: &str) -> Result<Size, String> {
+    let size = size::parse_size(s).map_err(|e| e.to_string())?;
+    if size.bytes > MAX_BYTES {
         return Err(format!("'{s}' is more than can be simulated: at most 1024TiB; expected {ACCEPTED_FORMS}"));
     }
-    Ok(bytes)
+    Ok(size)
+}
+
+impl ReplayArgs {
+    /// `--capacity` in bytes (rounded down to whole bytes).
+    pub fn capacity_bytes(&self) -> Option<u64> {
+        self.capacity.as_ref().map(|s| s.bytes)
+    }
+}
+
+impl WhatifArgs {
+    /// `--capacity` in bytes (rounded down to whole bytes).
+    pub fn capacity_bytes(&self) -> Option<u64> {
+        self.capacity.as_ref().map(|s| s.bytes)
+    }
+}
+
+impl Command {
+    /// The notes for sizes given as fractions of a byte (`--capacity 4.8GiB`),
+    /// which were rounded down: printed on stderr before the command runs.
+    pub fn size_notes(&self) -> Vec<String> {
+        let capacity = match self {
+            Command::Bench(a) => Some(&a.capacity),
+            Command::Replay(a) => a.capacity.as_ref(),
+            Command::Whatif(a) => a.capacity.as_ref(),
+            _ => None,
+        };
+        capacity.and_then(|s| s.rounding_note("--capacity")).into_iter().collect()
+    }
 }
 
 #[cfg(test)]
@@ -413,7 +443,8 @@ mod tests {
 
     #[test]
     fn capacity_limits() {
-        assert_eq!(parse_capacity("1024TiB"), Ok(MAX_BYTES));
+        assert_eq!(parse_capacity("1024TiB").map(|s| s.bytes), Ok(MAX_BYTES));
+        assert_eq!(parse_capacity("4.8GiB").map(|s| s.bytes), Ok(5_153_960_755));
         assert!(parse_capacity("1025TiB").unwrap_err().contains("at most 1024TiB"));
         assert!(parse_capacity("4GB").unwrap_err().contains("write GiB"));
     }

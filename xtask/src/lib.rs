@@ -52,6 +52,9 @@ pub fn main(program: Program) -> ExitCode {
     } else {
         Cli::parse()
     };
+    for note in cli.command.size_notes() {
+        let _ = writeln!(std::io::stderr(), "note: {note}");
+    }
     let result = match &cli.command {
         Command::Bench(args) => bench_cmd::run(args),
         Command::Replay(args) => replay_cmd::run(args),

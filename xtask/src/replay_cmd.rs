@@ -34,7 +34,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         return Ok(BAD_REPORT_DIR);
     }
     let opts = ReplayOptions {
-        capacity_bytes: args.capacity,
+        capacity_bytes: args.capacity_bytes(),
         config: args.alloc_conf.clone().unwrap_or_default(),
         on_oom: args.on_oom.into(),
     };
@@ -91,6 +91,8 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
             unit: "trace ops".into(),
             facts: replay_doc::page_facts(&doc, timeline),
             stat_notes: replay_doc::stat_notes(&doc),
+            attribution: &doc.attribution,
+            capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)

@@ -15,8 +15,8 @@ use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
 use vramlab_reports::replay_page::{Fact, StatNote};
 use vramlab_snapshot::{
-    Action, FidelityReport, InferredCapacity, LiveAtStart, OomRequest, Placement, PoolInference, ReleaseSummary,
-    Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
+    Action, Attribution, CategorySource, FidelityReport, InferredCapacity, LiveAtStart, OomRequest, Placement,
+    PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
 };
 
 use vramlab_reports::units::fmt_bytes;
@@ -29,6 +29,11 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// How many out-of-memory events the terminal report lists one by one.
 const OOMS_LISTED: usize = 10;
+
+/// Call paths the document keeps per attributed point (the rest are counted).
+pub const ATTRIBUTION_ROWS: usize = 25;
+/// Call paths the terminal report lists per attributed point.
+const ATTRIBUTION_ROWS_TEXT: usize = 10;
 
 /// What was replayed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -123,6 +128,11 @@ pub struct ReplayDoc {
     pub segment_allocs: Option<u64>,
     /// The first out-of-memory events (at most 1000).
     pub ooms: Vec<DocOom>,
+    /// Who holds the memory at the allocated peak and at each out-of-memory:
+    /// the live blocks grouped by the call path of the user's own code, with
+    /// categories (snapshots only; empty for a trace, which has no stacks; at
+    /// most [`ATTRIBUTION_ROWS`] call paths each, the rest counted).
+    pub attribution: Vec<Attribution>,
     /// Out-of-memory events beyond those, counted only.
     pub ooms_not_listed: u64,
     /// Requests of 1 EiB or more, refused before the allocator as PyTorch does.
@@ -217,6 +227,7 @@ pub fn from_trace(input: &str, opts: &ReplayOptions, r: &ReplayReport) -> Replay
             })
             .collect(),
         ooms_not_listed: r.ooms_not_recorded,
+        attribution: Vec::new(),
         too_large: r.too_large.clone(),
         too_large_not_listed: r.too_large_not_recorded,
         recorded_ooms: None,
@@ -300,6 +311,13 @@ pub fn from_snapshot(input: &str, snap: &Snapshot, r: &SnapshotReplay, opts: &Sn
             })
             .collect(),
         ooms_not_listed: 0,
+        attribution: vramlab_snapshot::replay_attribution(snap, r)
+            .into_iter()
+            .map(|mut a| {
+                a.truncate(ATTRIBUTION_ROWS);
+                a
+            })
+            .collect(),
         too_large: Vec::new(),
         too_large_not_listed: 0,
         recorded_ooms: Some(r.recorded_ooms),
@@ -511,7 +529,72 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
                 let _ = writeln!(s, "  not derivable      {}: {} ({})", n.key, n.value, n.reason);
             }
             fidelity_lines(&mut s, d.fidelity.as_ref());
+            for a in &d.attribution {
+                s.push('\n');
+                s.push_str(&holders_text(a, ATTRIBUTION_ROWS_TEXT));
+            }
         }
+    }
+    s
+}
+
+/// "Who holds …": one attributed point as a table, the user's call path first.
+pub fn holders_text(a: &Attribution, top: usize) -> String {
+    let mut s = String::new();
+    let at = a.time_us.map(|t| format!(", time_us {t}")).unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "Who holds {}{at}: {} requested in {} live block(s), by the call path of your code",
+        a.title(),
+        fmt_bytes(a.total_bytes),
+        a.blocks
+    );
+    if let Some(r) = &a.request {
+        let _ = writeln!(s, "  the request that failed: {} from {}", fmt_bytes(r.bytes), r.label);
+    }
+    let _ = writeln!(
+        s,
+        "  {:>12}  {:>6}  {:>6}  {:26}  call path (your frames first; torch, packages, stdlib, <built-in>, C++ folded)",
+        "bytes", "share", "blocks", "category"
+    );
+    for g in a.groups.iter().take(top) {
+        let category = match g.category_source {
+            CategorySource::Inferred => format!("{} (inferred)", g.category.name()),
+            CategorySource::Tagged => format!("{} (tagged)", g.category.name()),
+            CategorySource::Unknown => g.category.name().to_owned(),
+        };
+        let mut path = g.user_frames.join(" <- ");
+        if path.is_empty() {
+            path = g.label.clone();
+        }
+        if let Some(via) = &g.via {
+            path += &format!("  [via {via}]");
+        }
+        let _ = writeln!(
+            s,
+            "  {:>12}  {:>5.1}%  {:>6}  {category:26}  {path}",
+            fmt_bytes(g.bytes),
+            g.share * 100.0,
+            g.blocks
+        );
+    }
+    let more = a.groups.len().saturating_sub(top) as u64 + a.groups_not_listed;
+    if more > 0 {
+        let bytes: u64 = a.groups.iter().skip(top).map(|g| g.bytes).sum::<u64>() + a.bytes_not_listed;
+        let _ = writeln!(s, "  … and {more} more call paths holding {} (--json lists more)", fmt_bytes(bytes));
+    }
+    if !a.categories.is_empty() {
+        let cats: Vec<String> = a
+            .categories
+            .iter()
+            .map(|c| format!("{} {} ({:.1}%)", c.category.name(), fmt_bytes(c.bytes), c.share * 100.0))
+            .collect();
+        let how = if a.categories_inferred() {
+            " — inferred from the frames and each block's lifetime where not tagged"
+        } else {
+            ""
+        };
+        let _ = writeln!(s, "  by category: {}{how}", cats.join(", "));
     }
     s
 }

@@ -24,10 +24,41 @@ impl fmt::Display for SizeError {
 
 impl std::error::Error for SizeError {}
 
+/// A size read from the command line: its bytes, and, when the text was not a
+/// whole number of bytes (`4.8GiB` is 5153960755.2 bytes), the exact value it
+/// was rounded down from, for the note that says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Size {
+    /// The size in whole bytes (rounded down).
+    pub bytes: u64,
+    /// The text as given, e.g. `4.8GiB`.
+    pub text: String,
+    /// The exact number of bytes the text means, in decimal (`5153960755.2`),
+    /// when it was not whole; `None` when nothing was rounded.
+    pub rounded_from: Option<String>,
+}
+
+impl Size {
+    /// "--capacity 4.8GiB is 5153960755.2 bytes: rounded down to 5153960755
+    /// bytes", or `None` when the size was whole.
+    pub fn rounding_note(&self, flag: &str) -> Option<String> {
+        self.rounded_from.as_ref().map(|exact| {
+            format!(
+                "{flag} {} is {exact} bytes: rounded down to {} bytes ({})",
+                self.text.trim(),
+                self.bytes,
+                vramlab_reports::units::fmt_bytes(self.bytes)
+            )
+        })
+    }
+}
+
 /// Reads `4GiB`, `512MiB`, `64KiB`, `1.5GiB`, `1048576`, `1048576B`, `2 TiB`
-/// (units case-insensitive, binary only). Decimal units (`GB`, `MB`, …) are
-/// refused rather than guessed at. The result must be a whole number of bytes.
-pub fn parse_size(input: &str) -> Result<u64, SizeError> {
+/// (units case-insensitive, binary only) as whole bytes. Decimal units (`GB`,
+/// `MB`, …) are refused rather than guessed at. A size that is not a whole
+/// number of bytes (`4.8GiB`) is rounded down, and the [`Size`] keeps what
+/// it was rounded from, for [`Size::rounding_note`].
+pub fn parse_size(input: &str) -> Result<Size, SizeError> {
     let err = |reason: String| SizeError { value: input.to_owned(), reason };
     let s = input.trim();
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
@@ -68,12 +99,15 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     let scale = 10u128.pow(fraction.len() as u32);
     let multiplier = u128::from(multiplier);
     let fraction_bytes = fraction_value * multiplier;
-    if !fraction_bytes.is_multiple_of(scale) {
-        return Err(err("not a whole number of bytes".into()));
-    }
     let bytes =
         whole.checked_mul(multiplier).and_then(|b| b.checked_add(fraction_bytes / scale)).ok_or_else(too_large)?;
-    u64::try_from(bytes).map_err(|_| too_large())
+    let bytes = u64::try_from(bytes).map_err(|_| too_large())?;
+    let dropped = fraction_bytes % scale;
+    let rounded_from = (dropped != 0).then(|| {
+        let digits = format!("{dropped:0width$}", width = fraction.len());
+        format!("{bytes}.{}", digits.trim_end_matches('0'))
+    });
+    Ok(Size { bytes, text: input.to_owned(), rounded_from })
 }
 
 #[cfg(test)]
@@ -100,8 +134,33 @@ mod tests {
             ("007KiB", 7 << 10),
             ("16777215TiB", 16_777_215 << 40),
         ] {
-            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+            assert_eq!(parse_size(text).map(|s| s.bytes), Ok(bytes), "{text}");
+            assert_eq!(parse_size(text).unwrap().rounded_from, None, "{text}");
         }
+    }
+
+    #[test]
+    fn fractions_of_a_byte_are_rounded_down_and_said() {
+        for (text, bytes, exact) in [
+            ("4.8GiB", 5_153_960_755, "5153960755.2"),
+            ("1.5", 1, "1.5"),
+            ("1.0001KiB", 1024, "1024.1024"),
+            ("0.3B", 0, "0.3"),
+            ("2.7 MiB", 2_831_155, "2831155.2"),
+        ] {
+            let s = parse_size(text).unwrap();
+            assert_eq!(s.bytes, bytes, "{text}");
+            assert_eq!(s.rounded_from.as_deref(), Some(exact), "{text}");
+            let note = s.rounding_note("--capacity").unwrap();
+            assert!(
+                note.starts_with(&format!(
+                    "--capacity {} is {exact} bytes: rounded down to {bytes} bytes",
+                    text.trim()
+                )),
+                "{note}"
+            );
+        }
+        assert_eq!(parse_size("1.5GiB").unwrap().rounding_note("--capacity"), None);
     }
 
     #[test]
@@ -118,8 +177,6 @@ mod tests {
             ("1TB", "write TiB"),
             ("4 bytes", "unknown unit 'bytes'"),
             ("4PiB", "unknown unit 'PiB'"),
-            ("1.5", "whole number of bytes"),
-            ("1.0001KiB", "whole number of bytes"),
             ("1.", "not a number"),
             (".5GiB", "not a number"),
             ("1.2.3MiB", "not a number"),

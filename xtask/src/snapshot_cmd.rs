@@ -26,7 +26,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         device: args.device,
         from_us: args.from_us,
         to_us: args.to_us,
-        capacity_bytes: args.capacity,
+        capacity_bytes: args.capacity_bytes(),
         config: args.alloc_conf.clone(),
         on_oom: args.on_oom.into(),
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
@@ -47,6 +47,8 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
             unit: "trace entries".into(),
             facts: replay_doc::page_facts(&doc, timeline),
             stat_notes: replay_doc::stat_notes(&doc),
+            attribution: &doc.attribution,
+            capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };
         let files = replay_page::write_replay_report(dir, &page)

@@ -12,8 +12,8 @@ use serde::Serialize;
 use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
-    self as snapshot, PeakHolder, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, peak_holders, recommend,
-    what_if, what_if_timelines,
+    self as snapshot, Attribution, Point, PointKind, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, attribute,
+    recommend, requested_peak_index, what_if, what_if_timelines,
 };
 
 use crate::cli::WhatifArgs;
@@ -35,7 +35,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         device: args.device,
         from_us: args.from_us,
         to_us: args.to_us,
-        capacity_bytes: args.capacity,
+        capacity_bytes: args.capacity_bytes(),
         memory_fraction: args.fraction,
         ..Default::default()
     };
@@ -54,6 +54,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         (what_if(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?, Vec::new())
     };
     let best = if args.sweep || configs.len() > 1 { recommend(&results) } else { None };
+    let attribution = holders(&snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
     let mut written = None;
     if let Some(dir) = &args.report {
         let page = WhatifPage {
@@ -85,34 +86,55 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
                 })
                 .collect(),
             recommendation: recommendation(args, &results, best),
+            attribution: &attribution,
+            capacity_bytes: results[0].replay.memory_limit_bytes.or(results[0].replay.capacity_bytes),
         };
         let files = replay_page::write_whatif_report(dir, &page)
             .with_context(|| format!("cannot write the report into {}", dir.display()))?;
         written = Some(files.index_html);
     }
     let recorded = &results[0];
-    let (peak_index, holders) = peak_holders(&snap, recorded.replay.device);
     let out = if args.json {
+        let mut attribution = attribution;
+        for a in &mut attribution {
+            a.truncate(args.top);
+        }
         let json = Json {
             snapshot: &name,
             device: recorded.replay.device,
-            capacity_bytes: args.capacity,
+            capacity_bytes: args.capacity_bytes(),
             results: &results,
             recommended: best.map(|i| results[i].alloc_conf.as_str()),
-            peak_index,
-            peak_holders: &holders[..holders.len().min(args.top)],
+            peak_index: attribution.first().and_then(|a| a.trace_index),
+            attribution: &attribution,
         };
         let mut v = serde_json::to_vec_pretty(&json).context("cannot serialize the report")?;
         v.push(b'\n');
         v
     } else {
-        let mut text = text(&name, &snap, args, &results, best, (peak_index, &holders));
+        let mut text = text(&name, &snap, args, &results, best, &attribution);
         if let Some(index) = &written {
             text += &format!("\nreport: {}\n", index.display());
         }
         text.into_bytes()
     };
     write_stdout(&out).map(|()| 0)
+}
+
+/// Who holds the memory at the recording's allocated peak (its live requested
+/// bytes, the same under every setting) and, when the recorded settings run
+/// out of memory, at their first failure; `rows` call paths each.
+fn holders(snap: &Snapshot, recorded: &WhatIf, rows: usize) -> Vec<Attribution> {
+    let device = recorded.replay.device;
+    let mut points = vec![Point { kind: PointKind::AllocatedPeak, trace_index: requested_peak_index(snap, device) }];
+    if let Some((index, _, _)) = recorded.first_failure() {
+        points.push(Point { kind: PointKind::OutOfMemory, trace_index: Some(index) });
+    }
+    let mut out = attribute(snap, device, &points);
+    for a in &mut out {
+        a.truncate(rows);
+    }
+    out
 }
 
 /// The first request a setting could not serve, for its row.
@@ -144,7 +166,7 @@ fn tried_to_allocate(message: &str) -> Option<String> {
 /// The simulated device, and where its capacity came from.
 fn capacity_text(args: &WhatifArgs, r0: &WhatIf) -> String {
     let r = &r0.replay;
-    let mut s = match (args.capacity, &r.capacity_inferred) {
+    let mut s = match (args.capacity_bytes(), &r.capacity_inferred) {
         (Some(c), _) => fmt_bytes(c),
         (None, Some(c)) => format!(
             "{}, inferred from the recorded OOM at entry {} (no --capacity given)",
@@ -202,7 +224,7 @@ fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) ->
                     r0.segment_allocs
                 )
             } else {
-                let spare = args.capacity.map(|c| c.saturating_sub(rb.peak_reserved_bytes)).unwrap_or(0);
+                let spare = args.capacity_bytes().map(|c| c.saturating_sub(rb.peak_reserved_bytes)).unwrap_or(0);
                 format!(
                     "fits where the recorded settings do not: peak reserved {}, {} to spare; {} cudaMalloc calls",
                     fmt_bytes(rb.peak_reserved_bytes),
@@ -268,7 +290,9 @@ struct Json<'a> {
     recommended: Option<&'a str>,
     /// The trace entry after which the recording's live requested bytes peak.
     peak_index: Option<u64>,
-    peak_holders: &'a [PeakHolder],
+    /// Who holds the memory there (and at the recorded settings' first
+    /// out-of-memory), by the user's call path; `--top` rows each.
+    attribution: &'a [Attribution],
 }
 
 fn conf_name(w: &WhatIf) -> String {
@@ -286,7 +310,7 @@ fn text(
     args: &WhatifArgs,
     results: &[WhatIf],
     best: Option<usize>,
-    (peak_index, holders): (Option<u64>, &[PeakHolder]),
+    attribution: &[Attribution],
 ) -> String {
     let mut s = String::new();
     let r0 = &results[0].replay;
@@ -350,26 +374,9 @@ fn text(
             let _ = writeln!(s, "  {line}");
         }
     }
-    let total: u64 = holders.iter().map(|h| h.bytes).sum();
-    let at = peak_index.map_or_else(|| "before the first entry".to_owned(), |i| format!("after entry {i}"));
-    let _ = writeln!(
-        s,
-        "\nWho holds memory at the recording's allocated peak ({at}; requested bytes, {} in all):",
-        fmt_bytes(total)
-    );
-    let _ = writeln!(s, "  {:>12}  {:>6}  {:>7}  top frame", "bytes", "share", "allocs");
-    for h in holders.iter().take(args.top) {
-        let _ = writeln!(
-            s,
-            "  {:>12}  {:>5.1}%  {:>7}  {}",
-            fmt_bytes(h.bytes),
-            percent(h.bytes, total),
-            h.allocations,
-            h.frame
-        );
-    }
-    if holders.len() > args.top {
-        let _ = writeln!(s, "  … and {} more frames (--top N shows more)", holders.len() - args.top);
+    for a in attribution {
+        s.push('\n');
+        s += &crate::replay_doc::holders_text(a, args.top);
     }
     s
 }

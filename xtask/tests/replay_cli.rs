@@ -336,7 +336,6 @@ fn bad_capacity_is_a_usage_error() {
         ("512mb", "write MiB"),
         ("-1", "negative"),
         ("lots", "no number"),
-        ("1.5", "whole number of bytes"),
         ("2048TiB", "at most 1024TiB"),
         ("4 GiBs", "unknown unit"),
         ("-1GiB", "negative"),
@@ -351,6 +350,30 @@ fn bad_capacity_is_a_usage_error() {
         assert!(!err.contains("panicked"));
         assert!(o.stdout.is_empty());
     }
+}
+
+/// The help gives `1.5GiB` as an example; `4.8GiB` is 5153960755.2 bytes: it is
+/// rounded down to whole bytes, and a note on stderr says so (stdout, the JSON,
+/// stays clean).
+#[test]
+fn a_fraction_of_a_byte_is_rounded_down_with_a_note() {
+    let trace = TempTrace::new(SPEC_TRACE);
+    let o = xtask(&["replay", trace.path(), "--capacity", "4.8GiB", "--json"], None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["capacity_bytes"], 5_153_960_755u64);
+    let err = stderr(&o);
+    assert!(
+        err.contains("note: --capacity 4.8GiB is 5153960755.2 bytes: rounded down to 5153960755 bytes (4.80 GiB)"),
+        "{err}"
+    );
+    // A whole number of bytes says nothing.
+    let o = xtask(&["replay", trace.path(), "--capacity", "1.5GiB"], None);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let o = xtask(&["replay", trace.path(), "--capacity", "1.5"], None);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("--capacity 1.5 is 1.5 bytes: rounded down to 1 bytes"), "{}", stderr(&o));
 }
 
 #[test]

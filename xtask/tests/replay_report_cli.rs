@@ -97,11 +97,24 @@ fn whatif_report_with_a_sweep() {
     let recommended = v["recommended"].as_str().expect("a setting fits");
     let html = read(&dir, "index.html");
     assert!(html.contains(&format!("<strong>Recommended: PYTORCH_CUDA_ALLOC_CONF={recommended}</strong>")));
-    assert!(html.contains(&format!("{recommended} <span class=\"verdict holds\">recommended</span>")));
     let results = v["results"].as_array().unwrap();
-    // One row per setting, one chart per setting besides the overlay.
+    // One row per group of settings with identical results, which names them
+    // all; one chart per row besides the overlay.
+    let table = &html[html.find("<table class=\"settings\">").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    let rows: Vec<&str> = table.split("<tr").skip(2).collect();
+    let row = rows.iter().find(|r| r.contains(&format!("<code>{recommended}</code>"))).expect("the recommended row");
+    assert!(row.contains("<span class=\"verdict holds\">recommended</span>"), "{row}");
     assert_eq!(html.matches("<span class=\"verdict holds\">recommended</span>").count(), 1);
-    assert_eq!(html.matches("<figure class=\"chart static\">").count(), results.len() + 1);
+    for r in results {
+        let name = r["alloc_conf"].as_str().unwrap();
+        let name = if r["recorded"] == true { "recorded: PyTorch defaults".to_owned() } else { name.to_owned() };
+        assert_eq!(rows.iter().filter(|row| row.contains(&format!("<code>{name}</code>"))).count(), 1, "{name}");
+    }
+    let grouped = rows.iter().filter(|r| r.contains("identical results")).count();
+    assert!(rows.len() < results.len() && grouped > 0, "the sweep's identical settings are grouped");
+    assert_eq!(html.matches("<figure class=\"chart static\">").count(), rows.len() + 1);
+    assert!(html.contains("capacity 1.00 GiB"), "the capacity line");
     for r in results {
         let peak = r["replay"]["peak_reserved_bytes"].as_u64().unwrap();
         assert!(html.contains(&format!("<td class=\"num\">{:.2} MiB</td>", peak as f64 / 1048576.0)));

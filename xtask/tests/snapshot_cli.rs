@@ -106,11 +106,61 @@ fn whatif_recommends_a_setting_that_fits_where_the_recorded_one_does_not() {
     assert!(out.contains("Recommended: PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4"), "{out}");
     assert!(out.contains("fits where the recorded settings do not: peak reserved 118.00 MiB"), "{out}");
     // Who holds memory at the allocated peak: the 40 MiB weight placed before the first entry counts.
-    assert!(out.contains("Who holds memory at the recording's allocated peak"), "{out}");
+    assert!(out.contains("Who holds the allocated peak (after entry 22)"), "{out}");
+    assert!(out.contains("115.19 MiB requested in 4 live block(s)"), "{out}");
+    assert!(
+        out.contains(
+            "64.19 MiB   55.7%       2  unknown                     train.py:77:backward <- train.py:41:forward"
+        ),
+        "{out}"
+    );
+    // And at the recorded settings' out-of-memory, with the request that failed.
+    assert!(out.contains("Who holds the out-of-memory at entry 22"), "{out}");
+    assert!(out.contains("the request that failed: 64.00 MiB from train.py:77:backward"), "{out}");
+}
+
+/// A real PyTorch recording: the peak's rows name the recording script's own
+/// lines, not torch's; the backward pass (C++ frames only) and the categories
+/// say what they are; `--json` carries the same rows with their full stacks.
+#[test]
+fn replay_attributes_the_peak_to_the_users_code() {
+    let real =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-snapshots/transformer-default.pickle");
+    let o = xtask(&["replay", real.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let table = &out[out.find("Who holds the allocated peak").expect("the peak table")..];
+    let first_row = table.lines().nth(2).unwrap();
+    assert!(
+        first_row.contains(
+            "activations (inferred)      record_snapshots.py:95:transformer <- record_snapshots.py:111:record_one"
+        ),
+        "{table}"
+    );
+    assert!(first_row.contains("[via torch/nn/modules/module.py:"), "{first_row}");
+    assert!(table.contains("autograd engine, aten::mm (C++ frames only"), "{table}");
+    assert!(table.contains("parameters (inferred)"), "{table}");
+    assert!(table.contains("optimizer state (inferred)"), "{table}");
+    assert!(!table.lines().take(12).any(|l| l.contains("  linear.py:") || l.contains("  module.py:")), "{table}");
+    let o = xtask(&["replay", real.to_str().unwrap(), "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let peak = &v["attribution"][0];
+    assert_eq!(peak["kind"], "allocated_peak");
+    assert_eq!(peak["trace_index"], v["peak_allocated_index"]);
+    let row = &peak["groups"][0];
+    assert_eq!(row["label"], "record_snapshots.py:95:transformer");
+    assert_eq!(row["category"], "activation");
+    assert_eq!(row["category_source"], "inferred");
+    let frames = row["stacks"][0]["frames"].as_array().unwrap();
+    assert!(frames.iter().any(|f| f["kind"] == "torch"), "the full stack keeps torch's frames");
+    assert!(frames.iter().any(|f| f["kind"] == "native"));
+    let total: u64 = peak["groups"].as_array().unwrap().iter().map(|g| g["bytes"].as_u64().unwrap()).sum::<u64>()
+        + peak["bytes_not_listed"].as_u64().unwrap();
+    assert_eq!(total, peak["total_bytes"].as_u64().unwrap());
 }
 
 #[test]
-fn whatif_json_lists_every_setting_and_the_peak_holders() {
+fn whatif_json_lists_every_setting_and_who_holds_the_peak() {
     let o = xtask(&["whatif", &fixture("small_p4.pickle"), "--alloc-conf", "expandable_segments:True", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -119,15 +169,17 @@ fn whatif_json_lists_every_setting_and_the_peak_holders() {
     assert_eq!(results[0]["recorded"], true);
     assert_eq!(results[0]["replay"]["peak_reserved_bytes"], 126u64 << 20);
     assert_eq!(results[1]["alloc_conf"], "expandable_segments:True");
-    // The recording's peak of requested bytes, by top frame, largest first; the
-    // 40 MiB weight (live before the recording), the 11 MiB buffer, the 64 MiB
-    // tensor and the 200 000-byte one live then (the generator's sequence).
-    let holders = v["peak_holders"].as_array().unwrap();
+    // The recording's peak of requested bytes, by the user's call path, largest
+    // first; the 40 MiB weight (live before the recording), the 11 MiB buffer,
+    // the 64 MiB tensor and the 200 000-byte one live then (the generator's sequence).
+    assert_eq!(v["attribution"][0]["kind"], "allocated_peak");
+    let holders = v["attribution"][0]["groups"].as_array().unwrap();
     let bytes: Vec<u64> = holders.iter().map(|h| h["bytes"].as_u64().unwrap()).collect();
     assert!(bytes.windows(2).all(|w| w[0] >= w[1]), "{bytes:?}");
     let total: u64 = bytes.iter().sum();
     assert_eq!(total, (40 + 11 + 64) * 1024 * 1024 + 200_000);
     assert!(v["peak_index"].as_u64().is_some());
+    assert_eq!(v["attribution"][0]["trace_index"], v["peak_index"]);
 }
 
 #[test]
