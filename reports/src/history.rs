@@ -346,8 +346,8 @@ impl History {
                 ))
             })
             .map_err(|e| self.sql(e))?;
-        // name → build → ln(values)
-        let mut by_name: std::collections::BTreeMap<String, HashMap<(String, String, bool), Vec<f64>>> =
+        // name → build (commit, machine, quick) → ln(values)
+        let mut by_name: std::collections::BTreeMap<String, HashMap<Build, Vec<f64>>> =
             std::collections::BTreeMap::new();
         for row in rows {
             let (name, commit, env, quick, value) = row.map_err(|e| self.sql(e))?;
@@ -363,6 +363,9 @@ impl History {
         Ok(out)
     }
 }
+
+/// A build in the history: commit, machine, `--quick`.
+type Build = (String, String, bool);
 
 /// The pooled noise of one figure over builds, each a list of ln(values);
 /// None when no build has two runs.

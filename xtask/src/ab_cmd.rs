@@ -139,9 +139,8 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
 
 /// Runs `bin bench --suite SUITE --out DIR …`; its results, or why not.
 fn bench(bin: &Path, suite: &str, dir: &Path, opts: &AbOptions) -> Result<RunResults, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let log_path = dir.join("log.txt");
-    let log = std::fs::File::create(&log_path).map_err(|e| format!("cannot write {}: {e}", log_path.display()))?;
+    let log = vramlab_reports::create_log(dir, "log.txt").map_err(|e| e.to_string())?;
     let err = log.try_clone().map_err(|e| format!("{}: {e}", log_path.display()))?;
     let mut cmd = Command::new(bin);
     cmd.args(["bench", "--suite", suite, "--device", &opts.device, "--seed", &opts.seed.to_string()]);
