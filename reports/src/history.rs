@@ -69,6 +69,25 @@ pub struct Point {
     pub value: f64,
 }
 
+/// A figure's noise between runs of one build, learned from the history's A/A
+/// runs: runs of the same commit, machine and kind (`--quick` or full), e.g.
+/// `bench --repeat N`, a baseline's runs, or CI re-runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NoiseFloor {
+    /// `suite/case {params} (device) metric`.
+    pub name: String,
+    /// Builds measured more than once (the groups the noise is pooled over).
+    pub builds: usize,
+    /// Runs in those builds.
+    pub runs: usize,
+    /// Standard deviation of ln(value) between runs of one build, pooled: a fraction (0.03: 3 %).
+    pub between_run: f64,
+    /// The change between two runs of one build that is exceeded only 5 % of
+    /// the time, exp(1.96·√2·σ) − 1: a figure gates at a threshold T by a
+    /// one-run-per-side comparison only when its floor is below T.
+    pub floor: f64,
+}
+
 /// A figure over runs, oldest first, with its change points.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Series {
@@ -302,6 +321,76 @@ impl History {
     }
 }
 
+impl History {
+    /// The noise floor of every figure whose name ends with `suffix` (e.g.
+    /// `" time"`) that some build measured twice or more, over the last `last`
+    /// runs, noisiest first.
+    pub fn noise_floors(&self, suffix: &str, last: usize) -> Result<Vec<NoiseFloor>, HistoryError> {
+        let mut q = self
+            .conn
+            .prepare(
+                "SELECT s.name, r.git_commit, r.environment, r.quick, p.value FROM points p \
+                 JOIN series s ON s.id = p.series_id JOIN runs r ON r.id = p.run_id \
+                 WHERE r.git_commit IS NOT NULL AND r.id > (SELECT coalesce(max(id), 0) FROM runs) - ?1 \
+                 ORDER BY s.name",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = q
+            .query_map([last as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, bool>(3)?,
+                    r.get::<_, f64>(4)?,
+                ))
+            })
+            .map_err(|e| self.sql(e))?;
+        // name → build (commit, machine, quick) → ln(values)
+        let mut by_name: std::collections::BTreeMap<String, HashMap<Build, Vec<f64>>> =
+            std::collections::BTreeMap::new();
+        for row in rows {
+            let (name, commit, env, quick, value) = row.map_err(|e| self.sql(e))?;
+            if name.ends_with(suffix) && value > 0.0 {
+                by_name.entry(name).or_default().entry((commit, env, quick)).or_default().push(value.ln());
+            }
+        }
+        let mut out: Vec<NoiseFloor> = by_name
+            .into_iter()
+            .filter_map(|(name, builds)| noise_floor(name, builds.values().map(Vec::as_slice)))
+            .collect();
+        out.sort_by(|a, b| b.floor.total_cmp(&a.floor).then_with(|| a.name.cmp(&b.name)));
+        Ok(out)
+    }
+}
+
+/// A build in the history: commit, machine, `--quick`.
+type Build = (String, String, bool);
+
+/// The pooled noise of one figure over builds, each a list of ln(values);
+/// None when no build has two runs.
+pub fn noise_floor<'a>(name: String, builds: impl Iterator<Item = &'a [f64]>) -> Option<NoiseFloor> {
+    let (mut ss, mut df, mut n_builds, mut runs) = (0.0, 0usize, 0usize, 0usize);
+    for logs in builds.filter(|b| b.len() >= 2) {
+        let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+        ss += logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>();
+        df += logs.len() - 1;
+        n_builds += 1;
+        runs += logs.len();
+    }
+    if df == 0 {
+        return None;
+    }
+    let sigma = (ss / df as f64).sqrt();
+    Some(NoiseFloor {
+        name,
+        builds: n_builds,
+        runs,
+        between_run: sigma,
+        floor: (1.959_964 * std::f64::consts::SQRT_2 * sigma).exp() - 1.0,
+    })
+}
+
 fn corrupt(path: &Path, e: rusqlite::Error) -> HistoryError {
     HistoryError::Corrupt { path: path.to_path_buf(), reason: e.to_string() }
 }
@@ -470,6 +559,26 @@ mod tests {
         let last = h.trends(Some("*segment_bytes"), 3).unwrap();
         assert_eq!(last[0].points.iter().map(|p| p.run_id).collect::<Vec<_>>(), [10, 11, 12]);
         assert!(last[0].change_points.is_empty());
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn noise_floors_come_from_runs_of_one_build() {
+        let p = temp("noise");
+        let mut h = History::open_or_create(&p).unwrap();
+        // Commit a twice at 1000 and 1100 ns, commit b three times at 2000 ns, commit c once.
+        for (commit, t) in [("a", 1000.0), ("a", 1100.0), ("b", 2000.0), ("b", 2000.0), ("b", 2000.0), ("c", 5000.0)] {
+            h.append(&run(commit, 1 << 20, t)).unwrap();
+        }
+        let floors = h.noise_floors(" time", 100).unwrap();
+        assert_eq!(floors.len(), 1, "{floors:?}");
+        let f = &floors[0];
+        assert_eq!((f.builds, f.runs), (2, 5));
+        // ln(1.1)/√2 within a, 0 within b; pooled over 1 + 2 degrees of freedom.
+        let sigma = (1.1f64.ln().powi(2) / 2.0 / 3.0).sqrt();
+        assert!((f.between_run - sigma).abs() < 1e-12, "{f:?}");
+        assert!((f.floor - ((1.959_964 * 2f64.sqrt() * sigma).exp() - 1.0)).abs() < 1e-12);
+        assert!(noise_floor("x".into(), [[1.0].as_slice()].into_iter()).is_none(), "no build twice");
         let _ = std::fs::remove_file(&p);
     }
 

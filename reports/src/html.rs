@@ -65,6 +65,30 @@ pub struct TrendsView {
     pub note: Option<String>,
     /// Runs per chart, at most.
     pub runs: usize,
+    /// The noise floor of this run's times, from the history's A/A runs.
+    pub noise: NoiseView,
+}
+
+/// The noise floor table: per time figure, the change two runs of one build
+/// exceed 5 % of the time, and whether a 5 % gate holds for it; or why there is none.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NoiseView {
+    pub rows: Vec<NoiseRow>,
+    pub note: Option<String>,
+    /// Of `rows`, how many can be gated at 5 % from one run a side.
+    pub gateable: usize,
+}
+
+/// One row of the noise floor table.
+#[derive(Debug, Clone, Serialize)]
+pub struct NoiseRow {
+    pub figure: String,
+    pub runs: usize,
+    pub builds: usize,
+    /// "3.1 %".
+    pub between_run: String,
+    pub floor: String,
+    pub gate_5: bool,
 }
 
 /// The trace file the page links.

@@ -114,6 +114,14 @@ pub fn prepare_out_dir(dir: &Path) -> Result<(), ReportError> {
     Ok(())
 }
 
+/// Creates `dir` and the log file `dir/name` for a child process's output
+/// (`check --ab`'s steps): the file, opened for writing, truncated.
+pub fn create_log(dir: &Path, name: &str) -> Result<fs::File, ReportError> {
+    prepare_out_dir(dir)?;
+    let path = dir.join(name);
+    fs::File::create(&path).map_err(|source| ReportError::Io { path, source })
+}
+
 /// Writes the run's JSON (`results.json`) into `dir`; returns its path.
 pub fn write_results_json(dir: &Path, results: &RunResults) -> Result<PathBuf, ReportError> {
     let path = dir.join(RESULTS_JSON);

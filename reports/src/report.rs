@@ -401,7 +401,12 @@ pub fn write_report_with(
         None => None,
     };
     let trends = match load_trends(results, options.history, options.trend_runs) {
-        Trends::NotShown(note) => TrendsView { charts: Vec::new(), note: Some(note), runs: options.trend_runs },
+        Trends::NotShown(note) => TrendsView {
+            charts: Vec::new(),
+            note: Some(note),
+            runs: options.trend_runs,
+            noise: crate::trends::noise_view(results, options.history),
+        },
         Trends::Charts(list) => {
             let views = list
                 .par_iter()
@@ -415,7 +420,12 @@ pub fn write_report_with(
                 charts.push(dir.join(&v.png));
                 charts.push(dir.join(&v.svg_file));
             }
-            TrendsView { charts: views, note: None, runs: options.trend_runs }
+            TrendsView {
+                charts: views,
+                note: None,
+                runs: options.trend_runs,
+                noise: crate::trends::noise_view(results, options.history),
+            }
         }
     };
     let source = source.map(|p| p.display().to_string());

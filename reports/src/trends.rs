@@ -2,6 +2,9 @@
 //! allocated peak of its largest case and the median time of its slowest — over
 //! the last runs of the history (`history.sqlite`), with change points, as
 //! [`Chart::Trend`](crate::charts::Chart::Trend)s; or the reason there are none.
+//! Beside them, the noise floor of this run's times, learned from the
+//! history's A/A runs (one build run more than once): which figures a 5 % gate
+//! can hold from one run a side, and which need more runs or the A/B mode.
 
 use std::path::Path;
 
@@ -9,6 +12,10 @@ use vramlab_suites::RunResults;
 
 use crate::check::matching;
 use crate::history::{History, HistoryError, Series};
+use crate::html::{NoiseRow, NoiseView};
+
+/// The threshold the noise floor table is read against (vramlab.toml's default).
+pub const NOISE_GATE: f64 = 0.05;
 
 /// Runs a trend chart shows by default.
 pub const DEFAULT_TREND_RUNS: usize = 20;
@@ -114,6 +121,37 @@ pub fn load_trends(results: &RunResults, history: Option<&Path>, last: usize) ->
         charts.sort_by_key(|(at, _)| *at);
     }
     Trends::Charts(charts.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The noise floor of `results`' time figures from the history at `history`.
+pub fn noise_view(results: &RunResults, history: Option<&Path>) -> NoiseView {
+    let none = |note: String| NoiseView { note: Some(note), ..NoiseView::default() };
+    let Some(path) = history else { return none("No noise floor: no run history was given.".into()) };
+    let floors = match History::open_existing(path).and_then(|h| h.noise_floors(" time", 1000)) {
+        Ok(f) => f,
+        Err(e) => return none(format!("No noise floor: {e}.")),
+    };
+    let names: std::collections::HashSet<String> =
+        crate::history::figures(results).into_iter().map(|(n, _)| n).filter(|n| n.ends_with(" time")).collect();
+    let rows: Vec<NoiseRow> = floors
+        .into_iter()
+        .filter(|f| names.contains(&f.name))
+        .map(|f| NoiseRow {
+            figure: f.name.trim_end_matches(" time").to_owned(),
+            runs: f.runs,
+            builds: f.builds,
+            between_run: format!("{:.1} %", f.between_run * 100.0),
+            floor: format!("{:.1} %", f.floor * 100.0),
+            gate_5: f.floor <= NOISE_GATE,
+        })
+        .collect();
+    if rows.is_empty() {
+        return none(
+            "No noise floor yet: no build of this run's figures was run twice in the history — `cargo xtask bench --repeat 3` runs one build three times."
+                .into(),
+        );
+    }
+    NoiseView { gateable: rows.iter().filter(|r| r.gate_5).count(), rows, note: None }
 }
 
 #[cfg(test)]

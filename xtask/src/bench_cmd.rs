@@ -2,7 +2,9 @@
 //! results (JSON + CSV per suite) after each suite, atomically; then the
 //! run to the history, then the report (its trends include this run) and a
 //! short summary; saves it as a baseline (`--save-baseline`) and compares it
-//! with one (`--baseline`). `--export-snapshot` writes the cases' memory
+//! with one (`--baseline`). `--repeat N` makes N runs in one invocation (each
+//! in the history, all in `runs.json`): a baseline of several runs, or this
+//! build's side of the check. `--export-snapshot` writes the cases' memory
 //! recordings as PyTorch snapshots (`snapshot_export.rs`).
 
 use std::collections::HashMap;
@@ -18,6 +20,8 @@ use vramlab_suites::{
     CaseResult, Context, HarnessConfig, Outcome, Progress, RunOptions, RunResults, SCHEMA_VERSION, Suite,
 };
 
+use vramlab_reports::check::RunSet;
+
 use crate::cli::BenchArgs;
 
 pub fn run(args: &BenchArgs) -> Result<u8> {
@@ -27,11 +31,10 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         None => None,
         Some(name) => {
             let path = crate::check_cmd::resolve_baseline(name, &args.baseline_dir);
-            let loaded = crate::check_cmd::load_config(args.check.config.as_deref())
-                .map_err(|e| e.to_string())
-                .and_then(|cfg| {
-                    Ok((cfg, vramlab_reports::check::load_results(&path, "baseline").map_err(|e| e.to_string())?))
-                });
+            let loaded =
+                crate::check_cmd::load_config(args.check.config.as_deref()).map_err(|e| e.to_string()).and_then(
+                    |cfg| Ok((cfg, vramlab_reports::check::load_runs(&path, "baseline").map_err(|e| e.to_string())?)),
+                );
             match loaded {
                 Ok((cfg, b)) => Some((cfg, b, path)),
                 Err(message) => return Ok(crate::check_cmd::impossible(&message)),
@@ -73,37 +76,48 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     let mut environment = vramlab_suites::env::detect(&device);
     environment.rustc = command_output("rustc", &["--version"]);
     environment.git_commit = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
-    let mut results = RunResults {
-        schema_version: SCHEMA_VERSION,
-        vramlab_version: env!("CARGO_PKG_VERSION").to_owned(),
-        started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-        options,
-        environment,
-        suites: Vec::new(),
-    };
+    if cfg!(feature = "test-slowdown") {
+        eprintln!("warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work");
+    }
 
+    let repeat = args.repeat as usize;
     eprintln!(
-        "vramlab bench on {device}{}{} — {} suite{}, results in {}",
+        "vramlab bench on {device}{}{} — {} suite{}{}, results in {}",
         if args.quick { " (quick)" } else { "" },
         ctx.gpu_unavailable.as_deref().map(|r| format!("; {r}")).unwrap_or_default(),
         suites.len(),
         if suites.len() == 1 { "" } else { "s" },
+        if repeat > 1 { format!(", {repeat} runs") } else { String::new() },
         args.out.display()
     );
-    let bars = Bars::new();
-    for suite in &suites {
-        let sink = export.as_ref().map(|e| e as &dyn vramlab_suites::SnapshotSink);
-        let result = vramlab_suites::run_suite_with(suite.as_ref(), &ctx, &bars, sink);
-        let csv = vramlab_reports::write_suite_csv(&args.out, &result)?;
-        results.suites.push(result);
-        vramlab_reports::write_results_json(&args.out, &results)?;
-        bars.println(&format!("  wrote {}", csv.display()));
-    }
-    bars.clear();
-    // The run goes into the history first, so the report's trends include it.
     let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
-    let appended = vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results));
-    let history_ok = appended.is_ok() || history.is_file();
+    let mut runs = Vec::with_capacity(repeat);
+    let mut appended = Vec::new();
+    for i in 0..repeat {
+        if repeat > 1 {
+            eprintln!("run {} of {repeat}", i + 1);
+        }
+        let results = RunResults {
+            schema_version: SCHEMA_VERSION,
+            vramlab_version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            options: options.clone(),
+            environment: environment.clone(),
+            suites: Vec::new(),
+        };
+        let results = measure(&suites, &ctx, results, export.as_ref(), &args.out)?;
+        // Every run goes into the history (runs of one commit teach it the noise
+        // between runs), first, so the report's trends include it.
+        appended.push(vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)));
+        runs.push(results);
+    }
+    let set = RunSet::new(runs).context("no run")?;
+    let results = set.runs().last().expect("at least one run").clone();
+    if repeat > 1 {
+        let path = args.out.join(vramlab_reports::check::RUNS_JSON);
+        vramlab_reports::write_atomic(&path, &set.to_json().context("serializing the runs")?)?;
+    }
+    let history_ok = appended.iter().any(|a| a.is_ok()) || history.is_file();
     let index = crate::report_cmd::write_for_bench(
         &results,
         &args.out.join("report"),
@@ -113,9 +127,11 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     let mut summary: Box<dyn std::io::Write> =
         if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
     crate::report_cmd::print_short_summary(&mut *summary, &results)?;
-    match appended {
-        Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
-        Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
+    for a in appended {
+        match a {
+            Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
+            Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
+        }
     }
     if let (Some(e), Some(dir)) = (&export, &args.export_snapshot) {
         let written = e.written();
@@ -130,21 +146,59 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         }
     }
     if let Some(name) = &args.save_baseline {
-        let path = crate::check_cmd::save_baseline(&results, name, &args.baseline_dir)?;
-        writeln!(summary, "baseline '{name}' saved: {}", path.display())?;
+        match crate::check_cmd::save_baseline(&set, name, &args.baseline_dir, args.append) {
+            Ok((path, n)) => writeln!(
+                summary,
+                "baseline '{name}' saved: {} ({n} run{})",
+                path.display(),
+                if n == 1 { "" } else { "s" }
+            )?,
+            Err(message) => {
+                drop(summary);
+                return Ok(crate::check_cmd::impossible(&message));
+            }
+        }
     }
     // The report's path comes last: it is what a person opens next.
     writeln!(summary, "\nresults: {}", args.out.join(vramlab_reports::RESULTS_JSON).display())?;
+    if repeat > 1 {
+        writeln!(summary, "runs:    {} ({repeat} runs)", args.out.join(vramlab_reports::check::RUNS_JSON).display())?;
+    }
     writeln!(summary, "report:  {}", index.display())?;
     match baseline {
         None => Ok(0),
         Some((cfg, base, path)) => {
             writeln!(summary)?;
             drop(summary);
-            let results_path = args.out.join(vramlab_reports::RESULTS_JSON);
-            crate::check_cmd::report(&base, &path, &results, &results_path, &cfg, &args.check, &args.out)
+            let results_path = args.out.join(if repeat > 1 {
+                vramlab_reports::check::RUNS_JSON
+            } else {
+                vramlab_reports::RESULTS_JSON
+            });
+            crate::check_cmd::report(&base, &path, &set, &results_path, &cfg, &args.check, &args.out)
         }
     }
+}
+
+/// One run of the suites, its results written after every suite.
+fn measure(
+    suites: &[Box<dyn Suite>],
+    ctx: &Context,
+    mut results: RunResults,
+    export: Option<&crate::snapshot_export::SnapshotExport>,
+    out: &std::path::Path,
+) -> Result<RunResults> {
+    let bars = Bars::new();
+    for suite in suites {
+        let sink = export.map(|e| e as &dyn vramlab_suites::SnapshotSink);
+        let result = vramlab_suites::run_suite_with(suite.as_ref(), ctx, &bars, sink);
+        let csv = vramlab_reports::write_suite_csv(out, &result)?;
+        results.suites.push(result);
+        vramlab_reports::write_results_json(out, &results)?;
+        bars.println(&format!("  wrote {}", csv.display()));
+    }
+    bars.clear();
+    Ok(results)
 }
 
 /// The suites named (all when none), or an error listing the valid names.

@@ -1,15 +1,15 @@
-//! `cargo xtask check`: compares a finished run with a baseline and prints the
+//! `cargo xtask check`: compares this build's runs with a baseline's (or, with
+//! `--ab`, runs both builds interleaved first: `ab_cmd.rs`) and prints the
 //! verdict (terminal table, `regressions.md`, GitHub annotations, JSON,
-//! exports); also the baseline handling `bench --save-baseline/--baseline` use.
+//! exports); also the baseline handling `bench --save-baseline/--append/--baseline` use.
 //! Exit status: 0 no regression, 1 a regression, 2 comparison impossible.
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
-use vramlab_reports::check::{self, CheckConfig, Labels, export, output};
-use vramlab_suites::RunResults;
+use vramlab_reports::check::{self, CheckConfig, CompareOptions, Design, Labels, RunSet, export, output};
 
 pub const DEFAULT_BASELINE_DIR: &str = "target/vramlab/baselines";
 const DEFAULT_RESULTS: &str = "target/vramlab/results.json";
@@ -17,14 +17,22 @@ const DEFAULT_RESULTS: &str = "target/vramlab/results.json";
 pub const ABOUT: &str = "Compare a finished run with a baseline: exact memory gates, statistical time gates";
 
 pub const LONG_ABOUT: &str = "\
-Compare a finished run (results.json) with a baseline run: cases are matched by suite, case
-name and parameters, per device. Memory figures (every _bytes metric, the memory peaks,
-segment and out-of-memory counts, OOM batch sizes) are exact: an increase beyond the
-tolerance (default 0 bytes) is a regression. Times are judged from the raw samples: a seeded
-bootstrap interval of the ratio of medians (new/old) must lie wholly above the noise threshold
-(default 5 %), and the Mann–Whitney U test must agree after Benjamini–Hochberg over all time
-comparisons; otherwise the time is unchanged or inconclusive, with the smallest slowdown the
-run could have detected. Times are not compared across machines unless --force-times.
+Compare this build's runs (results.json, or runs.json from `bench --repeat N`) with a
+baseline's: cases are matched by suite, case name and parameters, per device. Memory figures
+(every _bytes metric, the memory peaks, segment and out-of-memory counts, OOM batch sizes) are
+exact: an increase beyond the tolerance (default 0 bytes) is a regression. Times are judged
+from several runs: a seeded hierarchical bootstrap over runs, then over each run's samples,
+gives the ratio new/old an interval that holds the noise between runs (Student's t on its
+standard error, so few runs give a wide interval); a regression only when the whole interval
+lies above the noise threshold (default 5 %) and the p-value agrees after Benjamini–Hochberg
+over all time comparisons. With one run on each side the noise between runs is unknown and
+times are not judged: make the baseline several runs (`bench --repeat N --save-baseline`,
+`--append`). Times are not compared across machines unless --force-times.
+
+--ab BASE_BIN runs the baseline build's binary and this build interleaved, suite by suite,
+alternating which goes first, for --pairs rounds in one sitting, then judges each time from
+the pairs' ratios: drift that moves both builds alike cancels. The way to gate on a noisy
+shared machine.
 
 Thresholds per suite, case or metric come from vramlab.toml at the repository root (see the
 README). Writes regressions.md beside the results (for $GITHUB_STEP_SUMMARY); prints GitHub
@@ -35,6 +43,9 @@ Examples:
   cargo xtask check --baseline main                      target/vramlab/results.json vs baseline `main`
   cargo xtask check --baseline old/results.json --from new/results.json --json
   cargo xtask check --baseline main --export bmf --export gab
+  cargo xtask check --baseline main --from target/vramlab/runs.json   after `bench --repeat 3`
+  cargo xtask check --ab ../base/target/release/vramlab --quick --pairs 5
+                                                         A/B: the base build and this one, interleaved
 
 Exit status: 0 when nothing regressed; 1 when something did; 2 when the comparison could not be
 made (missing, corrupt, truncated or incompatible baseline or results, a bad vramlab.toml): the
@@ -73,13 +84,25 @@ pub enum ExportFormat {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The baseline: a NAME saved with `bench --save-baseline NAME` (in --baseline-dir) or a results FILE
-    #[arg(long, value_name = "NAME|FILE")]
-    pub baseline: String,
+    /// The baseline: a NAME saved with `bench --save-baseline NAME` (in --baseline-dir) or a results or runs FILE
+    #[arg(long, value_name = "NAME|FILE", required_unless_present = "ab")]
+    pub baseline: Option<String>,
 
-    /// The run to check
+    /// The runs to check: results.json (one run) or runs.json (`bench --repeat N`)
     #[arg(long, value_name = "FILE", default_value = DEFAULT_RESULTS)]
     pub from: PathBuf,
+
+    /// The baseline's and --from's runs are A/B pairs (run i of each ran together): judge the pairs' ratios
+    #[arg(long, requires = "baseline")]
+    pub paired: bool,
+
+    /// A/B: run the baseline build BASE_BIN (a vramlab or xtask binary) and this build
+    /// interleaved in one sitting, then compare them pair by pair
+    #[arg(long, value_name = "BASE_BIN", conflicts_with_all = ["baseline", "paired"])]
+    pub ab: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub ab_options: crate::ab_cmd::AbOptions,
 
     /// Where named baselines are stored
     #[arg(long, value_name = "DIR", default_value = DEFAULT_BASELINE_DIR)]
@@ -112,35 +135,66 @@ pub fn resolve_baseline(arg: &str, dir: &Path) -> PathBuf {
     }
 }
 
-/// Stores `results` as baseline `name` in `dir`; returns its path.
-pub fn save_baseline(results: &RunResults, name: &str, dir: &Path) -> Result<PathBuf> {
+/// Stores `runs` as baseline `name` in `dir` — replacing it, or with
+/// `append` adding them to its runs (same commit, machine and kind); returns
+/// its path and how many runs it holds. Errors are messages for exit 2.
+pub fn save_baseline(runs: &RunSet, name: &str, dir: &Path, append: bool) -> Result<(PathBuf, usize), String> {
     let path = dir.join(format!("{name}.json"));
-    let json = serde_json::to_vec_pretty(results).context("serializing the baseline")?;
-    vramlab_reports::write_atomic(&path, &json)?;
-    Ok(path)
+    let set = if append && path.is_file() {
+        let mut set = check::load_runs(&path, "baseline").map_err(|e| e.to_string())?;
+        for r in runs.runs() {
+            set.append(r.clone()).map_err(|e| format!("baseline {}: cannot append: {e}", path.display()))?;
+        }
+        set
+    } else {
+        runs.clone()
+    };
+    let json = set.to_json().map_err(|e| format!("serializing the baseline: {e}"))?;
+    vramlab_reports::write_atomic(&path, &json).map_err(|e| e.to_string())?;
+    Ok((path, set.len()))
 }
 
-/// Loads the settings: --config FILE, else ./vramlab.toml when present.
-pub fn load_config(path: Option<&Path>) -> Result<CheckConfig, check::ConfigError> {
-    match path {
+/// The thresholds and how the two sides' runs relate.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config: CheckConfig,
+    pub design: Design,
+}
+
+/// Loads the settings: --config FILE, else ./vramlab.toml when present; independent runs.
+pub fn load_config(path: Option<&Path>) -> Result<Settings, check::ConfigError> {
+    let config = match path {
         Some(p) => CheckConfig::load(p),
         None => CheckConfig::discover(Path::new(".")),
-    }
+    }?;
+    Ok(Settings { config, design: Design::Runs })
 }
 
 /// `cargo xtask check`.
 pub fn run(args: &CheckArgs) -> Result<u8> {
-    let baseline_path = resolve_baseline(&args.baseline, &args.baseline_dir);
+    let Some(baseline_arg) = &args.baseline else {
+        return crate::ab_cmd::run(args);
+    };
+    let baseline_path = resolve_baseline(baseline_arg, &args.baseline_dir);
     let prepared = (|| {
         let cfg = load_config(args.options.config.as_deref()).map_err(|e| e.to_string())?;
-        let baseline = check::load_results(&baseline_path, "baseline").map_err(|e| e.to_string())?;
-        let current = check::load_results(&args.from, "results").map_err(|e| e.to_string())?;
+        let baseline = check::load_runs(&baseline_path, "baseline").map_err(|e| e.to_string())?;
+        let current = check::load_runs(&args.from, "results").map_err(|e| e.to_string())?;
+        if args.paired && baseline.len() != current.len() {
+            return Err(format!(
+                "--paired: the baseline has {} runs and {} has {}; A/B pairs need as many on each side",
+                baseline.len(),
+                args.from.display(),
+                current.len()
+            ));
+        }
         Ok::<_, String>((cfg, baseline, current))
     })();
-    let (cfg, baseline, current) = match prepared {
+    let (mut cfg, baseline, current) = match prepared {
         Ok(p) => p,
         Err(message) => return Ok(impossible(&message)),
     };
+    cfg.design = if args.paired { Design::Pairs } else { Design::Runs };
     let out_dir = args
         .out
         .clone()
@@ -156,16 +210,17 @@ pub fn impossible(message: &str) -> u8 {
 
 /// Compares and writes every output; returns the exit status (0 or 1).
 pub fn report(
-    baseline: &RunResults,
+    baseline: &RunSet,
     baseline_path: &Path,
-    current: &RunResults,
+    current: &RunSet,
     current_path: &Path,
-    cfg: &CheckConfig,
+    cfg: &Settings,
     opts: &CheckOptions,
     out_dir: &Path,
 ) -> Result<u8> {
     let labels = Labels { baseline: baseline_path.display().to_string(), current: current_path.display().to_string() };
-    let comparison = check::compare(baseline, current, cfg, opts.force_times, labels);
+    let options = CompareOptions { force_times: opts.force_times, design: cfg.design };
+    let comparison = check::compare_runs(baseline, current, &cfg.config, options, labels);
     let md = output::write_markdown(out_dir, &comparison)?;
     let mut written = vec![md];
     for f in &opts.export {
@@ -174,7 +229,8 @@ pub fn report(
             ExportFormat::Gab => export::Format::Gab,
         };
         let path = out_dir.join(format.file_name());
-        vramlab_reports::write_atomic(&path, export::render(format, current).as_bytes())?;
+        let last = current.runs().last().unwrap_or(current.first());
+        vramlab_reports::write_atomic(&path, export::render(format, last).as_bytes())?;
         written.push(path);
     }
     if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {

@@ -45,8 +45,10 @@ Examples:
   cargo xtask bench --suite memory --export-snapshot snapshots/ --export-case train_step_peak
                                                  the case's memory as a PyTorch snapshot pickle
 
-  cargo xtask bench --quick --save-baseline main       store this run as the baseline `main`
-  cargo xtask bench --quick --baseline main            run, then compare with it (see `cargo xtask check`)
+  cargo xtask bench --quick --repeat 5 --save-baseline main   five runs as the baseline `main`
+  cargo xtask bench --quick --save-baseline main --append     add this run to it (same commit)
+  cargo xtask bench --quick --repeat 3 --baseline main        three runs, then compare with it
+                                                              (see `cargo xtask check`)
 
 Every run is also appended to DIR/history.sqlite (see `cargo xtask history`).
 
@@ -244,9 +246,19 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_bench_capacity, default_value = "4GiB")]
     pub capacity: Size,
 
-    /// Also store the results (raw samples included) as baseline NAME (DIR/NAME.json)
+    /// Run the suites N times in a row (each run goes into the history; all N into runs.json):
+    /// a baseline of several runs, or this build's side of the check
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+
+    /// Also store the results (raw samples included) as baseline NAME (DIR/NAME.json): this
+    /// invocation's runs, replacing what was there (see --append)
     #[arg(long, value_name = "NAME", value_parser = crate::check_cmd::parse_baseline_name)]
     pub save_baseline: Option<String>,
+
+    /// With --save-baseline: add this invocation's runs to the baseline's (same commit and machine)
+    #[arg(long, requires = "save_baseline")]
+    pub append: bool,
 
     /// After the run, compare it with baseline NAME (in --baseline-dir) or FILE; exit 1 on a regression
     #[arg(long, value_name = "NAME|FILE")]

@@ -31,6 +31,7 @@ Examples:
   cargo xtask history --metric '*peak_reserved*' --last 50
   cargo xtask history --metric 'allocator/cached/64MiB*time'
   cargo xtask history --import ci-artifacts/results.json    append a run from elsewhere
+  cargo xtask history --noise                               each time's noise floor (A/A runs)
 
 Exit status: 0; 1 when the database is missing, corrupt or of a newer schema (it is never
 overwritten) or an imported file is not results; 2 for usage errors.";
@@ -56,6 +57,11 @@ pub struct HistoryArgs {
     /// Print the series as JSON
     #[arg(long)]
     pub json: bool,
+
+    /// Instead of trends: each time's noise floor, learned from runs of one build (same commit,
+    /// machine and kind) — the change two such runs exceed 5 % of the time
+    #[arg(long)]
+    pub noise: bool,
 }
 
 pub fn run(args: &HistoryArgs) -> Result<u8> {
@@ -69,6 +75,9 @@ pub fn run(args: &HistoryArgs) -> Result<u8> {
         return Ok(0);
     }
     let h = History::open_existing(&args.db)?;
+    if args.noise {
+        return noise(&h, args);
+    }
     let series = h.trends(args.metric.as_deref(), args.last as usize)?;
     let mut out = String::new();
     if args.json {
@@ -96,6 +105,45 @@ pub fn run(args: &HistoryArgs) -> Result<u8> {
             for &i in &s.change_points {
                 let _ = writeln!(out, "  {}: {}", s.name, step_text(s, i));
             }
+        }
+    }
+    std::io::stdout().lock().write_all(out.as_bytes())?;
+    Ok(0)
+}
+
+/// `history --noise`: the noise floor of every time the history ran twice for one build.
+fn noise(h: &History, args: &HistoryArgs) -> Result<u8> {
+    let mut floors = h.noise_floors(" time", args.last as usize)?;
+    if let Some(p) = &args.metric {
+        let m = globset::GlobBuilder::new(p).case_insensitive(true).build()?.compile_matcher();
+        floors.retain(|f| m.is_match(&f.name));
+    }
+    let mut out = String::new();
+    if args.json {
+        out = serde_json::to_string_pretty(&floors)? + "\n";
+    } else if floors.is_empty() {
+        out.push_str(
+            "no build was run twice within the last runs: `cargo xtask bench --repeat 3` runs one build three times\n",
+        );
+    } else {
+        let gate = vramlab_reports::trends::NOISE_GATE;
+        let ok = floors.iter().filter(|f| f.floor <= gate).count();
+        let _ = writeln!(
+            out,
+            "{ok} of {} times can be gated at {:.0} % from one run a side (noise floor: the change two runs of one build exceed 5 % of the time)\n",
+            floors.len(),
+            gate * 100.0
+        );
+        let _ = writeln!(out, "{:>9}  {:>9}  {:>12}  figure", "floor", "σ", "runs(builds)");
+        for f in &floors {
+            let _ = writeln!(
+                out,
+                "{:>7.1} %  {:>7.1} %  {:>12}  {}",
+                f.floor * 100.0,
+                f.between_run * 100.0,
+                format!("{}({})", f.runs, f.builds),
+                f.name.trim_end_matches(" time")
+            );
         }
     }
     std::io::stdout().lock().write_all(out.as_bytes())?;

@@ -12,6 +12,7 @@
 //! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
 //! be made.
 
+mod ab_cmd;
 mod bench_cmd;
 mod check_cmd;
 mod cli;

@@ -15,6 +15,14 @@ pub fn add<T: Element>(a: &[T], b: &[T], y: &mut [T]) -> Result<()> {
     check_len("add", "b", b.len(), a.len())?;
     check_len("add", "y", y.len(), a.len())?;
     map2(a, b, y, |x, z| x + z);
+    // Test only (the `test-slowdown` feature, never in a release): the first
+    // fifth is added again, so `add` does 20 % more work for the same result —
+    // the planted slowdown the time gate's acceptance runs must flag.
+    #[cfg(feature = "test-slowdown")]
+    {
+        let k = a.len() / 5;
+        map2(&a[..k], &b[..k], &mut y[..k], |x, z| x + z);
+    }
     Ok(())
 }
 

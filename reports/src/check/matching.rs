@@ -1,12 +1,15 @@
-//! Which cases of two runs are the same case: matched by suite, case name and
-//! parameters, per device; which figures of a case are memory (gated exactly)
-//! and which are times (gated statistically); and how two machines differ.
+//! The pipeline's first step: which cases of two run sets are the same case —
+//! matched by suite, case name and parameters, per device, across every run of
+//! each side; which figures of a case are memory (gated exactly) and which are
+//! times (gated statistically); and how two machines differ.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
 use vramlab_suites::{CaseResult, Environment, RunResults};
+
+use super::runs::RunSet;
 
 /// A case's identity across runs.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -46,6 +49,48 @@ pub fn index(run: &RunResults) -> Vec<(CaseKey, &CaseResult)> {
         }
     }
     out
+}
+
+/// One case found on both sides: its result in each run of each side (runs
+/// that lack it are left out).
+#[derive(Debug)]
+pub struct MatchedCase<'a> {
+    pub key: CaseKey,
+    pub old: Vec<&'a CaseResult>,
+    pub new: Vec<&'a CaseResult>,
+}
+
+/// The cases of two run sets, matched.
+#[derive(Debug)]
+pub struct Matched<'a> {
+    /// In the order of the current side's first run.
+    pub cases: Vec<MatchedCase<'a>>,
+    pub only_in_baseline: Vec<CaseKey>,
+    pub only_in_current: Vec<CaseKey>,
+}
+
+/// Matches the cases of `old` and `new`: a case is on a side when its first
+/// run has it; each side then lists the case's result in every run that has it.
+pub fn match_runs<'a>(old: &'a RunSet, new: &'a RunSet) -> Matched<'a> {
+    let per_run = |set: &'a RunSet| -> Vec<BTreeMap<CaseKey, &'a CaseResult>> {
+        set.runs().iter().map(|r| index(r).into_iter().collect()).collect()
+    };
+    let (old_runs, new_runs) = (per_run(old), per_run(new));
+    let collect = |runs: &[BTreeMap<CaseKey, &'a CaseResult>], key: &CaseKey| -> Vec<&'a CaseResult> {
+        runs.iter().filter_map(|r| r.get(key).copied()).collect()
+    };
+    let mut matched = Matched { cases: Vec::new(), only_in_baseline: Vec::new(), only_in_current: Vec::new() };
+    for (key, _) in index(new.first()) {
+        if old_runs[0].contains_key(&key) {
+            let (o, n) = (collect(&old_runs, &key), collect(&new_runs, &key));
+            matched.cases.push(MatchedCase { key, old: o, new: n });
+        } else {
+            matched.only_in_current.push(key);
+        }
+    }
+    matched.only_in_baseline =
+        index(old.first()).into_iter().map(|(k, _)| k).filter(|k| !new_runs[0].contains_key(k)).collect();
+    matched
 }
 
 /// Is this metric a memory figure, compared exactly? Every `_bytes` metric,

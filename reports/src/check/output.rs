@@ -39,12 +39,24 @@ fn headline(c: &Comparison) -> String {
 
 fn method_line(c: &Comparison) -> String {
     let m = &c.method;
+    let sides = match m.design {
+        super::Design::Pairs => format!(
+            "{} A/B pairs run interleaved in one sitting; a hierarchical bootstrap over the pairs' ratios, then over each run's samples",
+            m.baseline_runs.min(m.current_runs)
+        ),
+        super::Design::Runs => format!(
+            "{} baseline run{} and {} of this build; a hierarchical bootstrap over runs, then over each run's samples, so the noise between runs is in the interval",
+            m.baseline_runs,
+            if m.baseline_runs == 1 { "" } else { "s" },
+            m.current_runs
+        ),
+    };
     format!(
-        "Memory is exact (tolerance {} B). Times: {:.0} % bootstrap interval of the ratio of medians ({} resamples, seed {}), a regression only when the whole interval lies above +{} % and the Mann–Whitney U test (normal approximation, tie-corrected) agrees after Benjamini–Hochberg over {} time comparison{} at a false discovery rate of {} %.",
+        "Memory is exact (tolerance {} B). Times: {sides} ({} resamples, seed {}); the {:.0} % interval of the ratio new/old uses Student's t on the bootstrap's standard error (few runs, wide interval). A regression only when the whole interval lies above +{} % and its one-sided p-value agrees after Benjamini–Hochberg over {} time comparison{} at a false discovery rate of {} %.",
         m.memory_tolerance_bytes,
-        m.confidence * 100.0,
         m.bootstrap_resamples,
         m.seed,
+        m.confidence * 100.0,
         m.time_threshold_percent,
         m.time_tests,
         if m.time_tests == 1 { "" } else { "s" },
@@ -101,6 +113,9 @@ pub fn terminal(c: &Comparison, all: bool, colour: bool) -> String {
     }
     for n in &c.notes {
         let _ = writeln!(out, "note: {n}");
+    }
+    for w in &c.warnings {
+        let _ = writeln!(out, "{}: {w}", paint(Status::Inconclusive, "warning"));
     }
     let _ = writeln!(out, "\n{}", method_line(c));
     let verdict = if c.has_regression() { paint(Status::Regression, "FAIL") } else { paint(Status::Improvement, "ok") };
@@ -199,6 +214,9 @@ pub fn markdown(c: &Comparison) -> String {
     for n in &c.notes {
         let _ = writeln!(out, "> Note: {}\n", md_escape(n));
     }
+    for w in &c.warnings {
+        let _ = writeln!(out, "> **Warning:** {}\n", md_escape(w));
+    }
     let _ = writeln!(out, "## Method\n\n{}", method_line(c));
     out
 }
@@ -229,6 +247,9 @@ pub fn annotations(c: &Comparison) -> String {
     }
     for d in &c.environment_differences {
         let _ = writeln!(out, "::warning title=vramlab: the machines differ::{}", esc(d));
+    }
+    for w in &c.warnings {
+        let _ = writeln!(out, "::warning title=vramlab::{}", esc(w));
     }
     out
 }

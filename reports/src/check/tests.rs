@@ -1,6 +1,8 @@
-//! Tests of the comparison on synthetic runs: seeded noise trials (false alarms,
-//! power, the reported detectable effect), a planted memory regression, case
-//! matching, corrupt baselines, unknown fields, and the export formats.
+//! Tests of the comparison on synthetic runs: seeded noise trials with noise
+//! between runs as well as within (false alarms, power, the reported
+//! detectable effect; independent runs and A/B pairs), a planted memory
+//! regression, case matching, one-run baselines, run sets (corrupt, appended),
+//! unknown fields, and the export formats.
 
 use std::collections::BTreeMap;
 
@@ -80,8 +82,8 @@ fn labels() -> Labels {
     Labels { baseline: "old.json".into(), current: "new.json".into() }
 }
 
-/// Cheaper than the default 2000 resamples so 3 × 1000 trials stay quick in a
-/// debug build; the verdicts are the same kind.
+/// Cheaper than the default 2000 resamples so 1000-trial sets stay quick in
+/// a test build; the verdicts are the same kind.
 fn trial_config() -> CheckConfig {
     CheckConfig::parse("[check]\nbootstrap_resamples = 400\n").unwrap()
 }
@@ -91,20 +93,40 @@ fn time_row(c: &Comparison) -> &Row {
 }
 
 const TRIALS: usize = 1000;
-/// Per side; a `--quick` run takes 10 to 50 samples per case, a full run up to 200.
+/// Per run; a `--quick` run takes 10 to 50 samples per case, a full run up to 200.
 const SAMPLES: usize = 40;
+/// Within a run: 20 % Gaussian noise per sample.
+const WITHIN: f64 = 0.2;
+/// Between runs: each run's level moves by a log-normal factor of 5 % (σ of ln).
+const BETWEEN: f64 = 0.05;
+/// The baseline's runs and this build's (`bench --repeat 5 --save-baseline`, `bench --repeat 3 --baseline`).
+const BASE_RUNS: usize = 5;
+const NEW_RUNS: usize = 3;
 
-/// Runs `TRIALS` seeded comparisons of two noisy sample sets whose true medians
-/// differ by `slowdown`; returns (verdicts, reported detectable slowdowns).
+/// `runs` runs of one build whose true median is `center`: each run's level
+/// moves by exp(`BETWEEN`·z), its samples by `WITHIN`.
+fn runs_of(rng: &mut Rng, runs: usize, center: f64, between: f64) -> RunSet {
+    let all = (0..runs)
+        .map(|_| {
+            let level = center * (between * rng.normal()).exp();
+            run(vec![case("t", noisy(rng, SAMPLES, level, WITHIN), 2097152.0)])
+        })
+        .collect();
+    RunSet::new(all).unwrap()
+}
+
+/// Runs `TRIALS` seeded comparisons of a baseline of `BASE_RUNS` runs and
+/// `NEW_RUNS` runs of a build whose true median is `slowdown` slower; returns
+/// (verdicts, reported detectable slowdowns).
 fn trials(slowdown: f64, seed: u64) -> (Vec<Status>, Vec<f64>) {
     let cfg = trial_config();
     let mut rng = Rng::new(seed);
     let mut verdicts = Vec::with_capacity(TRIALS);
     let mut detectable = Vec::new();
     for _ in 0..TRIALS {
-        let old = run(vec![case("t", noisy(&mut rng, SAMPLES, 1000.0, 0.2), 2097152.0)]);
-        let new = run(vec![case("t", noisy(&mut rng, SAMPLES, 1000.0 * (1.0 + slowdown), 0.2), 2097152.0)]);
-        let c = compare(&old, &new, &cfg, false, labels());
+        let old = runs_of(&mut rng, BASE_RUNS, 1000.0, BETWEEN);
+        let new = runs_of(&mut rng, NEW_RUNS, 1000.0 * (1.0 + slowdown), BETWEEN);
+        let c = compare_runs(&old, &new, &cfg, CompareOptions::default(), labels());
         let r = time_row(&c);
         verdicts.push(r.status);
         detectable.extend(r.detectable_slowdown);
@@ -112,12 +134,33 @@ fn trials(slowdown: f64, seed: u64) -> (Vec<Status>, Vec<f64>) {
     (verdicts, detectable)
 }
 
+/// `TRIALS` A/B sittings of `pairs` pairs: both runs of a pair share a drift of
+/// `drift` (σ of ln: the machine's state at the time), and each run has its own
+/// `BETWEEN` on top; B is `slowdown` slower.
+fn ab_trials(slowdown: f64, pairs: usize, drift: f64, seed: u64) -> Vec<Status> {
+    let cfg = trial_config();
+    let mut rng = Rng::new(seed);
+    let options = CompareOptions { force_times: false, design: Design::Pairs };
+    (0..TRIALS)
+        .map(|_| {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..pairs {
+                let level = 1000.0 * (drift * rng.normal()).exp();
+                a.push(runs_of(&mut rng, 1, level, BETWEEN).first().clone());
+                b.push(runs_of(&mut rng, 1, level * (1.0 + slowdown), BETWEEN).first().clone());
+            }
+            let c = compare_runs(&RunSet::new(a).unwrap(), &RunSet::new(b).unwrap(), &cfg, options, labels());
+            time_row(&c).status
+        })
+        .collect()
+}
+
 fn share(v: &[Status], s: Status) -> f64 {
     v.iter().filter(|&&x| x == s).count() as f64 / v.len() as f64
 }
 
 #[test]
-fn identical_noisy_distributions_give_no_false_alarm_in_99_percent() {
+fn identical_noisy_builds_give_no_false_alarm_in_99_percent() {
     let (v, _) = trials(0.0, 1);
     let alarms = share(&v, Status::Regression);
     eprintln!("no change: false alarms in {:.1} % of {TRIALS} trials", alarms * 100.0);
@@ -134,7 +177,7 @@ fn a_30_percent_slowdown_is_flagged_in_95_percent() {
 
 #[test]
 fn the_reported_detectable_slowdown_agrees_with_trials() {
-    // What the comparisons of equal runs say they could detect…
+    // What the comparisons of equal builds say they could detect…
     let (_, d) = trials(0.0, 3);
     let mut d = d;
     d.sort_by(f64::total_cmp);
@@ -157,13 +200,74 @@ fn the_reported_detectable_slowdown_agrees_with_trials() {
 }
 
 #[test]
+fn ab_pairs_cancel_drift_between_sittings() {
+    // 15 % drift shared by each pair's two runs (and 5 % of each run's own):
+    // five pairs of one build give no false alarm in 99 %, a 30 % slower B is
+    // flagged in 95 % — as independent runs with 5 % between them, not 15 %.
+    let same = ab_trials(0.0, 5, 0.15, 6);
+    let alarms = share(&same, Status::Regression);
+    let slower = ab_trials(0.30, 5, 0.15, 7);
+    let flagged = share(&slower, Status::Regression);
+    eprintln!(
+        "A/B, 5 pairs, 15 % drift: false alarms in {:.1} %, a 30 % slowdown flagged in {:.1} % of {TRIALS}",
+        alarms * 100.0,
+        flagged * 100.0
+    );
+    assert!(alarms <= 0.01, "false alarms in {:.1} %", alarms * 100.0);
+    assert!(flagged >= 0.95, "flagged in {:.1} %", flagged * 100.0);
+}
+
+#[test]
+fn a_figure_that_moves_15_percent_between_runs_is_not_a_10_percent_regression() {
+    // Tight samples within each run (1 %), whole runs moving by up to 15 %:
+    // the shape. A one-run interval would call +12 % a regression at
+    // any threshold below it; three baseline runs at 100, 115 and 92 say the
+    // runs alone move that much.
+    let at = |level: f64| {
+        let mut rng = Rng::new(level as u64);
+        run(vec![case("t", noisy(&mut rng, SAMPLES, level, 0.01), 2097152.0)])
+    };
+    let cfg = CheckConfig::parse("[check]\ntime_threshold_percent = 10.0\n").unwrap();
+    let base = RunSet::new(vec![at(1000.0), at(1150.0), at(920.0)]).unwrap();
+    let c = compare_runs(&base, &RunSet::one(at(1120.0)), &cfg, CompareOptions::default(), labels());
+    let r = time_row(&c);
+    assert_ne!(r.status, Status::Regression, "{}", r.detail);
+    assert!(r.between_run.unwrap() > 0.08 && r.detail.contains("3 baseline runs and 1 of this build"), "{}", r.detail);
+    assert!(c.notes.iter().any(|n| n.contains("taken from the baseline's 3 runs")), "{:?}", c.notes);
+    // A slowdown well beyond the runs' spread still is one.
+    let slow = compare_runs(&base, &RunSet::one(at(2000.0)), &cfg, CompareOptions::default(), labels());
+    assert_eq!(time_row(&slow).status, Status::Regression, "{}", time_row(&slow).detail);
+}
+
+#[test]
+fn one_run_on_each_side_does_not_judge_times_and_says_why() {
+    let mut rng = Rng::new(8);
+    let old = run(vec![case("t", noisy(&mut rng, SAMPLES, 1000.0, 0.01), 0.0)]);
+    let new = run(vec![case("t", noisy(&mut rng, SAMPLES, 3000.0, 0.01), 0.0)]);
+    let c = compare(&old, &new, &CheckConfig::default(), false, labels());
+    assert_eq!(c.exit_code(), 0, "3× slower, but one run each: not judged");
+    let r = time_row(&c);
+    assert_eq!(r.status, Status::NotCompared);
+    assert!(r.detail.contains("noise between runs is unknown"), "{}", r.detail);
+    assert!(c.warnings.iter().any(|w| w.contains("--repeat 5 --save-baseline")), "{:?}", c.warnings);
+    assert!(output::terminal(&c, false, false).contains("warning: times not judged"));
+    assert!(output::annotations(&c).contains("::warning title=vramlab::times not judged"));
+    // One A/B pair: the same.
+    let pairs = CompareOptions { force_times: false, design: Design::Pairs };
+    let c = compare_runs(&RunSet::one(old), &RunSet::one(new), &CheckConfig::default(), pairs, labels());
+    assert!(time_row(&c).detail.contains("one A/B pair"), "{}", time_row(&c).detail);
+}
+
+#[test]
 fn verdicts_are_reproducible() {
     let mut rng = Rng::new(9);
-    let old = run(vec![case("t", noisy(&mut rng, SAMPLES, 1000.0, 0.2), 0.0)]);
-    let new = run(vec![case("t", noisy(&mut rng, SAMPLES, 1080.0, 0.2), 0.0)]);
-    let a = output::json(&compare(&old, &new, &CheckConfig::default(), false, labels())).unwrap();
-    let b = output::json(&compare(&old, &new, &CheckConfig::default(), false, labels())).unwrap();
+    let old = runs_of(&mut rng, 3, 1000.0, BETWEEN);
+    let new = runs_of(&mut rng, 2, 1080.0, BETWEEN);
+    let cfg = CheckConfig::default();
+    let a = output::json(&compare_runs(&old, &new, &cfg, CompareOptions::default(), labels())).unwrap();
+    let b = output::json(&compare_runs(&old, &new, &cfg, CompareOptions::default(), labels())).unwrap();
     assert_eq!(a, b);
+    assert!(a.contains("\"between_run\"") && a.contains("\"design\": \"runs\""), "{a}");
 }
 
 #[test]
@@ -236,18 +340,27 @@ fn a_failing_case_is_a_regression_and_other_machines_skip_times() {
     assert_eq!(c.rows[0].status, Status::Regression);
     assert!(c.rows[0].detail.contains("out of memory"));
 
-    let mut elsewhere = old.clone();
-    elsewhere.environment.cpu_model = "Other CPU".into();
-    elsewhere.suites[0].cases[0].timing = Some(summarize(s.iter().map(|x| x * 3.0).collect(), 1, "host"));
-    let c = compare(&old, &elsewhere, &CheckConfig::default(), false, labels());
+    // Two runs a side (2 % apart), 3× slower on another machine.
+    let at = |scale: f64, cpu: &str| {
+        let mut r = old.clone();
+        r.environment.cpu_model = cpu.into();
+        r.suites[0].cases[0].timing = Some(summarize(s.iter().map(|x| x * scale).collect(), 1, "host"));
+        r
+    };
+    let base = RunSet::new(vec![at(1.0, "Test CPU"), at(1.02, "Test CPU")]).unwrap();
+    let elsewhere = RunSet::new(vec![at(3.0, "Other CPU"), at(3.06, "Other CPU")]).unwrap();
+    let cmp = |cfg: &CheckConfig, force_times| {
+        compare_runs(&base, &elsewhere, cfg, CompareOptions { force_times, design: Design::Runs }, labels())
+    };
+    let c = cmp(&CheckConfig::default(), false);
     assert!(!c.times_compared);
     assert_eq!(c.exit_code(), 0, "3× slower on another machine is not compared");
     assert_eq!(time_row(&c).status, Status::NotCompared);
     assert!(c.environment_differences[0].contains("CPU model: Test CPU (baseline) vs Other CPU"));
-    let forced = compare(&old, &elsewhere, &CheckConfig::default(), true, labels());
-    assert_eq!(forced.exit_code(), 1, "--force-times compares them");
+    let forced = cmp(&CheckConfig::default(), true);
+    assert_eq!(forced.exit_code(), 1, "--force-times compares them: {}", time_row(&forced).detail);
     let ungated = CheckConfig::parse("[check]\ngate_times = false\n").unwrap();
-    let reported = compare(&old, &elsewhere, &ungated, true, labels());
+    let reported = cmp(&ungated, true);
     assert_eq!(reported.exit_code(), 0, "gate_times = false: reported, not gated");
     assert_eq!(time_row(&reported).status, Status::Inconclusive);
     assert!(time_row(&reported).detail.contains("not gated"), "{}", time_row(&reported).detail);
@@ -361,4 +474,49 @@ fn gab_export_has_the_documented_shape() {
     assert_eq!((time["unit"].as_str(), time["value"].as_f64()), (Some("ns"), Some(11.5)));
     let seg = entries.iter().find(|e| e["name"] == "demo/a {\"size\":64} (cpu) segment_bytes").unwrap();
     assert_eq!((seg["unit"].as_str(), seg["value"].as_f64()), (Some("bytes"), Some(4096.0)));
+}
+
+#[test]
+fn run_sets_load_append_and_refuse_other_builds() {
+    let mut rng = Rng::new(10);
+    let set = runs_of(&mut rng, 3, 1000.0, BETWEEN);
+    let path = temp("set.json", &set.to_json().unwrap());
+    let read = load_runs(&path, "baseline").unwrap();
+    assert_eq!(read.len(), 3);
+    let samples = |r: &RunSet| r.runs()[2].suites[0].cases[0].timing.as_ref().unwrap().samples_ns.clone();
+    assert_eq!(samples(&read).len(), samples(&set).len());
+    assert!(samples(&read).iter().zip(samples(&set)).all(|(a, b)| (a - b).abs() <= 1e-9 * b.abs()));
+    let e = load_results(&path, "baseline").unwrap_err().to_string();
+    assert!(e.contains("a run set of 3 runs"), "{e}");
+    // One run is written as a plain results file, which reads as a set of one.
+    let one = RunSet::one(set.first().clone());
+    let single = temp("single.json", &one.to_json().unwrap());
+    assert!(load_results(&single, "baseline").is_ok());
+    assert_eq!(load_runs(&single, "baseline").unwrap().len(), 1);
+
+    let bytes = set.to_json().unwrap();
+    let truncated = temp("set-truncated.json", &bytes[..bytes.len() / 2]);
+    let e = load_runs(&truncated, "baseline").unwrap_err().to_string();
+    assert!(e.contains("set-truncated.json") && e.contains("EOF while parsing"), "{e}");
+    let empty_set = temp("set-empty.json", b"{\"vramlab_run_set\": 1, \"runs\": []}");
+    assert!(load_runs(&empty_set, "baseline").unwrap_err().to_string().contains("no runs"));
+    let newer = temp("set-newer.json", b"{\"vramlab_run_set\": 9, \"runs\": []}");
+    assert!(load_runs(&newer, "baseline").unwrap_err().to_string().contains("format version 9"));
+
+    let mut growing = RunSet::one(set.first().clone());
+    growing.append(set.runs()[1].clone()).unwrap();
+    let mut other_commit = set.first().clone();
+    other_commit.environment.git_commit = Some("def".into());
+    assert!(matches!(growing.append(other_commit), Err(AppendError::OtherCommit { .. })));
+    let mut other_machine = set.first().clone();
+    other_machine.environment.cpu_cores = 64;
+    let e = growing.append(other_machine).unwrap_err().to_string();
+    assert!(e.contains("CPU cores: 2 (baseline) vs 64"), "{e}");
+    let mut full = set.first().clone();
+    full.options.quick = false;
+    assert!(matches!(growing.append(full), Err(AppendError::OtherKind { .. })));
+    assert_eq!(growing.len(), 2);
+    for p in [path, single, truncated, empty_set, newer] {
+        let _ = std::fs::remove_file(p);
+    }
 }

@@ -1,0 +1,264 @@
+//! The pipeline's third step: a verdict for each figure. Outcomes and memory
+//! are judged on their own (memory exactly, against its tolerance); times in
+//! two passes — each time's estimate from its runs (the hierarchical bootstrap
+//! over runs then samples, or over A/B pairs), then Benjamini–Hochberg over
+//! every time that was estimated and the verdicts that depend on it.
+
+use vramlab_suites::Outcome;
+
+use super::config::CheckConfig;
+use super::figures::{Evidence, Figure};
+use super::stats::{self, RunsEstimate, Unjudged};
+use super::{Design, Kind, MIN_SAMPLES, Row, Status, fmt_amount, fmt_ns};
+
+/// How the times are judged, and whether they are at all.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeRules {
+    pub design: Design,
+    /// False when the machines differ and times were not forced.
+    pub compared: bool,
+}
+
+/// Every figure's verdict, in the figures' order.
+pub fn judge(figures: &[Figure<'_>], cfg: &CheckConfig, times: TimeRules) -> Vec<Row> {
+    let mut rows: Vec<Row> = figures
+        .iter()
+        .map(|f| match &f.evidence {
+            Evidence::Outcome { old, new } => outcome(f, old, new),
+            Evidence::Memory { old, new } => memory(f, *old, *new),
+            Evidence::Time { old, new } => time(f, old, new, cfg, times),
+        })
+        .collect();
+    adjust_times(&mut rows, cfg, times.design);
+    rows
+}
+
+fn row(f: &Figure<'_>, kind: Kind, status: Status, detail: String) -> Row {
+    Row {
+        case: f.case.clone(),
+        metric: f.metric.clone(),
+        kind,
+        status,
+        old: None,
+        new: None,
+        change: None,
+        ratio_interval: None,
+        p_slower: None,
+        q_slower: None,
+        detectable_slowdown: None,
+        runs: None,
+        between_run: None,
+        threshold: 0.0,
+        gated: true,
+        detail,
+        p_faster: None,
+        estimate: None,
+    }
+}
+
+fn outcome(f: &Figure<'_>, old: &Outcome, new: &Outcome) -> Row {
+    let (status, detail) = match (old, new) {
+        (Outcome::Ok, Outcome::Failed { message }) => (
+            if f.rule.ignore { Status::NotCompared } else { Status::Regression },
+            format!("passed in the baseline, fails now: {message}"),
+        ),
+        (Outcome::Failed { message }, Outcome::Ok) => {
+            (Status::Improvement, format!("failed in the baseline ({message}), passes now"))
+        }
+        (Outcome::Failed { .. }, Outcome::Failed { message }) => {
+            (Status::NotCompared, format!("fails on both sides: {message}"))
+        }
+        (Outcome::NotAvailable { reason }, Outcome::NotAvailable { .. }) => {
+            (Status::NotCompared, format!("not available on either side: {reason}"))
+        }
+        (Outcome::NotAvailable { reason }, _) => {
+            (Status::NotCompared, format!("not available in the baseline: {reason}"))
+        }
+        (_, Outcome::NotAvailable { reason }) => (Status::NotCompared, format!("not available in this run: {reason}")),
+        (Outcome::Ok, Outcome::Ok) => (Status::NoChange, "passes on both sides".to_owned()),
+    };
+    row(f, Kind::Outcome, status, detail)
+}
+
+fn memory(f: &Figure<'_>, old: Option<f64>, new: Option<f64>) -> Row {
+    let (old_v, new_v) = match (old, new) {
+        (Some(o), Some(n)) => (o, n),
+        (Some(o), None) => {
+            let mut r = row(f, Kind::Memory, Status::NotCompared, "in the baseline only".into());
+            r.old = Some(o);
+            return r;
+        }
+        (None, n) => {
+            let mut r = row(f, Kind::Memory, Status::NotCompared, "not in the baseline".into());
+            r.new = n;
+            return r;
+        }
+    };
+    let rule = f.rule;
+    let diff = new_v - old_v;
+    let tol = rule.memory_tolerance_bytes as f64;
+    let is_bytes = f.metric.ends_with("_bytes");
+    let status = if rule.ignore {
+        Status::NotCompared
+    } else if diff > tol {
+        Status::Regression
+    } else if diff < 0.0 {
+        Status::Improvement
+    } else {
+        Status::NoChange
+    };
+    let detail = if diff == 0.0 {
+        format!("{} on both sides", fmt_amount(new_v, is_bytes))
+    } else {
+        format!(
+            "{} → {} ({}{}{})",
+            fmt_amount(old_v, is_bytes),
+            fmt_amount(new_v, is_bytes),
+            if diff > 0.0 { "+" } else { "−" },
+            fmt_amount(diff.abs(), is_bytes),
+            if rule.ignore {
+                ", ignored by vramlab.toml".to_owned()
+            } else if diff > 0.0 && diff <= tol {
+                format!(", within the tolerance of {}", fmt_amount(tol, is_bytes))
+            } else {
+                String::new()
+            }
+        )
+    };
+    let mut r = row(f, Kind::Memory, status, detail);
+    (r.old, r.new, r.change, r.threshold) = (Some(old_v), Some(new_v), Some(diff), tol);
+    r
+}
+
+/// The geometric mean of the runs' medians: a side's time.
+fn typical(runs: &[&[f64]]) -> f64 {
+    let logs: Vec<f64> = runs.iter().map(|s| stats::median(s)).filter(|m| *m > 0.0).map(f64::ln).collect();
+    if logs.is_empty() { 0.0 } else { (logs.iter().sum::<f64>() / logs.len() as f64).exp() }
+}
+
+/// The message of a time that one run on each side cannot judge.
+pub const NOISE_UNKNOWN: &str = "one run on each side: the noise between runs is unknown, so the time is not judged — make the baseline several runs (`bench --repeat N --save-baseline NAME`, or `--save-baseline NAME --append`)";
+
+/// A time's estimate and provisional verdict (Inconclusive until [`adjust_times`]).
+fn time(f: &Figure<'_>, old: &[&[f64]], new: &[&[f64]], cfg: &CheckConfig, times: TimeRules) -> Row {
+    let rule = f.rule;
+    let mut r = row(f, Kind::Time, Status::Inconclusive, String::new());
+    (r.old, r.new, r.threshold, r.gated) =
+        (Some(typical(old)), Some(typical(new)), rule.time_threshold, rule.gate_times);
+    r.runs = Some((old.len(), new.len()));
+    if rule.ignore {
+        r.status = Status::NotCompared;
+        r.detail = "ignored by vramlab.toml".into();
+        return r;
+    }
+    if !times.compared {
+        r.status = Status::NotCompared;
+        r.detail = "times are not compared across machines".into();
+        return r;
+    }
+    let seed = cfg.seed ^ fnv1a(&format!("{}", f.case));
+    let (b, conf) = (cfg.bootstrap_resamples, cfg.confidence);
+    let estimate = match times.design {
+        Design::Runs => stats::hierarchical_ratio(old, new, MIN_SAMPLES, b, conf, seed),
+        Design::Pairs => {
+            let pairs: Vec<(&[f64], &[f64])> = old.iter().copied().zip(new.iter().copied()).collect();
+            stats::paired_ratio(&pairs, MIN_SAMPLES, b, conf, seed)
+        }
+    };
+    match estimate {
+        Ok(e) => {
+            r.change = Some(e.interval.ratio - 1.0);
+            r.ratio_interval = Some((e.interval.lower, e.interval.upper));
+            r.detectable_slowdown = Some(stats::detectable_ratio_runs(&e, conf, rule.time_threshold) - 1.0);
+            r.between_run = Some(e.between_run);
+            r.p_slower = Some(e.p_slower);
+            r.p_faster = Some(e.p_faster);
+            r.estimate = Some(e);
+        }
+        Err(Unjudged::BetweenRunNoiseUnknown) => {
+            r.status = Status::NotCompared;
+            r.detail = if times.design == Design::Pairs {
+                "one A/B pair: the noise between pairs is unknown, so the time is not judged — run at least 2 pairs"
+                    .into()
+            } else {
+                NOISE_UNKNOWN.into()
+            };
+        }
+        Err(Unjudged::TooFewSamples { fewest }) => {
+            r.detail = format!("too few samples to judge (a run has {fewest}; at least {MIN_SAMPLES} each)");
+        }
+        Err(Unjudged::NoPositiveSamples) => r.detail = "no positive samples to compare".into(),
+    }
+    r
+}
+
+/// Benjamini–Hochberg over every estimated time, then each time's verdict: a
+/// regression when its whole interval lies above the threshold and its
+/// adjusted p-value is within the false discovery rate.
+fn adjust_times(rows: &mut [Row], cfg: &CheckConfig, design: Design) {
+    let tested: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].estimate.is_some()).collect();
+    let adjusted = |p: fn(&Row) -> Option<f64>| {
+        stats::benjamini_hochberg(&tested.iter().map(|&i| p(&rows[i]).unwrap_or(1.0)).collect::<Vec<_>>())
+    };
+    let q_slower = adjusted(|r| r.p_slower);
+    let q_faster = adjusted(|r| r.p_faster);
+    for (j, &i) in tested.iter().enumerate() {
+        let r = &mut rows[i];
+        let Some(e) = r.estimate else { continue };
+        r.q_slower = Some(q_slower[j]);
+        verdict(r, &e, (q_slower[j], q_faster[j]), cfg, design);
+    }
+}
+
+fn verdict(r: &mut Row, e: &RunsEstimate, (q_slower, q_faster): (f64, f64), cfg: &CheckConfig, design: Design) {
+    let (ci, t) = (e.interval, r.threshold);
+    let slower = ci.lower > 1.0 + t && q_slower <= cfg.false_discovery_rate;
+    let faster = ci.upper < 1.0 / (1.0 + t) && q_faster <= cfg.false_discovery_rate;
+    let within = ci.lower >= 1.0 / (1.0 + t) && ci.upper <= 1.0 + t;
+    r.status = if slower && r.gated {
+        Status::Regression
+    } else if slower {
+        Status::Inconclusive
+    } else if faster {
+        Status::Improvement
+    } else if within {
+        Status::NoChange
+    } else {
+        Status::Inconclusive
+    };
+    let pct = |x: f64| format!("{:+.1} %", (x - 1.0) * 100.0);
+    let (direction, p, q) =
+        if ci.ratio < 1.0 { ("faster", e.p_faster, q_faster) } else { ("slower", e.p_slower, q_slower) };
+    let (k_old, k_new) = e.runs;
+    let runs = if design == Design::Pairs {
+        format!("{k_old} A/B pairs")
+    } else {
+        format!("{k_old} baseline run{} and {k_new} of this build", if k_old == 1 { "" } else { "s" })
+    };
+    r.detail = format!(
+        "median {} → {} ({}; {:.0} % interval {} to {}; {runs}, ±{:.1} % between runs; p({direction}) = {:.2e}, BH-adjusted {:.2e}){}",
+        fmt_ns(r.old.unwrap_or(0.0)),
+        fmt_ns(r.new.unwrap_or(0.0)),
+        pct(ci.ratio),
+        cfg.confidence * 100.0,
+        pct(ci.lower),
+        pct(ci.upper),
+        e.between_run * 100.0,
+        p,
+        q,
+        match r.status {
+            _ if slower && !r.gated => "; slower, but times are not gated here (gate_times = false)".to_owned(),
+            Status::Regression | Status::Improvement => String::new(),
+            _ => format!(
+                "; could detect a slowdown of {:.0} % or more",
+                r.detectable_slowdown.unwrap_or(f64::NAN) * 100.0
+            ),
+        }
+    );
+}
+
+/// FNV-1a of a string: a stable per-case seed offset (std's hasher is not
+/// stable across releases), so a case's verdict does not depend on the others.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
