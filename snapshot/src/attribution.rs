@@ -20,7 +20,7 @@
 //! temporary. Anything else is "unknown". Each row says whether its category
 //! was tagged or inferred.
 
-use std::collections::HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::Serialize;
 
@@ -521,9 +521,9 @@ fn free_action(trace: &[super::model::TraceEntry]) -> Action {
 /// their address, or allocated in the final segments and never allocated in the trace.
 fn live_at_start(snapshot: &Snapshot, device: usize, free_action: Action) -> HashMap<u64, Live> {
     let trace = &snapshot.device_traces[device];
-    let mut live = HashMap::new();
-    let mut seen_alloc = std::collections::HashSet::new();
-    let mut freed_first = std::collections::HashSet::new();
+    let mut live = HashMap::default();
+    let mut seen_alloc = HashSet::default();
+    let mut freed_first = HashSet::default();
     for e in trace {
         match e.action {
             Action::Alloc => {
@@ -549,10 +549,11 @@ fn live_at_start(snapshot: &Snapshot, device: usize, free_action: Action) -> Has
 pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<Attribution> {
     let Some(trace) = snapshot.device_traces.get(device) else { return Vec::new() };
     let free_action = free_action(trace);
-    let mut classifier = Classifier { snapshot, stacks: HashMap::new(), keys: Vec::new(), key_index: HashMap::new() };
+    let mut classifier =
+        Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
     // Lifetimes: each alloc's free entry, and the entries of backward and optimizer code.
     let mut free_of: Vec<u32> = vec![u32::MAX; trace.len()];
-    let mut open: HashMap<u64, usize> = HashMap::new();
+    let mut open: HashMap<u64, usize> = HashMap::default();
     let (mut backward_at, mut optimizer_at) = (Vec::new(), Vec::new());
     for (i, e) in trace.iter().enumerate() {
         match e.action {
@@ -678,8 +679,8 @@ struct Acc {
 }
 
 fn group(classifier: &mut Classifier, live: &HashMap<u64, Live>, lifetimes: &Lifetimes, p: Point) -> Attribution {
-    let mut groups: HashMap<GroupKey, Acc> = HashMap::new();
-    let mut categories: HashMap<Category, (u64, u64, u64)> = HashMap::new();
+    let mut groups: HashMap<GroupKey, Acc> = HashMap::default();
+    let mut categories: HashMap<Category, (u64, u64, u64)> = HashMap::default();
     let (mut total, mut blocks) = (0u64, 0u64);
     for block in live.values() {
         let info = classifier.info(block.frames);

@@ -130,7 +130,11 @@ fn open_lives(trace: &[TraceEntry]) -> Vec<Life> {
 /// The base addresses of the live lifetimes overlapping `[addr, addr + size)`.
 fn overlapping(live: &BTreeMap<u64, (u64, usize)>, addr: u64, size: u64) -> Vec<u64> {
     let end = addr.saturating_add(size.max(1));
-    live.range(..end).filter(|(_, (stop, _))| *stop > addr).map(|(&base, _)| base).collect()
+    // Live lifetimes never overlap each other: the one holding `addr`, if any,
+    // and those starting inside the range (a lookup, not a scan of every
+    // lifetime below `end`).
+    let holding = live.range(..=addr).next_back().filter(|(_, (stop, _))| *stop > addr).map(|(&base, _)| base);
+    holding.into_iter().chain(live.range(addr.saturating_add(1)..end).map(|(&base, _)| base)).collect()
 }
 
 /// Walks the trace again over the lifetimes `open_lives` found, calling

@@ -178,8 +178,13 @@ pub(crate) fn rewind(
 ) -> StartState {
     let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
     // Hashed, not ordered: a whole trace's allocs and frees pass through it
-    // (millions on a big recording); the few left at the start are sorted after.
-    let mut live: FxHashMap<u64, Live> = FxHashMap::default();
+    // (millions on a big recording), so an entry is small — the address and
+    // where its block is described (a final segment's block in `finals`, with
+    // FINAL set, or the free entry that brought it back); the few blocks left
+    // at the start are built and sorted after.
+    const FINAL: u64 = 1 << 63;
+    let mut finals: Vec<Live> = Vec::new();
+    let mut live: FxHashMap<u64, u64> = FxHashMap::default();
     let mut final_pools: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
     for s in snapshot.segments.iter().filter(|s| s.device == device as i64) {
         let pool = match s.segment_type {
@@ -193,17 +198,15 @@ pub(crate) fn rewind(
         );
         final_pools.insert(s.address, s.segment_pool_id);
         for b in s.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
-            live.insert(
-                b.address,
-                Live {
-                    size: Some(b.size),
-                    requested: b.requested_size,
-                    frames: b.frames,
-                    stream: s.stream,
-                    untouched: true,
-                    freed_at: usize::MAX,
-                },
-            );
+            finals.push(Live {
+                size: Some(b.size),
+                requested: b.requested_size,
+                frames: b.frames,
+                stream: s.stream,
+                untouched: true,
+                freed_at: usize::MAX,
+            });
+            live.insert(b.address, FINAL | (finals.len() - 1) as u64);
         }
     }
     let mut counts = LiveAtStart::default();
@@ -214,14 +217,7 @@ pub(crate) fn rewind(
             a if is_free(a) => match live.entry(e.addr) {
                 Entry::Occupied(_) => Some("the block is allocated already"),
                 Entry::Vacant(v) => {
-                    v.insert(Live {
-                        size: None,
-                        requested: e.size,
-                        frames: e.frames,
-                        stream: e.stream,
-                        untouched: false,
-                        freed_at: i,
-                    });
+                    v.insert(i as u64);
                     None
                 }
             },
@@ -267,7 +263,25 @@ pub(crate) fn rewind(
         })
         .collect();
     let mut outside = Vec::new();
-    let mut live: Vec<(u64, Live)> = live.into_iter().collect();
+    let mut live: Vec<(u64, Live)> = live
+        .into_iter()
+        .map(|(addr, at)| {
+            let b = if at & FINAL != 0 {
+                finals[(at & !FINAL) as usize].clone()
+            } else {
+                let e = &undo[at as usize];
+                Live {
+                    size: None,
+                    requested: e.size,
+                    frames: e.frames,
+                    stream: e.stream,
+                    untouched: false,
+                    freed_at: at as usize,
+                }
+            };
+            (addr, b)
+        })
+        .collect();
     live.sort_unstable_by_key(|(addr, _)| *addr);
     let bounds = alloc_bounds(undo, &live);
     for (k, (addr, b)) in live.iter().enumerate() {

@@ -25,10 +25,11 @@ const FIRST_STAND_IN: StreamId = 1 << 30;
 /// The frees requested and not completed yet.
 #[derive(Debug)]
 pub(crate) struct PendingFrees {
-    /// Address → the stand-in stream of a block whose free waits for other
-    /// streams, or `None` for a block freed at once (its `free_completed` is
-    /// the next entry).
-    requested: HashMap<u64, Option<StreamId>>,
+    /// Address → the stand-in stream of a block whose free waits for other streams.
+    requested: HashMap<u64, StreamId>,
+    /// The block freed at once whose `free_completed` is the next entry: one
+    /// slot, not the map, since almost every free is of this kind.
+    immediate: Option<u64>,
     next: StreamId,
     /// Frees whose completion came after other entries (or never).
     pub(crate) deferred: u64,
@@ -36,7 +37,7 @@ pub(crate) struct PendingFrees {
 
 impl Default for PendingFrees {
     fn default() -> PendingFrees {
-        PendingFrees { requested: HashMap::default(), next: FIRST_STAND_IN, deferred: 0 }
+        PendingFrees { requested: HashMap::default(), immediate: None, next: FIRST_STAND_IN, deferred: 0 }
     }
 }
 
@@ -51,13 +52,13 @@ impl PendingFrees {
         completes_now: bool,
     ) -> Result<(), AllocError> {
         if completes_now {
-            self.requested.insert(addr, None);
+            self.immediate = Some(addr);
             return allocator.free(allocation);
         }
         let stream = self.next;
         self.next = self.next.wrapping_add(1).max(FIRST_STAND_IN);
         allocator.record_stream(&allocation, stream);
-        self.requested.insert(addr, Some(stream));
+        self.requested.insert(addr, stream);
         self.deferred += 1;
         allocator.free(allocation)
     }
@@ -66,10 +67,16 @@ impl PendingFrees {
     /// done); `false` leaves the entry to the caller (a free whose request the
     /// ring buffer lost).
     pub(crate) fn complete(&mut self, allocator: &CachingAllocator, raw: &SimulatedMemory, addr: u64) -> bool {
+        if self.immediate == Some(addr) {
+            self.immediate = None;
+            return true;
+        }
+        if self.requested.is_empty() {
+            return false;
+        }
         match self.requested.remove(&addr) {
             None => false,
-            Some(None) => true,
-            Some(Some(stream)) => {
+            Some(stream) => {
                 raw.complete_stream_events(stream);
                 allocator.process_events();
                 true
@@ -80,6 +87,6 @@ impl PendingFrees {
     /// Blocks whose free waits for other streams still (at the dump, once the
     /// trace is replayed).
     pub(crate) fn waiting(&self) -> u64 {
-        self.requested.values().filter(|s| s.is_some()).count() as u64
+        self.requested.len() as u64
     }
 }
