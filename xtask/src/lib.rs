@@ -1,5 +1,5 @@
 //! vramlab's command line as a library: every command (`bench`, `replay`,
-//! `whatif`, `report`, `gpu-check`, `check`, `history`) and [`main`], which
+//! `whatif`, `report`, `gpu-check`, `check`, `history`, `record`) and [`main`], which
 //! parses the arguments and runs one. Two thin binaries call it: `xtask`
 //! (`src/main.rs`, what `cargo xtask …` runs) and `vramlab`
 //! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask --bin
@@ -18,6 +18,7 @@ mod check_cmd;
 mod cli;
 mod gpu_check;
 mod history_cmd;
+mod record_cmd;
 mod replay_cmd;
 mod replay_doc;
 mod report_cmd;
@@ -64,6 +65,7 @@ pub fn main(program: Program) -> ExitCode {
         Command::Check(args) => check_cmd::run(args),
         Command::History(args) => history_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::Record(args) => record_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
