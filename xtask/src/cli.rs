@@ -322,6 +322,11 @@ pub struct ReplayArgs {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
 
+    /// More PyTorch snapshots (the ranks of a job): one report with a row per rank and
+    /// device, the imbalance and the rank closest to its capacity
+    #[arg(value_name = "MORE")]
+    pub more: Vec<PathBuf>,
+
     /// Memory of the simulated device, e.g. 24GiB, 512MiB, 1.5GiB or plain bytes (a fraction of a
     /// byte is rounded down, with a note) [default: unlimited]
     #[arg(long, value_name = "SIZE", value_parser = parse_capacity, allow_hyphen_values = true)]
