@@ -149,26 +149,35 @@ def _patch_torch(torch):
 
 
 class _TorchFinder:
-    """Finds `torch` through the other finders and patches it once it has run."""
+    """Finds `torch` through the other finders and patches it once it has run.
+
+    It stays on sys.meta_path until torch has been executed: a library probing
+    with importlib.util.find_spec("torch") gets a spec that may never run."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
         try:
-            _sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        try:
-            import importlib.util
-
-            spec = importlib.util.find_spec(name)
+            spec = None
+            for finder in list(_sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
             loader = spec.loader if spec is not None else None
             exec_module = getattr(loader, "exec_module", None)
             if exec_module is None:
                 return spec
+            finder = self
 
             def exec_and_patch(module):
                 exec_module(module)
+                try:
+                    _sys.meta_path.remove(finder)
+                except ValueError:
+                    pass
                 try:
                     _patch_torch(module)
                 except Exception as e:

@@ -132,7 +132,12 @@ fn a_clean_exit_is_recorded_replayed_and_keeps_the_programs_output_and_status() 
         return;
     }
     let dir = setup("clean");
-    let s = script(&dir, "train.py", "import torch\nprint('step 1')\ntorch.cuda.alloc()\nprint('done')\n");
+    // A library probing for torch (importlib.util.find_spec) before importing it must not defeat the hook.
+    let s = script(
+        &dir,
+        "train.py",
+        "import importlib.util\nassert importlib.util.find_spec('torch')\nimport torch\nprint('step 1')\ntorch.cuda.alloc()\nprint('done')\n",
+    );
     let o = record(
         &dir,
         &small(),
