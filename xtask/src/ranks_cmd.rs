@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use vramlab_replay::OnOom;
 use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Action, SnapshotReplayOptions};
 
@@ -78,7 +79,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     let files: Vec<&PathBuf> = std::iter::once(&args.file).chain(&args.more).collect();
     let mut rows = Vec::new();
     for path in files {
-        rows.extend(rows_of(args, path)?);
+        rows.extend(rows_of(path, args.device, args.capacity_bytes(), args.on_oom.into())?);
     }
     let doc = summarise(rows);
     let out = if args.json {
@@ -93,7 +94,14 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     Ok(u8::from(doc.rows.iter().any(|r| r.error.is_some())))
 }
 
-fn rows_of(args: &ReplayArgs, path: &Path) -> anyhow::Result<Vec<RankRow>> {
+/// The rows of one file: each device with entries (or `device` only), replayed
+/// under `capacity` (`None`: unlimited, or the limit a recorded OOM implies).
+pub fn rows_of(
+    path: &Path,
+    device: Option<usize>,
+    capacity: Option<u64>,
+    on_oom: OnOom,
+) -> anyhow::Result<Vec<RankRow>> {
     let name = path.display().to_string();
     if path.as_os_str() == "-" {
         bail!("several files are replayed from their paths, not standard input");
@@ -102,7 +110,7 @@ fn rows_of(args: &ReplayArgs, path: &Path) -> anyhow::Result<Vec<RankRow>> {
     let mut row = RankRow {
         file: name.clone(),
         rank: rank_of(path),
-        device: args.device.unwrap_or(0),
+        device: device.unwrap_or(0),
         entries: 0,
         peak_allocated_bytes: 0,
         peak_reserved_bytes: 0,
@@ -119,18 +127,14 @@ fn rows_of(args: &ReplayArgs, path: &Path) -> anyhow::Result<Vec<RankRow>> {
             return Ok(vec![row]);
         }
     };
-    let devices: Vec<usize> = match args.device {
+    let devices: Vec<usize> = match device {
         Some(d) => vec![d],
         None => (0..snap.device_traces.len()).filter(|&d| !snap.device_traces[d].is_empty()).collect(),
     };
     let mut rows = Vec::new();
     for device in devices {
-        let opts = SnapshotReplayOptions {
-            device: Some(device),
-            capacity_bytes: args.capacity_bytes(),
-            on_oom: args.on_oom.into(),
-            ..Default::default()
-        };
+        let opts =
+            SnapshotReplayOptions { device: Some(device), capacity_bytes: capacity, on_oom, ..Default::default() };
         let mut r = RankRow { device, ..row.clone() };
         match snapshot::replay_snapshot(&snap, &opts) {
             Ok(rep) => {
@@ -164,7 +168,7 @@ fn rank_of(path: &Path) -> Option<String> {
     (!digits.is_empty()).then_some(digits)
 }
 
-fn summarise(rows: Vec<RankRow>) -> RanksDoc {
+pub fn summarise(rows: Vec<RankRow>) -> RanksDoc {
     let ok: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].error.is_none()).collect();
     let imbalance = if ok.len() >= 2 {
         let max_row = *ok.iter().max_by_key(|&&i| (rows[i].peak_reserved_bytes, usize::MAX - i)).unwrap_or(&ok[0]);
@@ -195,7 +199,7 @@ fn label(r: &RankRow) -> String {
     }
 }
 
-fn text(doc: &RanksDoc) -> String {
+pub fn text(doc: &RanksDoc) -> String {
     let mut s = format!("vramlab replay of {} rank(s) and device(s)\n\n", doc.rows.len());
     let width = doc.rows.iter().map(|r| r.file.len()).max().unwrap_or(4).max(4);
     let _ = writeln!(

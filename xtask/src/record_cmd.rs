@@ -6,8 +6,9 @@
 //! exit. Afterwards each new snapshot in `--out` is replayed (peaks, recorded
 //! OOMs, and the what-if answer at the first one: would `expandable_segments`
 //! or a `max_split_size_mb` setting have served it), a summary goes to stderr
-//! (the program's stdout stays its own), and `OUT/report/` gets a replay page
-//! per snapshot and an index. The exit status is the program's.
+//! (the program's stdout stays its own), with the per-rank table of
+//! `ranks_cmd` when several processes wrote snapshots, and `OUT/report/` gets a
+//! replay page per snapshot and an index. The exit status is the program's.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -20,6 +21,7 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_replay::OnOom;
 use vramlab_reports::record::{RecordIndex, RecordRow, remove_hook_dir, write_hook, write_record_index};
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 use vramlab_reports::units::fmt_bytes;
@@ -75,6 +77,16 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         let (row, summary) = replay_one(path, &report_dir);
         text += &summary;
         rows.push(row);
+    }
+    // Several processes (the ranks of a job): one row each, the imbalance, the one closest to its capacity.
+    let finals: Vec<&PathBuf> = new.iter().filter(|p| !is_oom_dump(p)).collect();
+    if finals.len() >= 2 {
+        let mut ranks = Vec::new();
+        for path in finals {
+            ranks.extend(crate::ranks_cmd::rows_of(path, None, None, OnOom::Continue).unwrap_or_default());
+        }
+        text.push('\n');
+        text += &crate::ranks_cmd::text(&crate::ranks_cmd::summarise(ranks));
     }
     let empty_reason = if new.is_empty() {
         let reason = format!(
@@ -132,6 +144,14 @@ fn exit_code(status: ExitStatus) -> u8 {
         }
     }
     1
+}
+
+/// A dump made at an out-of-memory error (`…-oomN.pickle`), not a process's last.
+fn is_oom_dump(path: &Path) -> bool {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.rsplit_once("-oom"))
+        .is_some_and(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
 
 /// The finished snapshot files in `dir` (not the hook's `.part` files), sorted.
@@ -257,6 +277,13 @@ mod tests {
         assert_eq!(w(&["python3", "train.py", "--lr=0.1"]), "python3 train.py --lr=0.1");
         assert_eq!(w(&["sh", "-c", "exit 3"]), "sh -c 'exit 3'");
         assert_eq!(w(&["echo", "it's"]), r"echo 'it'\''s'");
+    }
+
+    #[test]
+    fn oom_dumps_are_told_by_their_suffix() {
+        assert!(is_oom_dump(Path::new("d/h-rank1-pid4-oom2.pickle")));
+        assert!(!is_oom_dump(Path::new("d/h-rank1-pid4.pickle")));
+        assert!(!is_oom_dump(Path::new("d/room-pid4.pickle")));
     }
 
     #[test]

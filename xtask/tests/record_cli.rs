@@ -251,6 +251,9 @@ fn two_ranks_chained_sitecustomize_signals_and_missing_commands() {
     let files = snapshots(&dir);
     assert_eq!(files.len(), 2, "{files:?}");
     assert!(files.iter().any(|f| f.contains("-rank0-")) && files.iter().any(|f| f.contains("-rank1-")), "{files:?}");
+    // The ranks side by side: the same program, so no imbalance.
+    assert!(stderr.contains("vramlab replay of 2 rank(s) and device(s)"), "{stderr}");
+    assert!(stderr.contains("imbalance          peak reserved 1.00x between rank "), "{stderr}");
     let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
     assert_eq!(html.matches("index.html\"><code>").count(), 2, "{html}");
     let check = script(&dir, "check.py", "import os\nprint(os.environ.get('USER_SITECUSTOMIZE'))\n");
