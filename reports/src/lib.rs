@@ -17,6 +17,7 @@ pub mod markdown;
 pub mod memory_snapshot;
 pub mod peak_table;
 mod plot;
+pub mod record;
 pub mod replay_page;
 pub mod report;
 mod stores;

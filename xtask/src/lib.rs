@@ -1,5 +1,5 @@
 //! vramlab's command line as a library: every command (`bench`, `replay`,
-//! `whatif`, `report`, `gpu-check`, `check`, `history`) and [`main`], which
+//! `whatif`, `report`, `gpu-check`, `check`, `history`, `record`) and [`main`], which
 //! parses the arguments and runs one. Two thin binaries call it: `xtask`
 //! (`src/main.rs`, what `cargo xtask …` runs) and `vramlab`
 //! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask --bin
@@ -8,7 +8,9 @@
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
 //! names the file and line), 2 for usage errors (clap's), from `report` for a
 //! bad results file and from `replay`/`whatif` for a `--report` folder that
-//! cannot be written, 3 from `gpu-check` when the machine has no GPU. `check`
+//! cannot be written, 3 from `gpu-check` when the machine has no GPU. `record`:
+//! the recorded program's status (128 + N for signal N; 127 command not
+//! found, 126 not runnable). `check`
 //! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
 //! be made.
 
@@ -18,6 +20,8 @@ mod check_cmd;
 mod cli;
 mod gpu_check;
 mod history_cmd;
+mod ranks_cmd;
+mod record_cmd;
 mod replay_cmd;
 mod replay_doc;
 mod report_cmd;
@@ -64,6 +68,7 @@ pub fn main(program: Program) -> ExitCode {
         Command::Check(args) => check_cmd::run(args),
         Command::History(args) => history_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::Record(args) => record_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -30,6 +30,9 @@ pub fn report_dir_ok(dir: Option<&Path>) -> bool {
 }
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
+    if !args.more.is_empty() {
+        return crate::ranks_cmd::run(args);
+    }
     if !report_dir_ok(args.report.as_deref()) {
         return Ok(BAD_REPORT_DIR);
     }

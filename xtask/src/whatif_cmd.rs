@@ -182,7 +182,7 @@ fn capacity_text(args: &WhatifArgs, r0: &WhatIf) -> String {
 }
 
 /// Whether each recorded failed request was served under a setting, for its row.
-fn recorded_oom_text(w: &WhatIf) -> String {
+pub(crate) fn recorded_oom_text(w: &WhatIf) -> String {
     let r = &w.replay;
     match w.avoids_recorded_oom {
         None => "-".to_owned(),

@@ -260,3 +260,43 @@ fn replay_json_has_one_shape_for_traces_and_snapshots() {
     assert!(trace["fidelity"].is_null() && trace["live_at_start"].is_null() && trace["protocol"].is_null());
     assert!(snap["fidelity"].is_object() && snap["live_at_start"].is_object() && snap["lines"].is_null());
 }
+
+#[test]
+fn several_snapshots_are_one_report_a_row_per_rank_and_device() {
+    // Two ranks (named as `record` names them) and a two-device snapshot.
+    let dir = std::env::temp_dir().join(format!("vramlab-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r0 = dir.join("host-rank0-pid10.pickle");
+    let r1 = dir.join("host-rank1-pid11.pickle");
+    std::fs::copy(fixture("small_p5.pickle"), &r0).unwrap();
+    std::fs::copy(fixture("medium_p5.pickle"), &r1).unwrap();
+    let (r0, r1, multi) = (r0.display().to_string(), r1.display().to_string(), fixture("multi_device_p4.pickle"));
+    let o = xtask(&["replay", &r0, &r1, &multi, "--capacity", "200MiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.starts_with("vramlab replay of 4 rank(s) and device(s)"), "{out}");
+    assert!(out.contains("imbalance          peak reserved"), "{out}");
+    assert!(out.contains("closest to capacity rank "), "{out}");
+    let o = xtask(&["replay", &r0, &r1, &multi, "--capacity", "200MiB", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!((rows[0]["rank"].as_str(), rows[1]["rank"].as_str()), (Some("0"), Some("1")));
+    assert_eq!((rows[2]["device"].as_u64(), rows[3]["device"].as_u64()), (Some(0), Some(1)));
+    let peaks: Vec<u64> = rows.iter().map(|r| r["peak_reserved_bytes"].as_u64().unwrap()).collect();
+    let (max, min) = (*peaks.iter().max().unwrap(), *peaks.iter().min().unwrap());
+    assert_eq!(v["imbalance"]["spread_bytes"].as_u64(), Some(max - min));
+    let closest = v["closest_to_capacity"].as_u64().unwrap() as usize;
+    assert_eq!(peaks[closest], max, "one capacity for all: the largest peak is the closest");
+    assert_eq!(rows[closest]["headroom_bytes"].as_u64(), Some((200 << 20) - max));
+    // A file that is not a snapshot is a row saying why, and exit 1; one-file flags are refused.
+    let bad = dir.join("notes.txt");
+    std::fs::write(&bad, "not a pickle").unwrap();
+    let o = xtask(&["replay", &r0, bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("not a readable PyTorch memory snapshot"), "{}", stdout(&o));
+    let o = xtask(&["replay", &r0, &r1, "--report", dir.join("r").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("apply to one file"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,109 @@
+//! The files of `vramlab record`: the Python hook's temporary folder (its
+//! `sitecustomize.py` written there, the folder removed after the run) and the
+//! index page (`templates/record.html`) that lists every snapshot the recorded
+//! command wrote, each row linking to its replay page.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::report::INDEX_HTML;
+use crate::{ReportError, prepare_out_dir, write_unsynced};
+
+/// Writes `source` as `dir/name` (the hook's `sitecustomize.py`), creating
+/// `dir`; returns the file's path.
+pub fn write_hook(dir: &Path, name: &str, source: &str) -> Result<PathBuf, ReportError> {
+    prepare_out_dir(dir)?;
+    let path = dir.join(name);
+    write_unsynced(&path, source.as_bytes())?;
+    Ok(path)
+}
+
+/// Removes the hook's temporary folder and what is in it.
+pub fn remove_hook_dir(dir: &Path) -> Result<(), ReportError> {
+    fs::remove_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })
+}
+
+/// One snapshot of the index page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordRow {
+    /// The snapshot's file name.
+    pub file: String,
+    /// Its replay page, relative to the index; `None` when it could not be replayed.
+    pub page: Option<String>,
+    pub peak_allocated: String,
+    pub peak_reserved: String,
+    /// Recorded out-of-memory errors in its trace.
+    pub ooms: u64,
+    /// The what-if answers at the first recorded OOM, one line a setting (or why the file was not replayed).
+    pub whatif: Vec<String>,
+}
+
+/// The index page of a recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordIndex {
+    /// The command as run.
+    pub command: String,
+    /// Its exit status as a shell reports it (128 + N for signal N).
+    pub exit_status: u8,
+    pub rows: Vec<RecordRow>,
+    /// Why there are no rows, when there are none.
+    pub empty_reason: String,
+}
+
+/// Writes `dir/index.html`; returns its path.
+pub fn write_record_index(dir: &Path, index: &RecordIndex) -> Result<PathBuf, ReportError> {
+    prepare_out_dir(dir)?;
+    let ctx = minijinja::context! {
+        title => format!("vramlab record: {}", index.command),
+        version => env!("CARGO_PKG_VERSION"),
+        command => &index.command,
+        exit_status => index.exit_status,
+        rows => &index.rows,
+        empty_reason => &index.empty_reason,
+        css => crate::html::CSS,
+    };
+    let html = crate::html::environment()
+        .get_template("record.html")
+        .and_then(|t| t.render(ctx))
+        .map_err(|e| ReportError::Template { reason: format!("{e:#}") })?;
+    let path = dir.join(INDEX_HTML);
+    write_unsynced(&path, html.as_bytes())?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_lists_rows_escaped_and_says_why_empty() {
+        let dir = std::env::temp_dir().join(format!("vramlab-record-index-{}", std::process::id()));
+        let row = RecordRow {
+            file: "h-rank1-pid7.pickle".into(),
+            page: Some("h-rank1-pid7/index.html".into()),
+            peak_allocated: "1.00 MiB".into(),
+            peak_reserved: "2.00 MiB".into(),
+            ooms: 1,
+            whatif: vec!["expandable_segments:True: served, 4.00 MiB to spare".into()],
+        };
+        let index = RecordIndex {
+            command: "python3 <x>.py".into(),
+            exit_status: 1,
+            rows: vec![row],
+            empty_reason: String::new(),
+        };
+        let html = fs::read_to_string(write_record_index(&dir, &index).unwrap()).unwrap();
+        assert!(html.contains("python3 &lt;x&gt;.py") && html.contains("exit status 1"), "{html}");
+        assert!(html.contains(r#"<a href="h-rank1-pid7&#x2f;index.html">"#) && html.contains("4.00 MiB to spare"));
+        let empty = RecordIndex { rows: vec![], empty_reason: "torch never initialised CUDA".into(), ..index };
+        let html = fs::read_to_string(write_record_index(&dir, &empty).unwrap()).unwrap();
+        assert!(html.contains("No snapshot was written: torch never initialised CUDA"));
+        let hook = write_hook(&dir.join("hook"), "sitecustomize.py", "print(1)\n").unwrap();
+        assert_eq!(fs::read_to_string(&hook).unwrap(), "print(1)\n");
+        remove_hook_dir(&dir.join("hook")).unwrap();
+        assert!(!dir.join("hook").exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,295 @@
+//! `vramlab record -- CMD ARGS…`: runs a PyTorch program with its CUDA memory
+//! recorded, then replays every snapshot it wrote. The Python hook
+//! (`record_hook.py`, compiled in) is written as `sitecustomize.py` into a
+//! temporary folder put first on the child's `PYTHONPATH`; it records from
+//! torch's CUDA initialisation and dumps at every OOM, an uncaught exception and
+//! exit. Afterwards each new snapshot in `--out` is replayed (peaks, recorded
+//! OOMs, and the what-if answer at the first one: would `expandable_segments`
+//! or a `max_split_size_mb` setting have served it), a summary goes to stderr
+//! (the program's stdout stays its own), with the per-rank table of
+//! `ranks_cmd` when several processes wrote snapshots, and `OUT/report/` gets a
+//! replay page per snapshot and an index. The exit status is the program's.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::SystemTime;
+
+use anyhow::Context;
+use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_replay::OnOom;
+use vramlab_reports::record::{RecordIndex, RecordRow, remove_hook_dir, write_hook, write_record_index};
+use vramlab_reports::replay_page::{self, Fact, ReplayPage};
+use vramlab_reports::units::fmt_bytes;
+use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf, what_if};
+
+use crate::cli::RecordArgs;
+use crate::replay_doc;
+
+/// The hook, written as `sitecustomize.py` into the child's `PYTHONPATH`.
+pub const HOOK: &str = include_str!("record_hook.py");
+/// The exit status for a command that cannot be found, as a shell gives it.
+pub const NOT_FOUND: u8 = 127;
+/// The exit status for a command found but not runnable (permissions, format).
+pub const NOT_RUNNABLE: u8 = 126;
+
+pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
+    vramlab_reports::prepare_out_dir(&args.out)
+        .with_context(|| format!("cannot write snapshots into {}", args.out.display()))?;
+    let out = args.out.canonicalize().with_context(|| format!("cannot resolve {}", args.out.display()))?;
+    let before = pickles(&out);
+    let started = SystemTime::now();
+    let hook_dir = std::env::temp_dir().join(format!("vramlab-record-{}", std::process::id()));
+    write_hook(&hook_dir, "sitecustomize.py", HOOK)
+        .with_context(|| format!("cannot write the recording hook into {}", hook_dir.display()))?;
+    let status = run_child(args, &out, &hook_dir);
+    if let Err(e) = remove_hook_dir(&hook_dir) {
+        eprintln!("vramlab: warning: {e}");
+    }
+    let shown = shell_words(&args.command);
+    let code = match status {
+        Ok(status) => exit_code(status),
+        Err(e) => {
+            let (code, why) = match e.kind() {
+                std::io::ErrorKind::NotFound => (NOT_FOUND, "command not found"),
+                std::io::ErrorKind::PermissionDenied => (NOT_RUNNABLE, "permission denied"),
+                _ => (NOT_RUNNABLE, "it cannot be run"),
+            };
+            eprintln!("error: cannot run `{}`: {why} ({e})", args.command[0]);
+            return Ok(code);
+        }
+    };
+    let new: Vec<PathBuf> = pickles(&out)
+        .into_iter()
+        .filter(|p| {
+            !before.contains(p)
+                || std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|modified| modified >= started)
+        })
+        .collect();
+    let report_dir = out.join("report");
+    let mut text = format!("\nvramlab record: `{shown}` exited with status {code}\n");
+    let mut rows = Vec::new();
+    for path in &new {
+        let (row, summary) = replay_one(path, &report_dir);
+        text += &summary;
+        rows.push(row);
+    }
+    // Several processes (the ranks of a job): one row each, the imbalance, the one closest to its capacity.
+    let finals: Vec<&PathBuf> = new.iter().filter(|p| !is_oom_dump(p)).collect();
+    if finals.len() >= 2 {
+        let mut ranks = Vec::new();
+        for path in finals {
+            ranks.extend(crate::ranks_cmd::rows_of(path, None, None, OnOom::Continue).unwrap_or_default());
+        }
+        text.push('\n');
+        text += &crate::ranks_cmd::text(&crate::ranks_cmd::summarise(ranks));
+    }
+    let empty_reason = if new.is_empty() {
+        let reason = format!(
+            "no process initialised CUDA through torch (torch not imported, CPU only, or not Python), so nothing was recorded into {}",
+            out.display()
+        );
+        let _ = writeln!(text, "  no snapshot: {reason}");
+        reason
+    } else {
+        String::new()
+    };
+    let index = RecordIndex { command: shown, exit_status: code, rows, empty_reason };
+    match write_record_index(&report_dir, &index) {
+        Ok(path) => {
+            let _ = writeln!(text, "report: {}", path.display());
+        }
+        Err(e) => {
+            let _ = writeln!(text, "error: cannot write the report into {}: {e}", report_dir.display());
+        }
+    }
+    // Nothing sensible is left to do if stderr is gone.
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    Ok(code)
+}
+
+/// Runs the command with the hook on its path; waits for it.
+fn run_child(args: &RecordArgs, out: &Path, hook_dir: &Path) -> std::io::Result<ExitStatus> {
+    let mut paths = vec![hook_dir.to_path_buf()];
+    if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        paths.extend(std::env::split_paths(&existing));
+    }
+    let pythonpath = std::env::join_paths(paths).unwrap_or_else(|_| OsString::from(hook_dir));
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("PYTHONPATH", pythonpath)
+        .env("VRAMLAB_RECORD_DIR", out)
+        .env("VRAMLAB_RECORD_MAX_ENTRIES", args.max_entries.to_string())
+        .env("VRAMLAB_RECORD_STACKS", args.stacks.as_str());
+    if let Some(conf) = &args.alloc_conf {
+        cmd.env("PYTORCH_CUDA_ALLOC_CONF", conf);
+    }
+    cmd.status()
+}
+
+/// The status as a shell reports it: the code, or 128 + the signal that ended it.
+fn exit_code(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        return u8::try_from(code & 0xff).unwrap_or(1);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return u8::try_from((128 + signal) & 0xff).unwrap_or(1);
+        }
+    }
+    1
+}
+
+/// A dump made at an out-of-memory error (`…-oomN.pickle`), not a process's last.
+fn is_oom_dump(path: &Path) -> bool {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.rsplit_once("-oom"))
+        .is_some_and(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The finished snapshot files in `dir` (not the hook's `.part` files), sorted.
+fn pickles(dir: &Path) -> BTreeSet<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return BTreeSet::new() };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "pickle"))
+        .collect()
+}
+
+/// The command as it would be typed (arguments with spaces or quotes quoted).
+fn shell_words(words: &[String]) -> String {
+    let quote = |w: &String| {
+        if !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+            w.clone()
+        } else {
+            format!("'{}'", w.replace('\'', r"'\''"))
+        }
+    };
+    words.iter().map(quote).collect::<Vec<_>>().join(" ")
+}
+
+/// The settings the what-if tries at a recorded OOM: expandable segments and
+/// each `max_split_size_mb` of the sweep's grid.
+fn oom_settings() -> Vec<Option<AllocatorConfig>> {
+    let mut configs = vec![None];
+    for conf in SWEEP_GRID {
+        if !conf.contains(',') && (conf.starts_with("expandable_segments") || conf.starts_with("max_split_size_mb")) {
+            configs.push(AllocatorConfig::parse(conf).ok());
+        }
+    }
+    configs
+}
+
+/// Replays one snapshot: its index row and its lines of the summary. A file
+/// that cannot be read or replayed is a row that says why, never an error.
+fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
+    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut row = RecordRow {
+        file: file.clone(),
+        page: None,
+        peak_allocated: "-".into(),
+        peak_reserved: "-".into(),
+        ooms: 0,
+        whatif: Vec::new(),
+    };
+    let mut text = String::new();
+    let result = (|| -> anyhow::Result<()> {
+        let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, f))
+            .context("not a readable PyTorch memory snapshot (cut short by a killed process?)")?;
+        let opts = SnapshotReplayOptions::default();
+        let (r, timeline) = snapshot::replay_snapshot_timeline(&snap, &opts, true).context("cannot replay it")?;
+        let doc = replay_doc::from_snapshot(&file, &snap, &r, &opts);
+        row.peak_allocated = fmt_bytes(doc.peak_allocated_bytes);
+        row.peak_reserved = fmt_bytes(doc.peak_reserved_bytes);
+        row.ooms = doc.oom_requests.len() as u64;
+        let _ = writeln!(
+            text,
+            "  {file}: device {}, {} trace entries; peak allocated {}, peak reserved {}; {} recorded OOM(s)",
+            doc.device, doc.entries, row.peak_allocated, row.peak_reserved, row.ooms
+        );
+        if let Some(first) = doc.oom_requests.first() {
+            let base = SnapshotReplayOptions { device: Some(doc.device as usize), ..Default::default() };
+            let results = what_if(&snap, &base, &oom_settings()).context("cannot replay it under other settings")?;
+            let _ = writeln!(
+                text,
+                "    recorded OOM at entry {}: a request of {}; would another setting have served it?",
+                first.trace_index,
+                fmt_bytes(first.requested_bytes)
+            );
+            row.whatif = whatif_lines(&results);
+            for line in &row.whatif {
+                let _ = writeln!(text, "      {line}");
+            }
+        }
+        let mut facts = replay_doc::page_facts(&doc, &timeline);
+        facts.extend(row.whatif.iter().map(|l| Fact::new("what-if at the recorded OOM", l.clone())));
+        let page = ReplayPage {
+            source: file.clone(),
+            unit: "trace entries".into(),
+            facts,
+            stat_notes: replay_doc::stat_notes(&doc),
+            attribution: &doc.attribution,
+            capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
+            timeline: &timeline,
+        };
+        let dir = report_dir.join(&stem);
+        replay_page::write_replay_report(&dir, &page)
+            .with_context(|| format!("cannot write its page into {}", dir.display()))?;
+        row.page = Some(format!("{stem}/index.html"));
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let why = format!("{e:#}");
+        let _ = writeln!(text, "  {file}: {why}");
+        row.whatif = vec![why];
+    }
+    (row, text)
+}
+
+/// One line per setting tried: the recorded one first, then whether each
+/// other served the recorded failed request, and by how much.
+fn whatif_lines(results: &[WhatIf]) -> Vec<String> {
+    let width = results.iter().map(|w| name(w).len()).max().unwrap_or(0);
+    results.iter().map(|w| format!("{:width$}  {}", name(w), crate::whatif_cmd::recorded_oom_text(w))).collect()
+}
+
+fn name(w: &WhatIf) -> String {
+    let conf = if w.alloc_conf.is_empty() { "PyTorch defaults" } else { &w.alloc_conf };
+    if w.recorded { format!("recorded ({conf})") } else { conf.to_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_only_where_a_shell_needs_it() {
+        let w = |s: &[&str]| shell_words(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(w(&["python3", "train.py", "--lr=0.1"]), "python3 train.py --lr=0.1");
+        assert_eq!(w(&["sh", "-c", "exit 3"]), "sh -c 'exit 3'");
+        assert_eq!(w(&["echo", "it's"]), r"echo 'it'\''s'");
+    }
+
+    #[test]
+    fn oom_dumps_are_told_by_their_suffix() {
+        assert!(is_oom_dump(Path::new("d/h-rank1-pid4-oom2.pickle")));
+        assert!(!is_oom_dump(Path::new("d/h-rank1-pid4.pickle")));
+        assert!(!is_oom_dump(Path::new("d/room-pid4.pickle")));
+    }
+
+    #[test]
+    fn oom_settings_are_the_recorded_then_expandable_and_max_split() {
+        let c = oom_settings();
+        assert!(c[0].is_none());
+        assert_eq!(c.len(), 5, "recorded, expandable_segments:True, max_split_size_mb:128/256/512");
+    }
+}

@@ -1,0 +1,201 @@
+# vramlab record's hook, written as `sitecustomize.py` into a temporary folder that
+# `vramlab record` puts first on the child's PYTHONPATH (shipped inside the binary).
+#
+# Every Python process of the recorded command imports it at start-up. It runs the
+# `sitecustomize` it hides (if one is importable further along the path), then waits for
+# `import torch`: once torch initialises CUDA it starts
+# torch.cuda.memory._record_memory_history(max_entries=N, stacks=...), and dumps the
+# snapshot on every OOM (PyTorch's out-of-memory observer), on an uncaught exception and
+# at exit, as DIR/<host>[-rank<R>]-pid<P>[-oom<N>].pickle (written as .part, then renamed).
+# It never changes the program's output, behaviour or exit status: every failure of its
+# own is swallowed with one line on stderr. Settings come from VRAMLAB_RECORD_DIR,
+# VRAMLAB_RECORD_MAX_ENTRIES and VRAMLAB_RECORD_STACKS; without VRAMLAB_RECORD_DIR it
+# only chains.
+
+import os as _os
+import sys as _sys
+
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
+_DIR = _os.environ.get("VRAMLAB_RECORD_DIR")
+_RANK_VARS = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
+_state = {"recording": False, "final": False, "ooms": 0, "failed": False}
+
+
+def _note(message):
+    try:
+        _sys.stderr.write("vramlab: " + message + "\n")
+        _sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _failed(what, e):
+    # One line per process at most: the program goes on unrecorded where it must.
+    if not _state["failed"]:
+        _state["failed"] = True
+        _note("the recording hook failed %s (%s: %s); the program runs on" % (what, type(e).__name__, e))
+
+
+def _chain():
+    """Runs the sitecustomize this file hides, as Python would have."""
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        path = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+        if spec is None or spec.loader is None:
+            return
+        module = importlib.util.module_from_spec(spec)
+        _sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+    except Exception as e:
+        _note("the program's own sitecustomize raised %s: %s" % (type(e).__name__, e))
+
+
+def _rank():
+    for var in _RANK_VARS:
+        value = _os.environ.get(var, "").strip()
+        if value:
+            return value
+    return None
+
+
+def _file_name(suffix):
+    import socket
+
+    host = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname()) or "host"
+    rank = _rank()
+    rank = "" if rank is None else "-rank" + "".join(c for c in rank if c.isalnum())
+    return "%s%s-pid%d%s.pickle" % (host, rank, _os.getpid(), suffix)
+
+
+def _dump(suffix):
+    import torch
+
+    path = _os.path.join(_DIR, _file_name(suffix))
+    part = path + ".part"
+    torch.cuda.memory._dump_snapshot(part)
+    _os.replace(part, path)
+
+
+def _final():
+    if _state["recording"] and not _state["final"]:
+        _state["final"] = True
+        try:
+            _dump("")
+        except Exception as e:
+            _failed("to dump the snapshot at exit", e)
+
+
+def _on_oom(device, alloc, device_allocated, device_free):
+    _state["ooms"] += 1
+    try:
+        _dump("-oom%d" % _state["ooms"])
+    except Exception as e:
+        _failed("to dump the snapshot at an out-of-memory error", e)
+
+
+def _excepthook_chain(previous):
+    def excepthook(kind, value, tb):
+        _final()
+        previous(kind, value, tb)
+
+    return excepthook
+
+
+def _start():
+    if _state["recording"]:
+        return
+    _state["recording"] = True
+    try:
+        import atexit
+
+        import torch
+
+        _os.makedirs(_DIR, exist_ok=True)
+        max_entries = int(_os.environ.get("VRAMLAB_RECORD_MAX_ENTRIES", "1000000"))
+        stacks = _os.environ.get("VRAMLAB_RECORD_STACKS", "python")
+        torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks=stacks)
+        torch._C._cuda_attach_out_of_memory_observer(_on_oom)
+        atexit.register(_final)
+        _sys.excepthook = _excepthook_chain(_sys.excepthook)
+        rank = _rank()
+        _note(
+            "recording CUDA memory of pid %d%s: snapshots go to %s"
+            % (_os.getpid(), "" if rank is None else " (rank %s)" % rank, _DIR)
+        )
+    except Exception as e:
+        _state["recording"] = False
+        _failed("to start recording", e)
+
+
+def _patch_torch(torch):
+    cuda = torch.cuda
+    original = cuda._lazy_init
+    if getattr(original, "_vramlab_record", False):
+        return
+
+    def _lazy_init(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if not _state["recording"]:
+            _start()
+        return result
+
+    _lazy_init._vramlab_record = True
+    cuda._lazy_init = _lazy_init
+    if cuda.is_initialized():
+        _start()
+
+
+class _TorchFinder:
+    """Finds `torch` through the other finders and patches it once it has run.
+
+    It stays on sys.meta_path until torch has been executed: a library probing
+    with importlib.util.find_spec("torch") gets a spec that may never run."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            spec = None
+            for finder in list(_sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+            loader = spec.loader if spec is not None else None
+            exec_module = getattr(loader, "exec_module", None)
+            if exec_module is None:
+                return spec
+            finder = self
+
+            def exec_and_patch(module):
+                exec_module(module)
+                try:
+                    _sys.meta_path.remove(finder)
+                except ValueError:
+                    pass
+                try:
+                    _patch_torch(module)
+                except Exception as e:
+                    _failed("to hook torch's CUDA initialisation", e)
+
+            loader.exec_module = exec_and_patch
+            return spec
+        except Exception as e:
+            _failed("to find torch", e)
+            return None
+
+
+_chain()
+if _DIR:
+    try:
+        if "torch" in _sys.modules:
+            _patch_torch(_sys.modules["torch"])
+        else:
+            _sys.meta_path.insert(0, _TorchFinder())
+    except Exception as e:
+        _failed("to install itself", e)
