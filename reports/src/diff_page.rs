@@ -44,7 +44,7 @@ pub fn fmt_relative(before: u64, change: i64) -> String {
     if before == 0 || change == 0 {
         return String::new();
     }
-    format!(" ({:+.1} %)", change as f64 / before as f64 * 100.0)
+    format!(" ({:+.1} %)", change as f64 / before as f64 * 100.0).replace('-', "−")
 }
 
 /// One figure before and after.
@@ -235,6 +235,7 @@ mod tests {
         assert_eq!(fmt_count_change(3, 1), "−2");
         assert_eq!(fmt_relative(200, 50), " (+25.0 %)");
         assert_eq!(fmt_relative(0, 50), "");
+        assert_eq!(fmt_relative(400, -4), " (−1.0 %)");
     }
 
     #[test]

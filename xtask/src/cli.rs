@@ -24,7 +24,8 @@ Examples:
   cargo xtask replay trace.jsonl --capacity 24GiB    would this run fit on a 24 GiB card?
   cargo xtask gpu-check --bundle-only                build the GPU test bundle to run on a GPU machine
   cargo xtask check --baseline main                  did memory or speed regress since baseline `main`?
-  cargo xtask history --metric '*peak_reserved*'     trends over stored runs, with change points";
+  cargo xtask history --metric '*peak_reserved*'     trends over stored runs, with change points
+  cargo xtask diff before.pickle after.pickle         what changed between two PyTorch memory snapshots";
 
 const BENCH_ABOUT: &str = "Run the bench suites (the GPU guides' claims, measured) and write the results";
 
@@ -166,6 +167,8 @@ pub enum Command {
     History(crate::history_cmd::HistoryArgs),
     #[command(about = REPORT_ABOUT, long_about = REPORT_LONG_ABOUT, after_help = REPORT_AFTER_HELP)]
     Report(ReportArgs),
+    #[command(about = crate::diff_cmd::ABOUT, long_about = crate::diff_cmd::LONG_ABOUT, after_help = crate::diff_cmd::AFTER_HELP)]
+    Diff(crate::diff_cmd::DiffArgs),
 }
 
 const REPORT_ABOUT: &str = "Render the report (HTML, Markdown, CSV, charts, Perfetto trace) from a results file";

@@ -1,5 +1,5 @@
 //! vramlab's command line as a library: every command (`bench`, `replay`,
-//! `whatif`, `report`, `gpu-check`, `check`, `history`) and [`main`], which
+//! `whatif`, `diff`, `report`, `gpu-check`, `check`, `history`) and [`main`], which
 //! parses the arguments and runs one. Two thin binaries call it: `xtask`
 //! (`src/main.rs`, what `cargo xtask …` runs) and `vramlab`
 //! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask --bin
@@ -7,7 +7,7 @@
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
 //! names the file and line), 2 for usage errors (clap's), from `report` for a
-//! bad results file and from `replay`/`whatif` for a `--report` folder that
+//! bad results file and from `replay`/`whatif`/`diff` for a `--report` folder that
 //! cannot be written, 3 from `gpu-check` when the machine has no GPU. `check`
 //! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
 //! be made.
@@ -16,6 +16,7 @@ mod ab_cmd;
 mod bench_cmd;
 mod check_cmd;
 mod cli;
+mod diff_cmd;
 mod gpu_check;
 mod history_cmd;
 mod replay_cmd;
@@ -64,6 +65,7 @@ pub fn main(program: Program) -> ExitCode {
         Command::Check(args) => check_cmd::run(args),
         Command::History(args) => history_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
+        Command::Diff(args) => diff_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
