@@ -39,12 +39,18 @@ pub fn fmt_count_change(before: u64, after: u64) -> String {
     }
 }
 
-/// The change relative to `before`, "(+12.5 %)", or "" when `before` is 0 or nothing changed.
+/// The change relative to `before`, " (+12.5 %)" (" (×100)" from tenfold up), or "" when
+/// `before` is 0 or nothing changed.
 pub fn fmt_relative(before: u64, change: i64) -> String {
     if before == 0 || change == 0 {
         return String::new();
     }
-    format!(" ({:+.1} %)", change as f64 / before as f64 * 100.0).replace('-', "−")
+    let pct = change as f64 / before as f64 * 100.0;
+    if pct >= 1000.0 {
+        // "+204463.0 %" says less than "×2045".
+        return format!(" (×{:.0})", (before as f64 + change as f64) / before as f64);
+    }
+    format!(" ({pct:+.1} %)").replace('-', "−")
 }
 
 /// One figure before and after.
@@ -236,6 +242,7 @@ mod tests {
         assert_eq!(fmt_relative(200, 50), " (+25.0 %)");
         assert_eq!(fmt_relative(0, 50), "");
         assert_eq!(fmt_relative(400, -4), " (−1.0 %)");
+        assert_eq!(fmt_relative(10, 990), " (×100)");
     }
 
     #[test]
