@@ -81,6 +81,9 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     assert!(!d.contains(" src=\"http") && !d.contains("url("), "offline");
     let r = std::fs::read_to_string(replay.join("index.html")).unwrap();
     assert!(r.contains("peak allocated 245.74 MiB") && r.contains("peak reserved 376.00 MiB"), "both peaks marked");
+    // The x axis in time (the recording's time_us), the entry index on each mark.
+    assert!(r.contains("time since the first entry (ms)"), "a time axis");
+    assert!(r.contains("peak allocated 245.74 MiB · entry 518"), "the mark's entry index");
 
     let Some(browser) = chromium() else {
         println!("skipped: no chromium (install Debian's chromium package to run the browser half)");
