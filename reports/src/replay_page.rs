@@ -8,7 +8,9 @@
 //! page the memory under each setting, the table of figures and the
 //! recommendation. The data comes from the allocator's replays
 //! ([`ReplayTimeline`]); the charts are drawn here with plotters in the style of
-//! [`crate::charts`], because their x axis counts trace ops, not time.
+//! [`crate::charts`], because their x axis counts trace ops, or, on the replay
+//! page of a snapshot whose entries have times, is the trace's `time_us` since
+//! the first entry ([`XAxis`]), each mark naming its entry index.
 
 use std::path::{Path, PathBuf};
 
@@ -272,7 +274,7 @@ impl PageChart<'_> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         match self {
             PageChart::Lines { title, x_desc, x, lines, marks, capacity, legend } => {
-                draw_lines(root, title, x_desc, x, lines, marks, *capacity, *legend)
+                draw_lines(root, title, (x, x_desc), lines, marks, *capacity, *legend)
             }
             PageChart::Segments { title, segments } => draw_segments(root, title, segments),
         }
@@ -324,8 +326,7 @@ fn steps(points: &[TimelinePoint], reserved: bool, bdiv: f64, x: &XAxis<'_>) -> 
 fn draw_lines<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
-    x_desc: &str,
-    x: &XAxis<'_>,
+    (x, x_desc): (&XAxis<'_>, &str),
     lines: &[Line<'_>],
     marks: &[Mark],
     capacity: Option<u64>,
