@@ -149,17 +149,24 @@ fn side(
     Ok((side, attribution, sizes))
 }
 
-/// Replays `before` and `after` (named `names` in the result), each under its
-/// own settings and with `opts` otherwise (device, window, capacity), and
-/// compares them.
+/// Replays `before` and `after` (each with its name for the result), in
+/// parallel, each under its own settings and with `opts` otherwise (device,
+/// window, capacity), and compares them. The error says which failed: 0 for
+/// `before`, 1 for `after`.
 pub fn diff_snapshots(
     before: (&str, &Snapshot),
     after: (&str, &Snapshot),
     opts: &SnapshotReplayOptions,
 ) -> Result<SnapshotDiff, (usize, SnapshotReplayError)> {
     let opts = SnapshotReplayOptions { config: None, record: false, ..opts.clone() };
-    let (b, b_attr, b_sizes) = side(before.0, before.1, &opts).map_err(|e| (0, e))?;
-    let (a, a_attr, a_sizes) = side(after.0, after.1, &opts).map_err(|e| (1, e))?;
+    // The two replays are independent: side by side.
+    let (b, a) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| side(after.0, after.1, &opts));
+        let b = side(before.0, before.1, &opts);
+        (b, a.join().expect("the replay of B does not panic"))
+    });
+    let (b, b_attr, b_sizes) = b.map_err(|e| (0, e))?;
+    let (a, a_attr, a_sizes) = a.map_err(|e| (1, e))?;
     Ok(compare(b, &b_attr, &b_sizes, a, &a_attr, &a_sizes))
 }
 

@@ -191,6 +191,11 @@ fn unreadable_files_are_exit_status_1() {
         assert!(o.stdout.is_empty());
     }
     let _ = std::fs::remove_file(&not_pickle);
+    // A device neither has: the replay of A fails first, and says so.
+    let o = xtask(&["diff", &good, &good, "--device", "5"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("cannot replay {good}")) && err.contains("device 5 has no trace"), "{err}");
 }
 
 #[test]
