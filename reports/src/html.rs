@@ -21,7 +21,9 @@ const REPLAY_TEMPLATE: &str = include_str!("../templates/replay.html");
 const WHATIF_TEMPLATE: &str = include_str!("../templates/whatif.html");
 /// The index page of `vramlab record` (a row per snapshot written).
 const RECORD_TEMPLATE: &str = include_str!("../templates/record.html");
-/// The "who holds the memory" tables the replay, what-if and diff pages include.
+/// The page of two snapshots compared (`diff_page.rs`).
+const DIFF_TEMPLATE: &str = include_str!("../templates/diff.html");
+/// The "who holds the memory" tables the replay and what-if pages include.
 const PEAK_TABLE_TEMPLATE: &str = include_str!("../templates/peak_table.html");
 /// The pages' stylesheet, inlined into each.
 pub(crate) const CSS: &str = include_str!("../templates/report.css");
@@ -208,6 +210,7 @@ pub(crate) fn environment() -> Environment<'static> {
         ("replay.html", REPLAY_TEMPLATE),
         ("whatif.html", WHATIF_TEMPLATE),
         ("record.html", RECORD_TEMPLATE),
+        ("diff.html", DIFF_TEMPLATE),
         ("peak_table.html", PEAK_TABLE_TEMPLATE),
     ] {
         env.add_template(name, source).expect("the bundled templates parse");

@@ -11,6 +11,7 @@
 
 pub mod charts;
 pub mod check;
+pub mod diff_page;
 pub mod history;
 pub mod html;
 pub mod markdown;

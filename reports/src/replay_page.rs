@@ -8,7 +8,9 @@
 //! page the memory under each setting, the table of figures and the
 //! recommendation. The data comes from the allocator's replays
 //! ([`ReplayTimeline`]); the charts are drawn here with plotters in the style of
-//! [`crate::charts`], because their x axis counts trace ops, not time.
+//! [`crate::charts`], because their x axis counts trace ops, or, on the replay
+//! page of a snapshot whose entries have times, is the trace's `time_us` since
+//! the first entry ([`XAxis`]), each mark naming its entry index.
 
 use std::path::{Path, PathBuf};
 
@@ -75,6 +77,74 @@ pub struct ReplayPage<'a> {
     /// Who holds the memory at the allocated peak and at each out-of-memory
     /// (snapshots; empty for a vramlab trace, which has no stacks).
     pub attribution: &'a [Attribution],
+    /// Each trace entry's `time_us`, by entry index (snapshots): the chart's x
+    /// axis is then time since the first entry, when they grow with the index
+    /// ([`XAxis::for_entries`]); `None` counts ops.
+    pub entry_times_us: Option<&'a [i64]>,
+}
+
+/// The x axis of a timeline chart: ops (trace ops or entries), or the trace's
+/// time since the first entry, in ms or s.
+#[derive(Debug, Clone, Copy)]
+pub enum XAxis<'a> {
+    Ops,
+    Time {
+        /// `time_us` by entry index.
+        times_us: &'a [i64],
+        /// The time of the chart's first point.
+        t0_us: i64,
+        /// Microseconds per axis unit (1000 for ms, 1e6 for s).
+        div: f64,
+        unit: &'static str,
+    },
+}
+
+impl<'a> XAxis<'a> {
+    /// Time, when the entries have times (not all equal, never going back);
+    /// else ops. `first_ops` is the timeline's first point.
+    pub fn for_entries(times_us: Option<&'a [i64]>, first_ops: u64, last_ops: u64) -> XAxis<'a> {
+        let Some(times_us) = times_us.filter(|t| !t.is_empty()) else { return XAxis::Ops };
+        let at = |ops: u64| times_us[(ops.saturating_sub(1) as usize).min(times_us.len() - 1)];
+        let (t0, t1) = (at(first_ops), at(last_ops));
+        if t1 <= t0 || !times_us.windows(2).all(|w| w[0] <= w[1]) {
+            return XAxis::Ops;
+        }
+        let (div, unit) = if t1 - t0 < 10_000_000 { (1e3, "ms") } else { (1e6, "s") };
+        XAxis::Time { times_us, t0_us: t0, div, unit }
+    }
+
+    /// The x coordinate of the state after `ops` ops (entry `ops − 1`).
+    fn x(&self, ops: u64) -> f64 {
+        match *self {
+            XAxis::Ops => ops as f64,
+            XAxis::Time { times_us, t0_us, div, .. } => {
+                let i = (ops.saturating_sub(1) as usize).min(times_us.len() - 1);
+                (times_us[i] - t0_us) as f64 / div
+            }
+        }
+    }
+
+    /// The axis's description.
+    fn desc(&self, unit: &str) -> String {
+        match self {
+            XAxis::Ops => unit.to_owned(),
+            XAxis::Time { unit: u, .. } => format!("time since the first entry ({u}); marks give the entry index"),
+        }
+    }
+
+    /// The sentence the page says about the axis, for a time axis.
+    pub fn note(&self) -> Option<String> {
+        match self {
+            XAxis::Ops => None,
+            XAxis::Time { t0_us, unit, .. } => Some(format!(
+                "The x axis is the trace's time (time_us) since the first entry, {t0_us}, in {unit}; each mark gives its entry index, and the tables below count trace entries."
+            )),
+        }
+    }
+
+    fn is_time(&self) -> bool {
+        matches!(self, XAxis::Time { .. })
+    }
 }
 
 /// One setting of `cargo xtask whatif --report`.
@@ -168,6 +238,7 @@ enum PageChart<'a> {
     Lines {
         title: String,
         x_desc: String,
+        x: XAxis<'a>,
         lines: Vec<Line<'a>>,
         marks: Vec<Mark>,
         /// The device's capacity (or per-process limit), drawn as a dashed horizontal line.
@@ -202,8 +273,8 @@ impl PageChart<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         match self {
-            PageChart::Lines { title, x_desc, lines, marks, capacity, legend } => {
-                draw_lines(root, title, x_desc, lines, marks, *capacity, *legend)
+            PageChart::Lines { title, x_desc, x, lines, marks, capacity, legend } => {
+                draw_lines(root, title, (x, x_desc), lines, marks, *capacity, *legend)
             }
             PageChart::Segments { title, segments } => draw_segments(root, title, segments),
         }
@@ -239,14 +310,15 @@ impl PageChart<'_> {
     }
 }
 
-fn steps(points: &[TimelinePoint], reserved: bool, bdiv: f64) -> Vec<(f64, f64)> {
+fn steps(points: &[TimelinePoint], reserved: bool, bdiv: f64, x: &XAxis<'_>) -> Vec<(f64, f64)> {
     let value = |p: &TimelinePoint| if reserved { p.reserved_bytes } else { p.allocated_bytes } as f64 / bdiv;
     let mut out = Vec::with_capacity(points.len() * 2);
     for (i, p) in points.iter().enumerate() {
+        let at = x.x(p.ops);
         if i > 0 {
-            out.push((p.ops as f64, value(&points[i - 1])));
+            out.push((at, value(&points[i - 1])));
         }
-        out.push((p.ops as f64, value(p)));
+        out.push((at, value(p)));
     }
     out
 }
@@ -254,14 +326,15 @@ fn steps(points: &[TimelinePoint], reserved: bool, bdiv: f64) -> Vec<(f64, f64)>
 fn draw_lines<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
-    x_desc: &str,
+    (x, x_desc): (&XAxis<'_>, &str),
     lines: &[Line<'_>],
     marks: &[Mark],
     capacity: Option<u64>,
     legend: bool,
 ) -> DrawResult<DB> {
     let all = || lines.iter().flat_map(|l| l.points.iter());
-    let x_max = all().map(|p| p.ops).chain(marks.iter().map(|m| m.ops)).max().unwrap_or(0).max(1) as f64;
+    let x_max = all().map(|p| x.x(p.ops)).chain(marks.iter().map(|m| x.x(m.ops))).fold(0f64, f64::max);
+    let x_max = if x.is_time() { x_max.max(1e-3) } else { x_max.max(1.0) };
     let max_bytes = all()
         .map(|p| p.reserved_bytes.max(p.allocated_bytes))
         .chain(marks.iter().map(|m| m.bytes))
@@ -281,7 +354,7 @@ fn draw_lines<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(format!("memory ({bunit})"))
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_label_formatter(&|v| if x_max >= 10.0 { format!("{v:.0}") } else { format!("{v:.2}") })
         .y_label_formatter(&|y| if y_max >= 10.0 { format!("{y:.0}") } else { format!("{y:.1}") })
         .label_style((FAMILY, 13))
         .axis_desc_style((FAMILY, 14))
@@ -290,7 +363,7 @@ fn draw_lines<DB: DrawingBackend>(
     for line in lines {
         let color = line.color;
         chart
-            .draw_series(LineSeries::new(steps(line.points, line.reserved, bdiv), color.stroke_width(2)))?
+            .draw_series(LineSeries::new(steps(line.points, line.reserved, bdiv, x), color.stroke_width(2)))?
             .label(line.label.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
     }
@@ -306,7 +379,7 @@ fn draw_lines<DB: DrawingBackend>(
         )))?;
     }
     for m in marks {
-        let at = (m.ops as f64, m.bytes as f64 / bdiv);
+        let at = (x.x(m.ops), m.bytes as f64 / bdiv);
         chart.draw_series(std::iter::once(Circle::new(at, 5, m.color.filled())))?;
         // Labels right of their mark, or left of it in the right part of the chart.
         let h = if at.0 > x_max * 0.6 { HPos::Right } else { HPos::Left };
@@ -472,7 +545,7 @@ fn allocated_peak(t: &ReplayTimeline) -> Option<&TimelinePoint> {
 
 /// The peak and OOM marks of a timeline's chart: the reserved peak, the
 /// allocated peak, and the first three out-of-memory errors.
-fn marks(t: &ReplayTimeline) -> Vec<Mark> {
+fn marks(t: &ReplayTimeline, x: &XAxis<'_>) -> Vec<Mark> {
     let mut marks: Vec<Mark> = t
         .peak
         .iter()
@@ -495,18 +568,30 @@ fn marks(t: &ReplayTimeline) -> Vec<Mark> {
         label: format!("OOM: {}", fmt_bytes(o.requested_bytes)),
         color: RED,
     }));
+    if x.is_time() {
+        for m in &mut marks {
+            m.label += &format!(" · entry {}", m.ops.saturating_sub(1));
+        }
+    }
     marks
 }
 
-fn timeline_chart<'a>(title: String, unit: &str, t: &'a ReplayTimeline, capacity: Option<u64>) -> PageChart<'a> {
+fn timeline_chart<'a>(
+    title: String,
+    unit: &str,
+    x: XAxis<'a>,
+    t: &'a ReplayTimeline,
+    capacity: Option<u64>,
+) -> PageChart<'a> {
     PageChart::Lines {
         title,
-        x_desc: unit.to_owned(),
+        x_desc: x.desc(unit),
+        x,
         lines: vec![
             Line { label: "reserved".into(), color: RESERVED, points: &t.points, reserved: true },
             Line { label: "allocated".into(), color: ALLOCATED, points: &t.points, reserved: false },
         ],
-        marks: marks(t),
+        marks: marks(t, &x),
         capacity,
         legend: true,
     }
@@ -524,7 +609,10 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     prepare(dir)?;
     let t = page.timeline;
     let mut files = Vec::new();
-    let timeline = timeline_chart("Memory over the replay".into(), &page.unit, t, page.capacity_bytes)
+    let first = t.points.first().map_or(0, |p| p.ops);
+    let last = t.points.last().map_or(0, |p| p.ops);
+    let x = XAxis::for_entries(page.entry_times_us, first, last);
+    let timeline = timeline_chart("Memory over the replay".into(), &page.unit, x, t, page.capacity_bytes)
         .write(dir, "timeline", &mut files)?;
     let segments = match &t.peak {
         Some(p) => {
@@ -559,6 +647,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         source => &page.source,
         unit => &page.unit,
         ops_per_point => t.ops_per_point,
+        x_note => x.note(),
         facts => &page.facts,
         stat_notes => &page.stat_notes,
         attribution => crate::peak_table::views(page.attribution),
@@ -617,6 +706,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
     let overlay = PageChart::Lines {
         title: "Reserved memory under each setting".into(),
         x_desc: page.unit.clone(),
+        x: XAxis::Ops,
         lines: groups
             .iter()
             .enumerate()
@@ -652,7 +742,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
             g + 1,
             members.iter().map(|&k| page.settings[k].name.as_str()).collect::<Vec<_>>().join(" · ")
         );
-        let chart = timeline_chart(title, &page.unit, s.timeline, page.capacity_bytes).write(
+        let chart = timeline_chart(title, &page.unit, XAxis::Ops, s.timeline, page.capacity_bytes).write(
             dir,
             &format!("setting-{g}"),
             &mut files,
@@ -712,6 +802,24 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_x_axis_is_time_where_the_entries_have_times() {
+        let times = [1_000_000i64, 1_000_500, 1_002_000, 1_004_000];
+        let x = XAxis::for_entries(Some(&times), 0, 4);
+        assert!(x.is_time());
+        assert_eq!(x.x(0), 0.0, "before the first entry: its time");
+        assert_eq!(x.x(3), 2.0, "after entry 2: 2 ms in");
+        assert_eq!(x.x(9), 4.0, "past the end: the last entry");
+        assert!(x.desc("trace entries").contains("(ms)"));
+        assert!(x.note().unwrap().contains("1000000"));
+        let long = [0i64, 60_000_000];
+        assert!(XAxis::for_entries(Some(&long), 0, 2).desc("e").contains("(s)"));
+        assert!(!XAxis::for_entries(Some(&[5, 5, 5]), 0, 3).is_time(), "no times: entries");
+        assert!(!XAxis::for_entries(Some(&[5, 9, 7]), 0, 3).is_time(), "times going back: entries");
+        assert!(!XAxis::for_entries(None, 0, 3).is_time());
+        assert!(!XAxis::for_entries(Some(&[]), 0, 3).is_time());
+    }
     use vramlab_replay::{ReplayOptions, replay_with_timeline};
 
     fn temp_dir(tag: &str) -> PathBuf {
@@ -744,6 +852,7 @@ mod tests {
             timeline: &t,
             capacity_bytes: None,
             attribution: &[],
+            entry_times_us: None,
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -876,6 +985,7 @@ mod tests {
             timeline: &t,
             capacity_bytes: None,
             attribution: &[],
+            entry_times_us: None,
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

@@ -14,6 +14,7 @@
 //! is ever built (ARCHITECTURE.md says why no pickle crate is used).
 
 mod attribution;
+mod diff;
 mod export;
 mod import;
 mod model;
@@ -30,6 +31,7 @@ pub use attribution::{
     Attribution, CallPathGroup, Category, CategoryShare, CategorySource, FailedRequest, FrameKind, FullStack, NoFrames,
     Point, PointKind, StackFrame, attribute, frame_kind, replay_attribution, requested_peak_index,
 };
+pub use diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
 pub use export::{write_chrome_trace, write_snapshot};
 pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{

@@ -25,7 +25,8 @@ Examples:
   vramlab record -- python train.py                  record a PyTorch script's memory, OOMs included, and report
   cargo xtask gpu-check --bundle-only                build the GPU test bundle to run on a GPU machine
   cargo xtask check --baseline main                  did memory or speed regress since baseline `main`?
-  cargo xtask history --metric '*peak_reserved*'     trends over stored runs, with change points";
+  cargo xtask history --metric '*peak_reserved*'     trends over stored runs, with change points
+  cargo xtask diff before.pickle after.pickle         what changed between two PyTorch memory snapshots";
 
 const BENCH_ABOUT: &str = "Run the bench suites (the GPU guides' claims, measured) and write the results";
 
@@ -169,6 +170,8 @@ pub enum Command {
     Report(ReportArgs),
     #[command(about = RECORD_ABOUT, long_about = RECORD_LONG_ABOUT, after_help = RECORD_AFTER_HELP)]
     Record(RecordArgs),
+    #[command(about = crate::diff_cmd::ABOUT, long_about = crate::diff_cmd::LONG_ABOUT, after_help = crate::diff_cmd::AFTER_HELP)]
+    Diff(crate::diff_cmd::DiffArgs),
 }
 
 const RECORD_ABOUT: &str = "Run a PyTorch program with its CUDA memory recorded, then replay every snapshot and report";

@@ -1,5 +1,5 @@
 //! vramlab's command line as a library: every command (`bench`, `replay`,
-//! `whatif`, `report`, `gpu-check`, `check`, `history`, `record`) and [`main`], which
+//! `whatif`, `diff`, `report`, `gpu-check`, `check`, `history`, `record`) and [`main`], which
 //! parses the arguments and runs one. Two thin binaries call it: `xtask`
 //! (`src/main.rs`, what `cargo xtask …` runs) and `vramlab`
 //! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask --bin
@@ -7,7 +7,7 @@
 //!
 //! Exit status: 0 on success, 1 when the input is bad (the message, on stderr,
 //! names the file and line), 2 for usage errors (clap's), from `report` for a
-//! bad results file and from `replay`/`whatif` for a `--report` folder that
+//! bad results file and from `replay`/`whatif`/`diff` for a `--report` folder that
 //! cannot be written, 3 from `gpu-check` when the machine has no GPU. `record`:
 //! the recorded program's status (128 + N for signal N; 127 command not
 //! found, 126 not runnable). `check`
@@ -18,6 +18,7 @@ mod ab_cmd;
 mod bench_cmd;
 mod check_cmd;
 mod cli;
+mod diff_cmd;
 mod gpu_check;
 mod history_cmd;
 mod ranks_cmd;
@@ -69,6 +70,7 @@ pub fn main(program: Program) -> ExitCode {
         Command::History(args) => history_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Record(args) => record_cmd::run(args),
+        Command::Diff(args) => diff_cmd::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

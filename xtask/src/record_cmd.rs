@@ -232,12 +232,15 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
         }
         let mut facts = replay_doc::page_facts(&doc, &timeline);
         facts.extend(row.whatif.iter().map(|l| Fact::new("what-if at the recorded OOM", l.clone())));
+        // The chart's x axis in time where the entries have times.
+        let times: Vec<i64> = snap.device_traces[r.device].iter().map(|e| e.time_us).collect();
         let page = ReplayPage {
             source: file.clone(),
             unit: "trace entries".into(),
             facts,
             stat_notes: replay_doc::stat_notes(&doc),
             attribution: &doc.attribution,
+            entry_times_us: Some(&times),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline: &timeline,
         };

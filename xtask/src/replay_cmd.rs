@@ -95,6 +95,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
             facts: replay_doc::page_facts(&doc, timeline),
             stat_notes: replay_doc::stat_notes(&doc),
             attribution: &doc.attribution,
+            entry_times_us: None,
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };

@@ -42,12 +42,15 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
     let doc = replay_doc::from_snapshot(name, &snap, &r, &opts);
     let mut written = None;
     if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
+        // The chart's x axis in time where the entries have times.
+        let times: Vec<i64> = snap.device_traces[r.device].iter().map(|e| e.time_us).collect();
         let page = ReplayPage {
             source: name.to_owned(),
             unit: "trace entries".into(),
             facts: replay_doc::page_facts(&doc, timeline),
             stat_notes: replay_doc::stat_notes(&doc),
             attribution: &doc.attribution,
+            entry_times_us: Some(&times),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };

@@ -1,7 +1,9 @@
-//! The replay and what-if pages of a real PyTorch recording in a headless
+//! The replay, what-if and diff pages of real PyTorch recordings in a headless
 //! browser (Debian's `chromium`, as `tests/tests/report.rs` drives it): the peak
 //! table names the recording script's own frame first, the what-if page shows
-//! the capacity and each setting's out-of-memory, and at 1280 and 390 px
+//! the capacity and each setting's out-of-memory, the diff page (the MLP's
+//! snapshot against the transformer's) lists the call path with the largest
+//! change first, a frame of the script, and at 1280 and 390 px
 //! nothing scrolls sideways (tables scroll inside their own box). Without
 //! chromium it checks the HTML alone and prints `skipped: no chromium (…)`.
 
@@ -48,12 +50,16 @@ fn attr<'a>(dom: &'a str, name: &str) -> &'a str {
 }
 
 #[test]
-fn replay_and_whatif_pages_name_the_users_code_and_fit_a_phone() {
+fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let snap = root.join("tests/data/torch-snapshots/transformer-default.pickle");
     let out = std::env::temp_dir().join(format!("vramlab-pages-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let (replay, whatif) = (out.join("replay"), out.join("whatif"));
+    let (replay, whatif, diff) = (out.join("replay"), out.join("whatif"), out.join("diff"));
+    let mlp = root.join("tests/data/torch-snapshots/mlp-default.pickle");
+    xtask(&["diff", mlp.to_str().unwrap(), snap.to_str().unwrap(), "--report", diff.to_str().unwrap()]);
+    // The largest change at the allocated peak: the MLP's parameters, gone.
+    let diff_first_frame = "record_snapshots.py:44:mlp";
     xtask(&["replay", snap.to_str().unwrap(), "--report", replay.to_str().unwrap()]);
     // 300 MiB: the recorded settings (376 MiB reserved) run out; some settings may not.
     xtask(&["whatif", snap.to_str().unwrap(), "--capacity", "300MiB", "--sweep", "--report", whatif.to_str().unwrap()]);
@@ -70,8 +76,14 @@ fn replay_and_whatif_pages_name_the_users_code_and_fit_a_phone() {
     assert!(w.contains("capacity 300.00 MiB"), "the capacity line");
     assert!(w.contains("#1 OOM"), "the recorded settings' OOM point");
     assert!(w.contains("none: out of memory"), "headroom of a setting that runs out");
+    let d = std::fs::read_to_string(diff.join("index.html")).unwrap();
+    assert!(d.contains("Peak reserved rose by 48.00 MiB"), "the diff's headline");
+    assert!(!d.contains(" src=\"http") && !d.contains("url("), "offline");
     let r = std::fs::read_to_string(replay.join("index.html")).unwrap();
     assert!(r.contains("peak allocated 245.74 MiB") && r.contains("peak reserved 376.00 MiB"), "both peaks marked");
+    // The x axis in time (the recording's time_us), the entry index on each mark.
+    assert!(r.contains("time since the first entry (ms)"), "a time axis");
+    assert!(r.contains("peak allocated 245.74 MiB · entry 518"), "the mark's entry index");
 
     let Some(browser) = chromium() else {
         println!("skipped: no chromium (install Debian's chromium package to run the browser half)");
@@ -80,7 +92,9 @@ fn replay_and_whatif_pages_name_the_users_code_and_fit_a_phone() {
     let profile = out.join("chromium-profile");
     let shots = root.join("target/report-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    for (name, dir) in [("replay", &replay), ("whatif", &whatif)] {
+    for (name, dir, first_frame) in
+        [("replay", &replay, first_frame), ("whatif", &whatif, first_frame), ("diff", &diff, diff_first_frame)]
+    {
         // A copy of the page with a probe that writes the layout's figures into the DOM.
         let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
         // Headless chromium keeps its window at least 500 px wide: the probe
@@ -92,7 +106,7 @@ fn replay_and_whatif_pages_name_the_users_code_and_fit_a_phone() {
             var right=0;document.querySelectorAll('body *').forEach(function(e){\
             if(e.parentElement.closest('.scroll'))return;right=Math.max(right,e.getBoundingClientRect().right);});\
             b.setAttribute('data-scroll-width',Math.ceil(Math.max(right,b.scrollWidth)));b.setAttribute('data-inner-width',w);\
-            b.setAttribute('data-first-frame',document.querySelector('table.holders tbody code.frame').textContent);\
+            b.setAttribute('data-first-frame',document.querySelector('table.holders tbody code.frame, table.diff tbody code.frame').textContent);\
             </script></body>";
         std::fs::write(dir.join("probe.html"), page.replace("</body>", probe)).unwrap();
         for width in [1280u32, 390] {

@@ -1,0 +1,185 @@
+//! `cargo xtask diff A B` (`vramlab diff A B`): two PyTorch memory snapshots,
+//! each replayed under its own settings, compared (`vramlab_snapshot::diff_snapshots`):
+//! the peaks before and after with the change, the call paths that gained or
+//! lost bytes at the allocated peak, the segments and the fragmentation at the
+//! reserved peak. A terminal table, or `--json` (the versioned [`DiffDoc`],
+//! schema [`SCHEMA_VERSION`]); `--report DIR` also writes the page
+//! (`vramlab_reports::diff_page`).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Serialize;
+use vramlab_reports::diff_page::{self, fmt_change, fmt_relative};
+use vramlab_reports::units::fmt_bytes;
+use vramlab_snapshot::{self as snapshot, Snapshot, SnapshotDiff, SnapshotReplayOptions};
+
+use crate::replay_cmd::{BAD_REPORT_DIR, report_dir_ok};
+
+pub const ABOUT: &str = "Compare two PyTorch memory snapshots: peaks, who gained or lost bytes, segments";
+
+pub const LONG_ABOUT: &str = "\
+Compare two PyTorch memory snapshots (torch.cuda.memory._dump_snapshot(), any pickle protocol),
+A before and B after, offline: each is replayed through vramlab's model of the caching allocator
+under its own settings (the allocator_settings it recorded, else PyTorch's defaults), then the
+peak allocated and reserved memory before and after and the change; the call paths of your own
+code (frames inside torch, packages, the standard library and C++ folded) that gained or lost
+bytes at each replay's allocated peak, largest change first; the segments at each reserved peak
+(count and sizes) and the fragmentation then (reserved - allocated, the largest free block).";
+
+pub const AFTER_HELP: &str = "\
+Examples:
+  cargo xtask diff before.pickle after.pickle
+  cargo xtask diff before.pickle after.pickle --json
+  cargo xtask diff before.pickle after.pickle --report target/diff   then open target/diff/index.html
+
+Exit status: 0 when both snapshots replayed (whatever changed); 1 when a file is not a readable
+snapshot or cannot be replayed; 2 for usage errors and when the --report folder cannot be written.";
+
+/// The document's version: raised whenever a key changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Call paths the terminal table lists (`--json` has them all).
+const PATH_ROWS_TEXT: usize = 15;
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The snapshot before (A)
+    #[arg(value_name = "A")]
+    pub before: PathBuf,
+
+    /// The snapshot after (B)
+    #[arg(value_name = "B")]
+    pub after: PathBuf,
+
+    /// The device whose trace to replay in both [default: in each, the one with the most entries]
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
+
+    /// Print one JSON object instead of the tables
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write an offline HTML page into DIR
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+}
+
+/// What `--json` prints.
+#[derive(Debug, Serialize)]
+pub struct DiffDoc<'a> {
+    pub schema_version: u32,
+    #[serde(flatten)]
+    pub diff: &'a SnapshotDiff,
+}
+
+fn read(path: &std::path::Path) -> anyhow::Result<Snapshot> {
+    if path.is_dir() {
+        bail!("{} is a directory, not a PyTorch memory snapshot", path.display());
+    }
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    snapshot::read_snapshot(std::io::BufReader::new(file))
+        .with_context(|| format!("{} is not a readable PyTorch memory snapshot", path.display()))
+}
+
+pub fn run(args: &DiffArgs) -> anyhow::Result<u8> {
+    if !report_dir_ok(args.report.as_deref()) {
+        return Ok(BAD_REPORT_DIR);
+    }
+    let (a_name, b_name) = (args.before.display().to_string(), args.after.display().to_string());
+    let (a, b) = (read(&args.before)?, read(&args.after)?);
+    let opts = SnapshotReplayOptions { device: args.device, ..Default::default() };
+    let d = snapshot::diff_snapshots((&a_name, &a), (&b_name, &b), &opts).map_err(|(side, e)| {
+        anyhow::Error::new(e).context(format!("cannot replay {}", if side == 0 { &a_name } else { &b_name }))
+    })?;
+    let written = match &args.report {
+        Some(dir) => Some(
+            diff_page::write_diff_report(dir, &d)
+                .with_context(|| format!("cannot write the report into {}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let out = if args.json {
+        let mut v = serde_json::to_vec_pretty(&DiffDoc { schema_version: SCHEMA_VERSION, diff: &d })
+            .context("cannot serialize the diff")?;
+        v.push(b'\n');
+        v
+    } else {
+        let mut text = text(&d);
+        if let Some(index) = &written {
+            let _ = writeln!(text, "\nreport: {}", index.display());
+        }
+        text.into_bytes()
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&out).and_then(|()| stdout.flush()).context("cannot write to standard output")?;
+    Ok(0)
+}
+
+/// The terminal report.
+pub fn text(d: &SnapshotDiff) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "vramlab diff: A = {}, B = {}", d.before.source, d.after.source);
+    for f in diff_page::side_facts(d) {
+        let _ = writeln!(t, "  {:<10} {}", f.name, f.value);
+    }
+    let _ = writeln!(t, "\n{}\n", diff_page::headline(d));
+    let _ = writeln!(t, "  {:<58} {:>14} {:>14}  change", "", "A (before)", "B (after)");
+    for r in diff_page::figure_rows(d) {
+        let _ = writeln!(t, "  {:<58} {:>14} {:>14}  {}", r.name, r.before, r.after, r.change);
+    }
+    let _ = writeln!(
+        t,
+        "\nCall paths that gained or lost bytes at the allocated peak (requested bytes; your frames first; torch, packages, stdlib, <built-in>, C++ folded)"
+    );
+    if d.paths.is_empty() {
+        let _ = writeln!(t, "  none");
+    } else {
+        let _ = writeln!(t, "  {:>14} {:>14} {:>22}  call path", "A (before)", "B (after)", "change");
+        for p in d.paths.iter().take(PATH_ROWS_TEXT) {
+            let mut path = p.user_frames.join(" <- ");
+            if path.is_empty() {
+                path = p.label.clone();
+            }
+            if let Some(via) = &p.via {
+                let _ = write!(path, " [via {via}]");
+            }
+            let change = format!("{}{}", fmt_change(p.change_bytes), fmt_relative(p.before_bytes, p.change_bytes));
+            let _ = writeln!(
+                t,
+                "  {:>14} {:>14} {:>22}  {path}",
+                fmt_bytes(p.before_bytes),
+                fmt_bytes(p.after_bytes),
+                change
+            );
+        }
+        if d.paths.len() > PATH_ROWS_TEXT {
+            let rest = &d.paths[PATH_ROWS_TEXT..];
+            let _ = writeln!(
+                t,
+                "  … and {} more, {} together (--json lists them)",
+                rest.len(),
+                fmt_change(rest.iter().map(|p| p.change_bytes).sum())
+            );
+        }
+    }
+    if d.paths_unchanged > 0 {
+        let _ = writeln!(t, "  unchanged: {} call path(s) holding {}", d.paths_unchanged, fmt_bytes(d.bytes_unchanged));
+    }
+    let _ = writeln!(t, "\nSegment sizes at the reserved peak");
+    let _ = writeln!(t, "  {:>14} {:>6} {:>6}  change", "size", "A", "B");
+    for s in &d.segment_sizes {
+        let _ = writeln!(
+            t,
+            "  {:>14} {:>6} {:>6}  {}",
+            fmt_bytes(s.size_bytes),
+            s.before,
+            s.after,
+            diff_page::fmt_count_change(s.before, s.after)
+        );
+    }
+    t
+}
