@@ -152,41 +152,31 @@ pub(crate) fn classify_releases(
     frames: &FrameTable,
     keep: impl Fn(&TraceEntry) -> bool,
 ) -> ReleasePlan {
-    // Only the runs of segment frees are looked at: no copy of the trace.
-    let kept: Vec<(usize, &TraceEntry)> = trace
-        .iter()
-        .enumerate()
-        .filter(|(i, e)| {
-            matches!(e.action, Action::SegmentFree | Action::SegmentUnmap | Action::Oom)
-                || trace
-                    .get(i.wrapping_sub(1))
-                    .is_some_and(|p| matches!(p.action, Action::SegmentFree | Action::SegmentUnmap))
-        })
-        .filter(|(_, e)| keep(e))
-        .collect();
+    // One pass over the trace, looking only at runs of segment frees.
+    let releases = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
     let mut runs = rustc_hash::FxHashMap::default();
-    let mut k = 0;
-    while k < kept.len() {
-        let action = kept[k].1.action;
-        if !matches!(action, Action::SegmentFree | Action::SegmentUnmap) {
-            k += 1;
+    let mut i = 0;
+    while i < trace.len() {
+        let action = trace[i].action;
+        if !releases(action) || !keep(&trace[i]) {
+            i += 1;
             continue;
         }
-        let start = k;
-        while k < kept.len() && kept[k].1.action == action && kept[k].0 == kept[start].0 + (k - start) {
-            k += 1;
+        let start = i;
+        while i < trace.len() && trace[i].action == action && keep(&trace[i]) {
+            i += 1;
         }
-        let run = &kept[start..k];
-        let kind = if run.iter().any(|(_, e)| names_empty_cache(frames, e.frames)) {
+        let run = &trace[start..i];
+        let kind = if run.iter().any(|e| names_empty_cache(frames, e.frames)) {
             ReleaseKind::Program
-        } else if kept.get(k).is_some_and(|(i, e)| *i == run[run.len() - 1].0 + 1 && e.action == Action::Oom) {
+        } else if trace.get(i).is_some_and(|e| e.action == Action::Oom && keep(e)) {
             ReleaseKind::RetryBeforeOom
-        } else if run.iter().any(|(_, e)| names_allocator_release(frames, e.frames)) {
+        } else if run.iter().any(|e| names_allocator_release(frames, e.frames)) {
             ReleaseKind::Allocator
         } else {
             ReleaseKind::Unattributed
         };
-        runs.insert(run[0].0 as u64, kind);
+        runs.insert(start as u64, kind);
     }
     ReleasePlan { runs }
 }

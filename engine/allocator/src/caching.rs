@@ -782,21 +782,25 @@ impl CachingAllocator {
     }
 
     /// `torch.cuda.memory_allocated()`.
+    #[inline]
     pub fn memory_allocated(&self) -> u64 {
         self.lock().stats.memory_allocated()
     }
 
     /// `torch.cuda.memory_reserved()`.
+    #[inline]
     pub fn memory_reserved(&self) -> u64 {
         self.lock().stats.memory_reserved()
     }
 
     /// `torch.cuda.max_memory_allocated()`.
+    #[inline]
     pub fn max_memory_allocated(&self) -> u64 {
         self.lock().stats.max_memory_allocated()
     }
 
     /// `torch.cuda.max_memory_reserved()`.
+    #[inline]
     pub fn max_memory_reserved(&self) -> u64 {
         self.lock().stats.max_memory_reserved()
     }
