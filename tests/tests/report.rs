@@ -170,9 +170,14 @@ fn html_text_escaping_markdown_and_chart_files() {
     let text = visible_text(&html);
     for expected in [
         "Environment CPU Test CPU (2 cores) Host memory 8.00 GiB GPUs none: CUDA unavailable: no driver",
-        "memory no_grad saves memory holds training 3.00 MiB vs eval 1.00 MiB",
-        "transfer pinned is faster not applicable no GPU",
-        "Finding: no_grad saves memory — holds: training 3.00 MiB vs eval 1.00 MiB",
+        "Measured on the CPU, Test CPU (2 cores; no GPU: CUDA unavailable: no driver): 2 suites (memory, \
+         transfer), a quick run (fewer samples and sizes).",
+        "1 holds · 0 inconclusive · 0 do not hold · 1 not applicable",
+        "Contents Verdicts memory 2 cases · 1 holds transfer 1 case · 1 not applicable Environment · Trends",
+        "memory holds no_grad saves memory training 3.00 MiB vs eval 1.00 MiB",
+        "transfer not applicable pinned is faster no GPU",
+        "holds no_grad saves memory — training 3.00 MiB vs eval 1.00 MiB",
+        "Memory over time: 1 interactive timeline (the largest peaks)",
         "peak 3.00 MiB at 5.00 ms in train_step/forward",
         "train_step_peak mode=train; tag=<script>alert(1)</script> 2.00 ms",
         "<script>alert(1)</script> failed: it broke | badly",
@@ -182,6 +187,14 @@ fn html_text_escaping_markdown_and_chart_files() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    // The answer comes first: the sentence, the counts and the contents before the verdict table,
+    // the environment and the suites.
+    let at = |what: &str| text.find(what).unwrap_or_else(|| panic!("{what:?} missing"));
+    assert!(at("Measured on") < at("1 holds ·") && at("1 holds ·") < at("Contents Verdicts"));
+    assert!(at("Contents Verdicts") < at("Verdicts Suite Verdict Claim Evidence"));
+    assert!(at("Verdicts Suite Verdict Claim Evidence") < at("Environment CPU"));
+    // Timelines wait, collapsed, until the reader opens them.
+    assert!(html.contains("<details class=\"timelines\"><summary>Memory over time"));
     // summary.md: GitHub tables, pipes escaped, verdicts.
     let md = std::fs::read_to_string(&files.summary_md).unwrap();
     assert!(md.contains(
