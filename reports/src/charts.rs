@@ -215,6 +215,8 @@ fn time_axes<'a, DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FAMILY, 20))
         .margin(12)
+        // Room for the last time label, centred on the plot's right edge.
+        .margin_right(40)
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..x.0, 0f64..y.0)?;

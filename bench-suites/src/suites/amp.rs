@@ -545,6 +545,12 @@ fn at_peak(r: &Row) -> String {
     )
 }
 
+/// A peak as the report's case table writes it (`fmt_bytes`), so the verdict and
+/// the table show one figure the same way.
+fn bytes(b: f64) -> String {
+    crate::charts::fmt_bytes(b as u64)
+}
+
 fn memory_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
     let claim = "mixed precision lowers the peak memory (max_memory_allocated) of training".to_owned();
     let groups = match groups(cases) {
@@ -561,10 +567,10 @@ fn memory_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
             .mixed
             .iter()
             .zip(&ratios)
-            .map(|(r, x)| format!("{} {} ({x:.2}x f32){}", r.precision.label(), mib(r.peak_bytes), at_peak(r)))
+            .map(|(r, x)| format!("{} {} ({x:.2}x f32){}", r.precision.label(), bytes(r.peak_bytes), at_peak(r)))
             .collect::<Vec<_>>()
             .join(", ");
-        parts.push(format!("{}: f32 {}{}, {per}", g.workload, mib(g.f32.peak_bytes), at_peak(&g.f32)));
+        parts.push(format!("{}: f32 {}{}, {per}", g.workload, bytes(g.f32.peak_bytes), at_peak(&g.f32)));
         for (r, x) in g.mixed.iter().zip(&ratios) {
             let label = format!("{} at {}", r.precision.name(), g.workload);
             if *x < 0.98 { dropped.push(label) } else { kept.push(label) }
