@@ -5,7 +5,7 @@
 
 use minijinja::{AutoEscape, Environment};
 use serde::Serialize;
-use vramlab_suites::{CaseResult, MemoryTimeline, Outcome, RunResults, SuiteResult, Verdict};
+use vramlab_suites::{CaseResult, Finding, MemoryTimeline, Outcome, RunResults, SuiteResult, Verdict};
 
 use crate::ReportError;
 use crate::markdown::verdict_text;
@@ -58,6 +58,8 @@ pub struct TimelineView {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SuiteExtras {
     pub charts: Vec<ChartView>,
+    /// Allocated bytes by category, shown with the timelines (collapsed).
+    pub stacks: Vec<ChartView>,
     pub timelines: Vec<TimelineView>,
     pub csv: String,
 }
@@ -127,9 +129,12 @@ struct CaseRow {
 struct SuiteView<'a> {
     name: &'a str,
     description: &'a str,
-    finding: String,
+    finding: Option<FindingView<'a>>,
+    /// Without findings: what the cases measured, in one sentence.
+    summary: String,
     cases: Vec<CaseRow>,
     charts: &'a [ChartView],
+    stacks: &'a [ChartView],
     timelines: &'a [TimelineView],
     csv: &'a str,
 }
@@ -152,6 +157,88 @@ fn verdict_class(v: Verdict) -> &'static str {
         Verdict::Inconclusive => "inconclusive",
         Verdict::NotApplicable => "not-applicable",
     }
+}
+
+/// A suite's first finding as its section shows it: the badge, then the claim.
+#[derive(Serialize)]
+struct FindingView<'a> {
+    verdict: &'static str,
+    class: &'static str,
+    claim: &'a str,
+    evidence: &'a str,
+    /// "(2 more claims in the verdict table)", or empty.
+    more: String,
+}
+
+/// One verdict's count on the first screen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerdictCount {
+    pub count: usize,
+    /// "hold", "do not hold", … (agreeing with the count).
+    pub label: String,
+    pub class: &'static str,
+}
+
+/// The verdict counts, in the order holds, inconclusive, does not hold, not
+/// applicable; every kind listed, zero included, so the sentence reads the same
+/// on every run.
+pub fn verdict_counts(results: &RunResults) -> Vec<VerdictCount> {
+    counts_of(&results.suites.iter().flat_map(|s| &s.findings).collect::<Vec<_>>())
+}
+
+fn counts_of(findings: &[&Finding]) -> Vec<VerdictCount> {
+    [Verdict::Holds, Verdict::Inconclusive, Verdict::DoesNotHold, Verdict::NotApplicable]
+        .into_iter()
+        .map(|v| {
+            let count = findings.iter().filter(|f| f.verdict == v).count();
+            let label = match (v, count) {
+                (Verdict::Holds, 1) => "holds",
+                (Verdict::Holds, _) => "hold",
+                (Verdict::DoesNotHold, 1) => "does not hold",
+                (Verdict::DoesNotHold, _) => "do not hold",
+                (Verdict::Inconclusive, _) => "inconclusive",
+                (Verdict::NotApplicable, _) => "not applicable",
+            };
+            VerdictCount { count, label: label.to_owned(), class: verdict_class(v) }
+        })
+        .collect()
+}
+
+/// The first screen's sentence: what was measured, where, and what kind of run.
+pub fn headline(results: &RunResults) -> String {
+    let e = &results.environment;
+    let place = match e
+        .gpus
+        .iter()
+        .find(|g| e.device == format!("cuda:{}", g.index))
+        .or_else(|| (e.device.starts_with("cuda") && e.gpus.len() == 1).then(|| &e.gpus[0]))
+    {
+        Some(g) => format!("{} ({}, {})", g.name, e.device, fmt_bytes(g.memory_bytes)),
+        None => {
+            let cores = if e.cpu_cores == 1 { "1 core".to_owned() } else { format!("{} cores", e.cpu_cores) };
+            let why = match (&e.gpu_unavailable_reason, e.gpus.is_empty()) {
+                (Some(r), true) => format!("; no GPU: {r}"),
+                _ => String::new(),
+            };
+            format!("the CPU, {} ({cores}{why})", e.cpu_model)
+        }
+    };
+    let names: Vec<&str> = results.suites.iter().map(|s| s.name.as_str()).collect();
+    let suites = match names.len() {
+        0 => "no suite".to_owned(),
+        1 => format!("1 suite ({})", names[0]),
+        n => format!("{n} suites ({})", names.join(", ")),
+    };
+    let kind = if results.options.quick { "a quick run (fewer samples and sizes)" } else { "a full run" };
+    format!("Measured on {place}: {suites}, {kind}.")
+}
+
+/// A suite in the table of contents: its link and its verdicts' counts.
+#[derive(Serialize)]
+struct TocEntry<'a> {
+    name: &'a str,
+    cases: usize,
+    counts: Vec<VerdictCount>,
 }
 
 /// The suite's finding in one sentence: its first verdict with the evidence,
@@ -289,16 +376,40 @@ pub fn render_index_with(
             SuiteView {
                 name: &s.name,
                 description: &s.description,
-                finding: suite_finding(s),
+                finding: s.findings.first().map(|f| FindingView {
+                    verdict: verdict_text(f.verdict),
+                    class: verdict_class(f.verdict),
+                    claim: &f.claim,
+                    evidence: &f.evidence,
+                    more: match s.findings.len() {
+                        1 => String::new(),
+                        2 => "(1 more claim in the verdict table)".to_owned(),
+                        n => format!("({} more claims in the verdict table)", n - 1),
+                    },
+                }),
+                summary: suite_finding(s),
                 cases: s.cases.iter().map(case_row).collect(),
                 charts: &x.charts,
+                stacks: &x.stacks,
                 timelines: &x.timelines,
                 csv: &x.csv,
             }
         })
         .collect();
+    let toc: Vec<TocEntry> = results
+        .suites
+        .iter()
+        .map(|s| TocEntry {
+            name: &s.name,
+            cases: s.cases.len(),
+            counts: counts_of(&s.findings.iter().collect::<Vec<_>>()).into_iter().filter(|c| c.count > 0).collect(),
+        })
+        .collect();
     let ctx = minijinja::context! {
         title => "vramlab report",
+        headline => headline(results),
+        counts => verdict_counts(results),
+        toc => toc,
         version => &results.vramlab_version,
         started_at => &results.started_at,
         quick => results.options.quick,
@@ -316,4 +427,79 @@ pub fn render_index_with(
         .get_template("report.html")
         .and_then(|t| t.render(ctx))
         .map_err(|e| ReportError::Template { reason: format!("{e:#}") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramlab_suites::{Environment, GpuInfo, RunOptions};
+
+    fn run(device: &str, gpus: Vec<GpuInfo>, verdicts: &[Verdict]) -> RunResults {
+        let finding = |v: &Verdict| Finding { claim: "c".into(), verdict: *v, evidence: "e".into() };
+        RunResults {
+            schema_version: vramlab_suites::SCHEMA_VERSION,
+            vramlab_version: "0".into(),
+            started_at: "t".into(),
+            options: RunOptions {
+                suites: vec![],
+                device: device.into(),
+                quick: false,
+                samples: None,
+                seed: 1,
+                capacity_bytes: 1,
+            },
+            environment: Environment {
+                cpu_model: "Xeon".into(),
+                cpu_cores: 16,
+                host_memory_bytes: 1,
+                gpu_unavailable_reason: gpus.is_empty().then(|| "no driver".into()),
+                gpus,
+                device: device.into(),
+                os: "linux".into(),
+                rustc: None,
+                git_commit: None,
+            },
+            suites: ["memory", "amp"]
+                .iter()
+                .map(|name| SuiteResult {
+                    name: (*name).into(),
+                    description: String::new(),
+                    device: device.into(),
+                    duration_ns: 1,
+                    cases: vec![],
+                    findings: verdicts.iter().map(finding).collect(),
+                    charts: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_headline_names_the_gpu_the_suites_and_the_run_kind() {
+        let h200 = GpuInfo {
+            index: 0,
+            name: "NVIDIA H200".into(),
+            memory_bytes: 141 << 30,
+            compute_capability: None,
+            driver_version: None,
+            cuda_version: None,
+        };
+        assert_eq!(
+            headline(&run("cuda:0", vec![h200], &[])),
+            "Measured on NVIDIA H200 (cuda:0, 141.00 GiB): 2 suites (memory, amp), a full run."
+        );
+        assert_eq!(
+            headline(&run("cpu", vec![], &[])),
+            "Measured on the CPU, Xeon (16 cores; no GPU: no driver): 2 suites (memory, amp), a full run."
+        );
+    }
+
+    #[test]
+    fn counts_list_every_verdict_with_a_label_that_agrees() {
+        let counts = verdict_counts(&run("cpu", vec![], &[Verdict::Holds, Verdict::DoesNotHold, Verdict::Holds]));
+        let text: Vec<String> = counts.iter().map(|c| format!("{} {}", c.count, c.label)).collect();
+        assert_eq!(text, ["4 hold", "0 inconclusive", "2 do not hold", "0 not applicable"]);
+        let one = verdict_counts(&run("cpu", vec![], &[Verdict::DoesNotHold]));
+        assert_eq!((one[2].count, one[2].label.as_str()), (2, "do not hold"));
+    }
 }

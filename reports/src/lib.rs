@@ -125,10 +125,30 @@ pub fn create_log(dir: &Path, name: &str) -> Result<fs::File, ReportError> {
 }
 
 /// Writes the run's JSON (`results.json`) into `dir`; returns its path.
+/// Compact (no indentation: a third of the pretty form's size), and kernel
+/// slices kept only for the case whose trace the report writes
+/// ([`report::trace_case`]): the others' were most of a GPU run's file and
+/// nothing reads them.
 pub fn write_results_json(dir: &Path, results: &RunResults) -> Result<PathBuf, ReportError> {
     let path = dir.join(RESULTS_JSON);
-    let json = serde_json::to_vec_pretty(results)
-        .map_err(|source| ReportError::Json { what: "the run's results".into(), source })?;
+    let kept = report::trace_case(results).map(|(s, c)| (s.name.as_str(), c.name.as_str()));
+    let unread = |s: &vramlab_suites::SuiteResult, c: &vramlab_suites::CaseResult| {
+        !c.kernels.is_empty() && kept != Some((s.name.as_str(), c.name.as_str()))
+    };
+    let json = if results.suites.iter().any(|s| s.cases.iter().any(|c| unread(s, c))) {
+        let mut slim = results.clone();
+        for (s, slim_s) in results.suites.iter().zip(&mut slim.suites) {
+            for (c, slim_c) in s.cases.iter().zip(&mut slim_s.cases) {
+                if unread(s, c) {
+                    slim_c.kernels = Vec::new();
+                }
+            }
+        }
+        serde_json::to_vec(&slim)
+    } else {
+        serde_json::to_vec(results)
+    }
+    .map_err(|source| ReportError::Json { what: "the run's results".into(), source })?;
     write_atomic(&path, &json)?;
     Ok(path)
 }
@@ -207,6 +227,32 @@ pub(crate) mod tests {
         assert_eq!(names, vec![std::ffi::OsString::from(RESULTS_JSON)]);
         fs::write(&path, b"{}").unwrap();
         assert!(matches!(read_results_json(&path), Err(ReportError::NotResults { .. })));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn kernel_slices_are_kept_only_for_the_traced_case() {
+        let dir = temp_dir("kernels");
+        let mut r = sample();
+        let slice = vramlab_suites::KernelSlice {
+            name: "matmul".into(),
+            algorithm: String::new(),
+            device: "cpu:0".into(),
+            stream: 0,
+            start_ns: 0,
+            duration_ns: 5,
+        };
+        let mut traced = r.suites[0].cases[0].clone().with_timeline(vramlab_suites::MemoryTimeline::default());
+        let mut other = r.suites[0].cases[0].clone();
+        other.name = "untraced".into();
+        traced.kernels = vec![slice.clone()];
+        other.kernels = vec![slice];
+        r.suites[0].cases = vec![traced, other];
+        let path = write_results_json(&dir, &r).unwrap();
+        let back = read_results_json(&path).unwrap();
+        assert_eq!(back.suites[0].cases[0].kernels.len(), 1, "the traced case keeps its kernels");
+        assert!(back.suites[0].cases[1].kernels.is_empty(), "no trace reads the other's");
+        assert!(!fs::read_to_string(&path).unwrap().contains("\n  "), "compact");
         let _ = fs::remove_dir_all(&dir);
     }
 

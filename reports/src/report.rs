@@ -29,6 +29,13 @@ pub const CHARTS_DIR: &str = "charts";
 
 /// Timelines shown per suite (the largest peaks first); more would make the page slow.
 pub const MAX_TIMELINES_PER_SUITE: usize = 6;
+/// Points per series of a memory chart drawn as a file: about one per pixel
+/// column of the chart (min/max decimation keeps every peak), where more
+/// would only make the SVG and PNG bigger.
+pub const DRAWN_POINTS: usize = crate::charts::WIDTH as usize;
+/// Points per series of an interactive timeline's data in the page: enough to
+/// zoom into, few enough for the page to stay small with dozens of timelines.
+pub const PAGE_POINTS: usize = 1000;
 /// Bars per bar chart (the first cases in run order).
 pub const MAX_BARS: usize = 40;
 
@@ -157,6 +164,8 @@ struct Planned<'a> {
 /// What a drawn job adds to its suite's section.
 enum Drawn {
     Static(ChartView),
+    /// A category stack: shown with the timelines, collapsed.
+    Stack(ChartView),
     Timeline(Box<TimelineView>),
 }
 
@@ -218,33 +227,43 @@ fn plan_suite<'a>(index: usize, suite: &'a SuiteResult, jobs: &mut Vec<Planned<'
             }
         }
     }
-    for c in ok.iter().filter(|c| c.categories.is_some()).take(MAX_TIMELINES_PER_SUITE) {
-        if let Some(stack) = c.categories.as_ref().map(decimated_stack) {
-            let title = format!("{}: allocated by category", c.name);
-            push(format!("{s}-{}-categories", slug(&c.name)), Job::Stack { title, stack });
-        }
-    }
     let mut with_timeline: Vec<(&CaseResult, &MemoryTimeline)> =
         ok.iter().filter_map(|c| Some((*c, c.timeline.as_ref()?))).collect();
     with_timeline.sort_by_key(|(_, t)| std::cmp::Reverse(t.peak_allocated_bytes));
-    for (k, (c, t)) in with_timeline.into_iter().take(MAX_TIMELINES_PER_SUITE).enumerate() {
+    with_timeline.truncate(MAX_TIMELINES_PER_SUITE);
+    // The category stacks of the cases whose timelines are shown; a stack of
+    // one band says no more than the timeline, so it needs two or more.
+    for (c, _) in &with_timeline {
+        if let Some(stack) = c.categories.as_ref().filter(|s| bands(s) > 1) {
+            let title = format!("{}: allocated by category", c.name);
+            let stack = decimated_stack_to(stack, DRAWN_POINTS);
+            push(format!("{s}-{}-categories", slug(&c.name)), Job::Stack { title, stack });
+        }
+    }
+    for (k, (c, t)) in with_timeline.into_iter().enumerate() {
         let title = format!("{}: memory over time", c.name);
         push(
             format!("{s}-{}-timeline", slug(&c.name)),
-            Job::Timeline { title, id: format!("tl-{s}-{k}"), timeline: decimated(t) },
+            Job::Timeline { title, id: format!("tl-{s}-{k}"), timeline: decimated_to(t, PAGE_POINTS) },
         );
     }
+}
+
+/// The categories of a stack that ever hold a byte.
+pub fn bands(stack: &CategoryStack) -> usize {
+    stack.by_category_bytes.values().filter(|v| v.iter().any(|&b| b > 0)).count()
 }
 
 fn draw_job(dir: &Path, p: &Planned<'_>) -> Result<Drawn, ReportError> {
     Ok(match &p.job {
         Job::Static(chart) => Drawn::Static(chart_files(dir, &p.name, chart)?),
         Job::Stack { title, stack } => {
-            Drawn::Static(chart_files(dir, &p.name, &Chart::Categories { title: title.clone(), stack })?)
+            Drawn::Stack(chart_files(dir, &p.name, &Chart::Categories { title: title.clone(), stack })?)
         }
         Job::Timeline { title, id, timeline: t } => {
             // The page draws this one interactively from its data; the files are linked.
-            let view = chart_files(dir, &p.name, &Chart::Timeline { title: title.clone(), timeline: t })?;
+            let drawn = decimated_to(t, DRAWN_POINTS);
+            let view = chart_files(dir, &p.name, &Chart::Timeline { title: title.clone(), timeline: &drawn })?;
             Drawn::Timeline(Box::new(TimelineView {
                 png: view.png,
                 svg_file: view.svg_file,
@@ -259,11 +278,11 @@ fn draw_job(dir: &Path, p: &Planned<'_>) -> Result<Drawn, ReportError> {
     })
 }
 
-fn decimated_series(s: &Series) -> Series {
-    if s.time_ns.len() <= TIMELINE_POINTS {
+fn decimated_series(s: &Series, points: usize) -> Series {
+    if s.time_ns.len() <= points {
         return s.clone();
     }
-    let d = vramlab_profiler::decimate(&s.time_ns, &s.bytes, TIMELINE_POINTS);
+    let d = vramlab_profiler::decimate(&s.time_ns, &s.bytes, points);
     Series {
         time_ns: d.indices.iter().map(|&i| s.time_ns[i]).collect(),
         bytes: d.indices.iter().map(|&i| s.bytes[i]).collect(),
@@ -274,12 +293,17 @@ fn decimated_series(s: &Series) -> Series {
 /// decimation, peaks kept): files written by this build already are; a file
 /// from elsewhere with millions of points is cut down before drawing.
 pub fn decimated(t: &MemoryTimeline) -> MemoryTimeline {
+    decimated_to(t, TIMELINE_POINTS)
+}
+
+/// A timeline with at most `points` points per series (min/max decimation, peaks kept).
+pub fn decimated_to(t: &MemoryTimeline, points: usize) -> MemoryTimeline {
     MemoryTimeline {
         device: t.device.clone(),
         duration_ns: t.duration_ns,
-        allocated: decimated_series(&t.allocated),
-        reserved: decimated_series(&t.reserved),
-        active: decimated_series(&t.active),
+        allocated: decimated_series(&t.allocated, points),
+        reserved: decimated_series(&t.reserved, points),
+        active: decimated_series(&t.active, points),
         phases: t.phases.clone(),
         peak_allocated_bytes: t.peak_allocated_bytes,
         peak_time_ns: t.peak_time_ns,
@@ -289,13 +313,18 @@ pub fn decimated(t: &MemoryTimeline) -> MemoryTimeline {
 }
 
 fn decimated_stack(s: &CategoryStack) -> CategoryStack {
-    if s.time_ns.len() <= TIMELINE_POINTS {
+    decimated_stack_to(s, TIMELINE_POINTS)
+}
+
+/// A category stack with at most `points` times, chosen by min/max decimation of the total.
+fn decimated_stack_to(s: &CategoryStack, points: usize) -> CategoryStack {
+    if s.time_ns.len() <= points {
         return s.clone();
     }
     let totals: Vec<u64> = (0..s.time_ns.len())
         .map(|i| s.by_category_bytes.values().map(|v| v.get(i).copied().unwrap_or(0)).sum())
         .collect();
-    let d = vramlab_profiler::decimate(&s.time_ns, &totals, TIMELINE_POINTS);
+    let d = vramlab_profiler::decimate(&s.time_ns, &totals, points);
     CategoryStack {
         time_ns: d.indices.iter().map(|&i| s.time_ns[i]).collect(),
         by_category_bytes: s
@@ -379,6 +408,11 @@ pub fn write_report_with(
             Drawn::Static(v) => {
                 let files = (v.png.clone(), v.svg_file.clone());
                 x.charts.push(v);
+                files
+            }
+            Drawn::Stack(v) => {
+                let files = (v.png.clone(), v.svg_file.clone());
+                x.stacks.push(v);
                 files
             }
             Drawn::Timeline(v) => {

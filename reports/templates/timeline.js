@@ -2,7 +2,9 @@
 // Each figure[data-timeline] holds its data as JSON; the chart is an SVG drawn here.
 // Hover shows time, allocated, reserved and phase; drag selects a range to zoom;
 // double-click resets. `#hover=F` (or `?hover=F`) in the URL hovers every timeline at
-// fraction F of its time axis (used by the browser test and handy for sharing a moment).
+// fraction F of its time axis (used by the browser test and handy for sharing a moment),
+// opening the collapsed timeline sections first. A timeline inside a closed <details>
+// is drawn when the reader opens it, so a page with dozens costs nothing until then.
 (function () {
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
@@ -44,14 +46,16 @@
     this.box = document.getElementById(id);
     this.readout = document.getElementById(id + "-readout");
     this.t0 = 0; this.t1 = Math.max(1, this.data.duration_ns);
-    var self = this;
-    this.draw();
-    window.addEventListener("resize", function () { self.draw(); });
+    var self = this, holder = fig.closest("details");
+    this.svg = null;
+    if (!holder || holder.open) this.draw();
+    if (holder) holder.addEventListener("toggle", function () { if (holder.open && !self.svg) self.draw(); });
+    window.addEventListener("resize", function () { if (self.box.clientWidth > 0) self.draw(); });
   }
   Timeline.prototype.draw = function () {
     var d = this.data, box = this.box;
     var W = Math.max(200, box.clientWidth), H = Math.max(160, box.clientHeight);
-    var L = 64, R = 10, T = 10, B = 28;
+    var L = 80, R = 10, T = 10, B = 28;
     var pw = W - L - R, ph = H - T - B;
     var maxB = 1;
     [d.allocated, d.reserved].forEach(function (s) { s.bytes.forEach(function (b) { if (b > maxB) maxB = b; }); });
@@ -123,10 +127,14 @@
     this.svg = svg;
     this.plotBox = { left: L, width: pw, svgWidth: W };
   };
+  var m = /hover=([0-9.]+)/.exec(location.search + location.hash);
+  if (m) {
+    var closed = document.querySelectorAll("details.timelines");
+    for (var j = 0; j < closed.length; j++) closed[j].open = true;
+  }
   var charts = [];
   var figs = document.querySelectorAll("figure[data-timeline]");
   for (var i = 0; i < figs.length; i++) charts.push(new Timeline(figs[i]));
-  var m = /hover=([0-9.]+)/.exec(location.search + location.hash);
   if (m) charts.forEach(function (c) {
     var svg = c.svg, r = svg.getBoundingClientRect(), b = c.plotBox;
     var px = (b.left + b.width * parseFloat(m[1])) * r.width / b.svgWidth;

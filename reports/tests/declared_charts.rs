@@ -127,7 +127,7 @@ fn a_suite_defined_here_gets_its_declared_charts_drawn_from_its_results_file() {
     let dir = temp_dir("report");
     let path = vramlab_reports::write_results_json(&dir, &run(result, ctx.options.clone())).unwrap();
     let json = std::fs::read_to_string(&path).unwrap();
-    assert!(json.contains("\"title\": \"squares: n² by n\""), "{json}");
+    assert!(json.contains("\"title\":\"squares: n² by n\""), "{json}");
     let loaded = vramlab_reports::load_results(&path).unwrap();
     assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
     let suite = &loaded.results.suites[0];

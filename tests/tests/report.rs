@@ -170,9 +170,14 @@ fn html_text_escaping_markdown_and_chart_files() {
     let text = visible_text(&html);
     for expected in [
         "Environment CPU Test CPU (2 cores) Host memory 8.00 GiB GPUs none: CUDA unavailable: no driver",
-        "memory no_grad saves memory holds training 3.00 MiB vs eval 1.00 MiB",
-        "transfer pinned is faster not applicable no GPU",
-        "Finding: no_grad saves memory — holds: training 3.00 MiB vs eval 1.00 MiB",
+        "Measured on the CPU, Test CPU (2 cores; no GPU: CUDA unavailable: no driver): 2 suites (memory, \
+         transfer), a quick run (fewer samples and sizes).",
+        "1 holds · 0 inconclusive · 0 do not hold · 1 not applicable",
+        "Contents Verdicts memory 2 cases · 1 holds transfer 1 case · 1 not applicable Environment · Trends",
+        "memory holds no_grad saves memory training 3.00 MiB vs eval 1.00 MiB",
+        "transfer not applicable pinned is faster no GPU",
+        "holds no_grad saves memory — training 3.00 MiB vs eval 1.00 MiB",
+        "Memory over time: 1 interactive timeline, 1 by category (the largest peaks)",
         "peak 3.00 MiB at 5.00 ms in train_step/forward",
         "train_step_peak mode=train; tag=<script>alert(1)</script> 2.00 ms",
         "<script>alert(1)</script> failed: it broke | badly",
@@ -182,6 +187,14 @@ fn html_text_escaping_markdown_and_chart_files() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    // The answer comes first: the sentence, the counts and the contents before the verdict table,
+    // the environment and the suites.
+    let at = |what: &str| text.find(what).unwrap_or_else(|| panic!("{what:?} missing"));
+    assert!(at("Measured on") < at("1 holds ·") && at("1 holds ·") < at("Contents Verdicts"));
+    assert!(at("Contents Verdicts") < at("Verdicts Suite Verdict Claim Evidence"));
+    assert!(at("Verdicts Suite Verdict Claim Evidence") < at("Environment CPU"));
+    // Timelines wait, collapsed, until the reader opens them.
+    assert!(html.contains("<details class=\"timelines\"><summary>Memory over time"));
     // summary.md: GitHub tables, pipes escaped, verdicts.
     let md = std::fs::read_to_string(&files.summary_md).unwrap();
     assert!(md.contains(
@@ -300,5 +313,59 @@ fn report_in_a_headless_browser() {
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), width);
         println!("screenshot: {}", path.display());
+    }
+}
+
+/// The page as a reader meets it, measured by `tests/data/report-probe.html`
+/// (the report in an iframe of the asked width, timelines opened): the verdict
+/// counts and the whole table of contents on the first screen (900 px high),
+/// every chart text inside its SVG, nothing wider than the page at 1280 and 390 px.
+#[test]
+fn first_screen_labels_and_phone_width_in_a_headless_browser() {
+    let Some(browser) = chromium() else {
+        println!("skipped: no chromium (install Debian's chromium package to run this test)");
+        return;
+    };
+    let (dir, files) = write_fixture_report("probe");
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/report-probe.html");
+    std::fs::copy(&probe, dir.join("probe.html")).unwrap();
+    assert!(files.index_html.starts_with(&dir));
+    let profile = dir.join("chromium-profile");
+    for width in [1280, 390] {
+        let url = format!("file://{}#w={width}", dir.join("probe.html").display());
+        let out = chromium_run(
+            &browser,
+            &profile,
+            &[
+                "--allow-file-access-from-files".into(),
+                "--window-size=1300,1000".into(),
+                "--virtual-time-budget=3000".into(),
+                "--dump-dom".into(),
+                url,
+            ],
+        );
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let json = dom.split("<pre id=\"probe\">").nth(1).and_then(|r| r.split("</pre>").next()).unwrap_or("");
+        let json = json.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
+        let m: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| {
+            panic!("no probe result at {width} px ({e}): {json:?}\n{}", String::from_utf8_lossy(&out.stderr))
+        });
+        let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {m}"));
+        // The answer on the first screen: the counts and every suite of the contents.
+        assert_eq!(m["counts_text"], "1 holds · 0 inconclusive · 0 do not hold · 1 not applicable", "{m}");
+        assert!(
+            f("counts_top") >= 0.0 && f("counts_top") < f("height"),
+            "counts below the first screen at {width} px: {m}"
+        );
+        assert!(
+            f("last_toc_suite_top") >= 0.0 && f("last_toc_suite_top") < f("height"),
+            "contents below the first screen at {width} px: {m}"
+        );
+        // Every label inside its chart, the interactive timeline's included.
+        assert!(f("timeline_svgs") >= 1.0 && f("texts") > 10.0, "no charts measured at {width} px: {m}");
+        assert_eq!(m["outside"], serde_json::json!([]), "chart text outside its canvas at {width} px");
+        // No sideways scroll: tables scroll in their own box, nothing else sticks out.
+        assert!(f("scroll_width") <= f("client_width"), "sideways scroll at {width} px: {m}");
+        assert_eq!(m["sticking_out"], serde_json::json!([]), "wider than the page at {width} px");
     }
 }

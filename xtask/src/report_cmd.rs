@@ -55,37 +55,48 @@ pub fn write_for_bench(results: &RunResults, dir: &Path, history: Option<&Path>)
     Ok(vramlab_reports::write_report_with(results, dir, &[], None, &options)?.index_html)
 }
 
-/// One line per claim (its verdict and key number) and, once, why CUDA is
-/// unavailable; the full evidence is in the report.
+/// The width the terminal summary fits: no line is longer, and no word is cut.
+pub const SUMMARY_WIDTH: usize = 100;
+
+/// One line per claim — its suite, its verdict and the figure that decides it
+/// (the evidence's first clause), fitted to [`SUMMARY_WIDTH`] columns at a word
+/// boundary — and, once, why CUDA is unavailable; the full evidence is in the report.
 pub fn print_short_summary(w: &mut dyn std::io::Write, results: &RunResults) -> std::io::Result<()> {
-    let env = &results.environment;
-    writeln!(w, "vramlab — {} on {}", env.cpu_model, env.device)?;
-    let reason = env.gpu_unavailable_reason.as_deref().filter(|r| !r.is_empty());
-    if let Some(r) = reason {
-        writeln!(w, "no GPU: {r}")?;
-    }
-    for s in &results.suites {
-        let failed = s.cases.iter().filter(|c| matches!(c.outcome, vramlab_suites::Outcome::Failed { .. })).count();
-        let failed = if failed > 0 { format!(" ({failed} failed cases)") } else { String::new() };
-        if s.findings.is_empty() {
-            writeln!(w, "  {:<10} {} cases{failed}", s.name, s.cases.len())?;
-        }
-        for f in &s.findings {
-            writeln!(
-                w,
-                "  {:<10} {:<14} {}{failed}",
-                s.name,
-                verdict_text(f.verdict),
-                key_line(&f.claim, &f.evidence, reason)
-            )?;
-        }
+    for line in short_summary(results, SUMMARY_WIDTH) {
+        writeln!(w, "{line}")?;
     }
     Ok(())
 }
 
-/// The claim and the evidence's first clause, with the CUDA reason (printed
-/// once above) left out, cut to a terminal line.
-fn key_line(claim: &str, evidence: &str, reason: Option<&str>) -> String {
+/// [`print_short_summary`]'s lines, each at most `width` columns (characters).
+pub fn short_summary(results: &RunResults, width: usize) -> Vec<String> {
+    let env = &results.environment;
+    let mut lines = vec![fit(&format!("vramlab — {} on {}", env.cpu_model, env.device), width)];
+    let reason = env.gpu_unavailable_reason.as_deref().filter(|r| !r.is_empty());
+    if let Some(r) = reason {
+        lines.push(fit(&format!("no GPU: {r}"), width));
+    }
+    // Columns line up whatever the suites' names ("input-pipeline" included).
+    let name_w = results.suites.iter().map(|s| s.name.chars().count()).max().unwrap_or(0).max(10);
+    let verdict_w = "not applicable".len();
+    for s in &results.suites {
+        let failed = s.cases.iter().filter(|c| matches!(c.outcome, vramlab_suites::Outcome::Failed { .. })).count();
+        let failed = if failed > 0 { format!(" ({failed} failed cases)") } else { String::new() };
+        if s.findings.is_empty() {
+            lines.push(fit(&format!("  {:<name_w$} {} cases{failed}", s.name, s.cases.len()), width));
+        }
+        for f in &s.findings {
+            let head = format!("  {:<name_w$} {:<verdict_w$} ", s.name, verdict_text(f.verdict));
+            let room = width.saturating_sub(head.chars().count() + failed.chars().count());
+            lines.push(format!("{head}{}{failed}", fit(&key_figure(&f.evidence, reason), room)));
+        }
+    }
+    lines
+}
+
+/// The evidence's first clause — the figure that decides the verdict — with
+/// the CUDA reason (printed once above) left out.
+fn key_figure(evidence: &str, reason: Option<&str>) -> String {
     let mut ev = evidence.to_owned();
     if let Some(r) = reason {
         let rest = r.strip_prefix("CUDA unavailable: ").unwrap_or(r);
@@ -95,12 +106,27 @@ fn key_line(claim: &str, evidence: &str, reason: Option<&str>) -> String {
             ev = ev.replace(&from, to);
         }
     }
-    let first = ev.split("; ").next().unwrap_or("").trim();
-    let claim: String =
-        if claim.chars().count() > 60 { claim.chars().take(59).collect::<String>() + "…" } else { claim.to_owned() };
-    let first: String =
-        if first.chars().count() > 70 { first.chars().take(69).collect::<String>() + "…" } else { first.to_owned() };
-    format!("{claim} — {first}")
+    ev.split("; ").next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `text` in at most `width` columns: whole words, and " …" where words were left out.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        let next = if out.is_empty() { word.chars().count() } else { out.chars().count() + 1 + word.chars().count() };
+        // Room kept for the " …" that says words were left out.
+        if next + 2 > width {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    if out.is_empty() { "…".to_owned() } else { out + " …" }
 }
 
 #[cfg(test)]
@@ -108,12 +134,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_line_drops_the_cuda_reason_and_keeps_the_first_clause() {
-        let l = key_line(
-            "pinned memory is faster",
+    fn the_key_figure_drops_the_cuda_reason_and_keeps_the_first_clause() {
+        let l = key_figure(
             "GPU cases not run: no libcuda.so.1 found; pageable 3.1 GB/s",
             Some("CUDA unavailable: no libcuda.so.1 found"),
         );
-        assert_eq!(l, "pinned memory is faster — GPU cases not run: no GPU");
+        assert_eq!(l, "GPU cases not run: no GPU");
+    }
+
+    #[test]
+    fn fit_keeps_whole_words() {
+        assert_eq!(fit("peak allocated: training 26.15 MiB", 100), "peak allocated: training 26.15 MiB");
+        assert_eq!(fit("peak allocated: training 26.15 MiB", 20), "peak allocated: …");
+        assert_eq!(fit("supercalifragilistic", 5), "…");
+    }
+
+    /// Every claim of a real full CPU run, one line each, within 100 columns,
+    /// and every word of each line a whole word of its evidence.
+    #[test]
+    fn the_summary_of_a_full_run_fits_100_columns_without_a_cut_word() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../reports/tests/data/full-cpu-results.json");
+        let results = vramlab_reports::load_results(std::path::Path::new(path)).unwrap().results;
+        let lines = short_summary(&results, SUMMARY_WIDTH);
+        let claims: usize =
+            results.suites.iter().map(|s| s.findings.len().max(usize::from(s.findings.is_empty()))).sum();
+        assert_eq!(lines.len(), claims + 2, "a header, the CUDA reason, one line per claim:\n{}", lines.join("\n"));
+        let verdict_column = lines[2].find(verdict_text(results.suites[0].findings[0].verdict)).unwrap();
+        for (line, f) in lines[2..].iter().zip(results.suites.iter().flat_map(|s| &s.findings)) {
+            assert!(line.chars().count() <= SUMMARY_WIDTH, "{} columns: {line}", line.chars().count());
+            assert_eq!(line.find(verdict_text(f.verdict)), Some(verdict_column), "out of line: {line}");
+            // What is shown is the decisive clause itself or its first whole words.
+            let key = key_figure(&f.evidence, results.environment.gpu_unavailable_reason.as_deref());
+            let shown = line[verdict_column + 15..].trim_end_matches(" …");
+            assert!(key.starts_with(shown), "{shown:?} is not the start of {key:?}");
+            let next = key[shown.len()..].chars().next();
+            assert!(next.is_none_or(|c| c == ' '), "a cut word: {shown:?} of {key:?}");
+        }
+        println!("{}", lines.join("\n"));
+        // At 60 columns too.
+        assert!(short_summary(&results, 60).iter().all(|l| l.chars().count() <= 60));
     }
 }

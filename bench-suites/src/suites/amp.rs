@@ -346,8 +346,8 @@ fn train_case(ctx: &Context, p: Precision, w: &Workload, reference: &Shared) -> 
         .metric("steps_count", records.len() as f64)
         .metric("timed_steps_count", timed.len() as f64)
         .metric("kernel_time_median_ns", kernel.get(kernel.len() / 2).copied().unwrap_or(0.0))
-        .metric("peak_allocated_bytes", peak_allocated as f64)
-        .metric("peak_reserved_bytes", peak_reserved as f64)
+        .metric("max_memory_allocated_bytes", peak_allocated as f64)
+        .metric("max_memory_reserved_bytes", peak_reserved as f64)
         .metric("activation_per_step_bytes", activation_bytes as f64)
         .metric("saved_for_backward_per_step_bytes", saved_bytes as f64)
         .metric("parameter_bytes", model.parameter_bytes() as f64)
@@ -396,7 +396,7 @@ fn train_case(ctx: &Context, p: Precision, w: &Workload, reference: &Shared) -> 
             .metric("max_loss_diff_vs_f32_nats", max_diff)
             .metric("eval_loss_diff_vs_f32_nats", eval.loss - r.eval_loss)
             .metric("speedup_vs_f32_ratio", ratio(r.median_step_ns, timing.median_ns))
-            .metric("peak_allocated_vs_f32_ratio", ratio(peak_allocated as f64, r.peak_allocated_bytes as f64))
+            .metric("max_memory_allocated_vs_f32_ratio", ratio(peak_allocated as f64, r.peak_allocated_bytes as f64))
             .metric("activation_vs_f32_ratio", ratio(activation_bytes as f64, r.activation_bytes as f64))
             .metric("saved_for_backward_vs_f32_ratio", ratio(saved_bytes as f64, r.saved_bytes as f64));
     } else {
@@ -428,7 +428,7 @@ fn rows(cases: &[CaseResult]) -> Vec<Row> {
                 workload: c.params.get("workload")?.as_str()?.to_owned(),
                 precision: Precision::from_name(c.params.get("precision")?.as_str()?)?,
                 median_ns: c.timing.as_ref()?.median_ns,
-                peak_bytes: *c.metrics.get("peak_allocated_bytes")?,
+                peak_bytes: *c.metrics.get("max_memory_allocated_bytes")?,
                 activation_bytes: *c.metrics.get("activation_per_step_bytes")?,
                 saved_bytes: *c.metrics.get("saved_for_backward_per_step_bytes")?,
                 at_peak: c.memory.as_ref().map(|m| m.by_category_at_peak_bytes.clone()).unwrap_or_default(),
@@ -545,6 +545,12 @@ fn at_peak(r: &Row) -> String {
     )
 }
 
+/// A peak as the report's case table writes it (`fmt_bytes`), so the verdict and
+/// the table show one figure the same way.
+fn bytes(b: f64) -> String {
+    crate::charts::fmt_bytes(b as u64)
+}
+
 fn memory_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
     let claim = "mixed precision lowers the peak memory (max_memory_allocated) of training".to_owned();
     let groups = match groups(cases) {
@@ -561,10 +567,10 @@ fn memory_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
             .mixed
             .iter()
             .zip(&ratios)
-            .map(|(r, x)| format!("{} {} ({x:.2}x f32){}", r.precision.label(), mib(r.peak_bytes), at_peak(r)))
+            .map(|(r, x)| format!("{} {} ({x:.2}x f32){}", r.precision.label(), bytes(r.peak_bytes), at_peak(r)))
             .collect::<Vec<_>>()
             .join(", ");
-        parts.push(format!("{}: f32 {}{}, {per}", g.workload, mib(g.f32.peak_bytes), at_peak(&g.f32)));
+        parts.push(format!("{}: f32 {}{}, {per}", g.workload, bytes(g.f32.peak_bytes), at_peak(&g.f32)));
         for (r, x) in g.mixed.iter().zip(&ratios) {
             let label = format!("{} at {}", r.precision.name(), g.workload);
             if *x < 0.98 { dropped.push(label) } else { kept.push(label) }
@@ -572,7 +578,7 @@ fn memory_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
         all.extend(ratios);
     }
     let verdict = verdict_from_ratios(&all, 0.02);
-    let mut evidence = format!("peak allocated — {}", parts.join("; "));
+    let mut evidence = format!("max_memory_allocated — {}", parts.join("; "));
     if verdict == Verdict::Inconclusive && !dropped.is_empty() {
         evidence.push_str(&format!(
             ". It depends on the size: the peak dropped for {} but not for {}",
@@ -776,12 +782,12 @@ mod tests {
             assert!(c.outcome.is_ok(), "{}: {:?}", c.name, c.outcome);
             let t = c.timing.as_ref().unwrap();
             assert_eq!(t.samples_ns.len(), 3, "--samples 3 gives three timed steps");
-            assert!(c.metrics["peak_allocated_bytes"] >= c.metrics["parameter_bytes"]);
+            assert!(c.metrics["max_memory_allocated_bytes"] >= c.metrics["parameter_bytes"]);
             assert!(c.metrics["activation_per_step_bytes"] > 0.0);
             assert!(c.metrics["final_loss_nats"].is_finite());
             assert!(c.metrics["final_loss_nats"] < c.metrics["first_loss_nats"], "{}: it learns", c.name);
             let memory = c.memory.as_ref().expect("the private device is profiled through the run's hub");
-            assert_eq!(memory.peak_allocated_bytes as f64, c.metrics["peak_allocated_bytes"], "{}", c.name);
+            assert_eq!(memory.peak_allocated_bytes as f64, c.metrics["max_memory_allocated_bytes"], "{}", c.name);
             let f16 = c.params["precision"] == "f16";
             assert_eq!(c.metrics.contains_key("steps_skipped_count"), f16, "{}: only f16 has a scaler", c.name);
             if c.params["precision"] != "f32" {
@@ -794,12 +800,23 @@ mod tests {
             }
         }
         assert_eq!(r.cases[0].metrics["steps_count"], 7.0, "4 warm-up + 3 timed");
-        let large_f16 = r.cases[4].metrics["peak_allocated_vs_f32_ratio"];
+        let large_f16 = r.cases[4].metrics["max_memory_allocated_vs_f32_ratio"];
         assert!(large_f16 < 0.9, "activations dominate the large batch, so f16 lowers its peak: {large_f16}");
         assert_eq!(r.findings.len(), 4);
         assert_eq!(r.findings[2].verdict, Verdict::Holds, "{}", r.findings[2].evidence);
         assert_eq!(r.findings[3].verdict, Verdict::Holds, "{}", r.findings[3].evidence);
-        assert!(r.findings[1].evidence.contains("peak allocated — small_batch: f32"), "{}", r.findings[1].evidence);
+        assert!(
+            r.findings[1].evidence.contains("max_memory_allocated — small_batch: f32"),
+            "{}",
+            r.findings[1].evidence
+        );
+        // One figure, one value: the report's case table shows each case's profiled peak, the verdict
+        // quotes max_memory_allocated; on this device they are one window, so the table's figure is the
+        // verdict's.
+        for c in &r.cases {
+            let shown = crate::charts::fmt_bytes(c.memory.as_ref().unwrap().peak_allocated_bytes);
+            assert!(r.findings[1].evidence.contains(&shown), "{}: {shown} not in {}", c.name, r.findings[1].evidence);
+        }
         assert!(r.findings[1].evidence.contains("large_batch"), "{}", r.findings[1].evidence);
     }
 
@@ -808,7 +825,7 @@ mod tests {
         params.insert("workload".into(), workload.into());
         params.insert("precision".into(), p.name().into());
         let mut metrics = BTreeMap::new();
-        metrics.insert("peak_allocated_bytes".into(), peak);
+        metrics.insert("max_memory_allocated_bytes".into(), peak);
         metrics.insert("activation_per_step_bytes".into(), act);
         metrics.insert("saved_for_backward_per_step_bytes".into(), act);
         metrics.insert("final_loss_nats".into(), 1.0);

@@ -41,9 +41,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
         chart("step-time", "amp: median training-step time per precision", Unit::Nanoseconds, per(&median)),
         chart(
             "peak",
-            "amp: peak allocated per precision",
+            "amp: max_memory_allocated per precision",
             Unit::Bytes,
-            per(&|c| metric(c, "peak_allocated_bytes").or(c.memory.as_ref().map(|m| m.peak_allocated_bytes as f64))),
+            per(&|c| metric(c, "max_memory_allocated_bytes")),
         ),
     ]
 }
@@ -62,7 +62,7 @@ mod tests {
                 case(
                     &format!("mlp/{p}"),
                     &[("workload", "mlp".into()), ("precision", p.into())],
-                    &[("peak_allocated_bytes", peak)],
+                    &[("max_memory_allocated_bytes", peak)],
                 ),
                 ns,
             )
