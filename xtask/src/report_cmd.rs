@@ -74,7 +74,8 @@ pub fn short_summary(results: &RunResults, width: usize) -> Vec<String> {
     let mut lines = vec![fit(&format!("vramlab — {} on {}", env.cpu_model, env.device), width)];
     let reason = env.gpu_unavailable_reason.as_deref().filter(|r| !r.is_empty());
     if let Some(r) = reason {
-        lines.push(fit(&format!("no GPU: {r}"), width));
+        // Said once and whole: wrapped at word boundaries, never cut.
+        lines.extend(wrap(&format!("no GPU: {r}"), width, "  "));
     }
     // Columns line up whatever the suites' names ("input-pipeline" included).
     let name_w = results.suites.iter().map(|s| s.name.chars().count()).max().unwrap_or(0).max(10);
@@ -107,6 +108,28 @@ fn key_figure(evidence: &str, reason: Option<&str>) -> String {
         }
     }
     ev.split("; ").next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `text` on as many lines as it needs, each at most `width` columns, broken
+/// between words; lines after the first start with `indent`. A word longer
+/// than a line stands alone on its line.
+fn wrap(text: &str, width: usize, indent: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let len = line.chars().count();
+        if len > 0 && len + 1 + word.chars().count() > width && line.trim() != "" {
+            lines.push(std::mem::replace(&mut line, indent.to_owned()));
+        }
+        if !line.is_empty() && !line.ends_with(' ') {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.trim().is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 /// `text` in at most `width` columns: whole words, and " …" where words were left out.
@@ -143,6 +166,13 @@ mod tests {
     }
 
     #[test]
+    fn wrap_breaks_between_words_and_keeps_every_word() {
+        assert_eq!(wrap("no GPU: libcuda not found", 100, "  "), vec!["no GPU: libcuda not found"]);
+        assert_eq!(wrap("no GPU: libcuda not found", 15, "  "), vec!["no GPU: libcuda", "  not found"]);
+        assert_eq!(wrap("a supercalifragilistic b", 5, " "), vec!["a", " supercalifragilistic", " b"]);
+    }
+
+    #[test]
     fn fit_keeps_whole_words() {
         assert_eq!(fit("peak allocated: training 26.15 MiB", 100), "peak allocated: training 26.15 MiB");
         assert_eq!(fit("peak allocated: training 26.15 MiB", 20), "peak allocated: …");
@@ -158,9 +188,17 @@ mod tests {
         let lines = short_summary(&results, SUMMARY_WIDTH);
         let claims: usize =
             results.suites.iter().map(|s| s.findings.len().max(usize::from(s.findings.is_empty()))).sum();
-        assert_eq!(lines.len(), claims + 2, "a header, the CUDA reason, one line per claim:\n{}", lines.join("\n"));
-        let verdict_column = lines[2].find(verdict_text(results.suites[0].findings[0].verdict)).unwrap();
-        for (line, f) in lines[2..].iter().zip(results.suites.iter().flat_map(|s| &s.findings)) {
+        let reason = results.environment.gpu_unavailable_reason.as_deref().unwrap();
+        let reason_lines = wrap(&format!("no GPU: {reason}"), SUMMARY_WIDTH, "  ");
+        let first = 1 + reason_lines.len();
+        assert_eq!(lines.len(), claims + first, "a header, the CUDA reason, one line per claim:\n{}", lines.join("\n"));
+        // The reason is said once, whole, within the width.
+        assert_eq!(lines[1..first], reason_lines[..]);
+        let joined = lines[1..first].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+        assert_eq!(joined, format!("no GPU: {}", reason.split_whitespace().collect::<Vec<_>>().join(" ")));
+        assert!(reason_lines.iter().all(|l| l.chars().count() <= SUMMARY_WIDTH), "{reason_lines:?}");
+        let verdict_column = lines[first].find(verdict_text(results.suites[0].findings[0].verdict)).unwrap();
+        for (line, f) in lines[first..].iter().zip(results.suites.iter().flat_map(|s| &s.findings)) {
             assert!(line.chars().count() <= SUMMARY_WIDTH, "{} columns: {line}", line.chars().count());
             assert_eq!(line.find(verdict_text(f.verdict)), Some(verdict_column), "out of line: {line}");
             // What is shown is the decisive clause itself or its first whole words.
