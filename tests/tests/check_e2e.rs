@@ -4,7 +4,11 @@
 //! identical, so the exact gate passes (times are reported, not asserted); a
 //! planted memory regression fails with exit 1 naming the case; missing,
 //! corrupt and truncated baselines exit 2 naming the file; exports parse; the
-//! history holds both runs.
+//! history holds both runs. Then the multi-run designs on one quick suite: a
+//! baseline made by `--repeat` and grown by `--append`, judged against a
+//! repeated run with times resampled over runs; a one-run baseline whose times
+//! are not judged; and an A/B sitting (`check --ab`) whose pairs judge again
+//! identically from its saved run sets.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -192,6 +196,123 @@ fn two_quick_runs_of_the_same_code_have_identical_memory() {
         assert_eq!(s["points"].as_array().unwrap().len(), 2, "{}", s["name"]);
         assert!(s["change_points"].as_array().unwrap().is_empty(), "{}", s["name"]);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The time rows of a `--json` comparison.
+fn time_rows(cmp: &Value) -> Vec<&Value> {
+    cmp["rows"].as_array().unwrap().iter().filter(|r| r["kind"] == "time").collect()
+}
+
+/// Every memory row of a `--json` comparison is unchanged.
+fn memory_unchanged(cmp: &Value) {
+    let changed: Vec<String> = cmp["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "memory" && r["status"] != "no_change")
+        .map(|r| format!("{} {}: {}", r["case"]["case"], r["metric"], r["detail"]))
+        .collect();
+    assert!(changed.is_empty(), "memory changed between runs of one build:\n{}", changed.join("\n"));
+}
+
+fn json_of(o: &Output) -> Value {
+    let stdout = text(&o.stdout);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}{}", text(&o.stderr)))
+}
+
+/// The runs held by a baseline file (a results file is one run).
+fn runs_in(path: &Path) -> usize {
+    let v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    if v.get("vramlab_run_set").is_some() { v["runs"].as_array().unwrap().len() } else { 1 }
+}
+
+#[test]
+fn multi_run_baselines_and_the_ab_sitting() {
+    let bin = xtask_release();
+    let dir = std::env::temp_dir().join(format!("vramlab-check-runs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = |p: &str| dir.join(p).to_str().unwrap().to_owned();
+    let quick = ["bench", "--quick", "--device", "cpu", "--suite", "cpu-vs-gpu", "--baseline-dir"];
+    let run = |extra: &[&str]| {
+        let mut args: Vec<String> = quick.iter().map(|s| s.to_string()).collect();
+        args.push(d("b"));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        xtask(&bin, &dir, &args)
+    };
+
+    // Two runs in one invocation make the baseline; a third is appended.
+    let o = run(&["--repeat", "2", "--save-baseline", "rep", "--out", &d("r1")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(runs_in(&dir.join("b/rep.json")), 2);
+    assert_eq!(runs_in(&dir.join("r1/runs.json")), 2, "--repeat writes the run set beside the results");
+    let o = run(&["--save-baseline", "rep", "--append", "--out", &d("r2")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(runs_in(&dir.join("b/rep.json")), 3, "--append adds the run");
+
+    // Two runs of the same build against the three: every time is judged over
+    // runs (3 against 2), never "noise unknown"; memory is identical.
+    let o = run(&["--repeat", "2", "--baseline", "rep", "--out", &d("r3"), "--json"]);
+    let cmp = json_of(&o);
+    memory_unchanged(&cmp);
+    let times = time_rows(&cmp);
+    assert!(times.len() > 5, "{} time rows", times.len());
+    for t in &times {
+        assert_eq!(t["runs"], serde_json::json!([3, 2]), "{t}");
+        assert!(!t["detail"].as_str().unwrap().contains("unknown"), "{t}");
+        let (lo, hi) = (t["ratio_interval"][0].as_f64(), t["ratio_interval"][1].as_f64());
+        assert!(matches!((lo, hi), (Some(lo), Some(hi)) if lo <= hi), "{t}");
+    }
+    let regressions = cmp["rows"].as_array().unwrap().iter().filter(|r| r["status"] == "regression").count();
+    assert_eq!(o.status.code(), Some(u8::from(regressions > 0) as i32), "exit status follows the verdict");
+
+    // One run a side: times are reported, not judged, and the row says how to fix it.
+    let o =
+        xtask(&bin, &dir, &["check", "--baseline", &d("r2/results.json"), "--from", &d("r1/results.json"), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let cmp = json_of(&o);
+    for t in time_rows(&cmp) {
+        assert_eq!(t["status"], "not_compared", "{t}");
+        assert!(t["detail"].as_str().unwrap().contains("--repeat"), "{t}");
+    }
+
+    // An A/B sitting of this build against itself, two pairs: judged pair by pair.
+    let bin_s = bin.to_str().unwrap();
+    let ab = ["check", "--ab", bin_s, "--candidate", bin_s, "--quick", "--suite", "cpu-vs-gpu", "--device", "cpu"];
+    let ab_out = d("ab");
+    let mut args = ab.to_vec();
+    args.extend(["--pairs", "2", "--out", &ab_out, "--json"]);
+    let o = xtask(&bin, &dir, &args);
+    let cmp = json_of(&o);
+    memory_unchanged(&cmp);
+    let judged: Vec<&Value> = time_rows(&cmp).into_iter().filter(|t| t["status"] != "not_compared").collect();
+    assert!(judged.len() > 5, "{cmp}");
+    for t in &judged {
+        assert_eq!(t["runs"], serde_json::json!([2, 2]), "{t}");
+        assert!(t["detail"].as_str().unwrap().contains("2 A/B pairs") || t["status"] == "inconclusive", "{t}");
+    }
+    assert_eq!(runs_in(&dir.join("ab/a.json")), 2);
+    assert_eq!(runs_in(&dir.join("ab/b.json")), 2);
+    // The saved sitting judged again gives the same verdicts (seeded bootstrap).
+    let again =
+        xtask(&bin, &dir, &["check", "--baseline", &d("ab/a.json"), "--from", &d("ab/b.json"), "--paired", "--json"]);
+    let again = json_of(&again);
+    let verdicts = |c: &Value| -> Vec<(String, String)> {
+        time_rows(c).iter().map(|t| (t["case"]["case"].to_string(), t["status"].to_string())).collect()
+    };
+    assert_eq!(verdicts(&cmp), verdicts(&again));
+
+    // Bad A/B inputs: exit 2 with the fix; too few pairs refused by the parser.
+    let o = xtask(&bin, &dir, &["check", "--ab", &d("no-such-binary")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("no such file"), "{}", text(&o.stderr));
+    let mut args = ab.to_vec();
+    args.extend(["--pairs", "1"]);
+    let o = xtask(&bin, &dir, &args);
+    assert_eq!(o.status.code(), Some(2), "clap refuses --pairs 1");
+    assert!(text(&o.stderr).contains("--pairs"), "{}", text(&o.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
