@@ -2,28 +2,10 @@
 //! built and run as a user would, and its results are checked against the
 //! schema and for sanity.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
+use vramlab_tests::xtask_release;
 
 use vramlab_suites::{Outcome, RunResults, SCHEMA_VERSION};
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_path_buf()
-}
-
-/// Builds the release xtask binary (what `cargo xtask` runs) and returns its path.
-fn xtask_release() -> PathBuf {
-    let root = workspace_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--package", "xtask", "--quiet"])
-        .current_dir(&root)
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the release xtask failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    target.join("release").join(format!("xtask{}", std::env::consts::EXE_SUFFIX))
-}
 
 fn case_metric(results: &RunResults, suite: &str, case: &str, metric: &str) -> Option<f64> {
     let s = results.suites.iter().find(|s| s.name == suite)?;

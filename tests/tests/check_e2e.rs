@@ -10,28 +10,11 @@
 //! are not judged; and an A/B sitting (`check --ab`) whose pairs judge again
 //! identically from its saved run sets.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+use vramlab_tests::xtask_release;
 
 use serde_json::Value;
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_path_buf()
-}
-
-/// Builds the release xtask binary (what `cargo xtask` runs) and returns its path.
-fn xtask_release() -> PathBuf {
-    let root = workspace_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--package", "xtask", "--quiet"])
-        .current_dir(&root)
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the release xtask failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    target.join("release").join(format!("xtask{}", std::env::consts::EXE_SUFFIX))
-}
 
 /// Runs xtask in `dir` (no vramlab.toml there: the defaults apply), outside GitHub Actions.
 fn xtask(bin: &Path, dir: &Path, args: &[&str]) -> Output {

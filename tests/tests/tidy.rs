@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use vramlab_tests::workspace_root;
 
 /// The layers, lowest first; a crate may depend on crates of lower layers only.
 const LAYERS: &[&[&str]] = &[
@@ -263,10 +264,6 @@ fn check_header(path: &Path, source: &str) -> Option<String> {
         Some(l) if l.starts_with("//!") => None,
         _ => Some(format!("{}: no `//!` header — open the file with a line saying what it holds", path.display())),
     }
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
 }
 
 /// The workspace's crates from `cargo metadata`.
