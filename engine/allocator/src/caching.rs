@@ -511,6 +511,23 @@ impl CachingAllocator {
         self.device.raw.mem_info()
     }
 
+    /// The untagged handle of block `id`, owned by the caller: what
+    /// [`Self::restore_segment`] and [`Self::set_checkpoint_pool_state`] hand
+    /// out for the blocks they allocate.
+    fn handle_of(&self, st: &State, id: u32) -> Allocation {
+        let b = &st.arena[id];
+        Allocation {
+            addr: b.addr,
+            size: b.size,
+            requested: b.requested,
+            stream: b.stream,
+            pool: b.pool,
+            tag: None,
+            block: id,
+            owner: self.id,
+        }
+    }
+
     /// Allocates `size` bytes for use on `stream`. A 0-byte request returns a null
     /// allocation without touching the allocator.
     pub fn malloc(&self, size: u64, stream: StreamId, tag: Option<Tag>) -> Result<Allocation, AllocError> {

@@ -97,22 +97,7 @@ impl CachingAllocator {
         let result = st.set_checkpoint_pool_state(&self.device, checkpoint);
         st.emitter.flush();
         let (ptrs_freed, created) = result?;
-        let dataptrs_allocd = created
-            .into_iter()
-            .map(|id| {
-                let b = &st.arena[id];
-                Allocation {
-                    addr: b.addr,
-                    size: b.size,
-                    requested: b.requested,
-                    stream: b.stream,
-                    pool: b.pool,
-                    tag: None,
-                    block: id,
-                    owner: self.id,
-                }
-            })
-            .collect();
+        let dataptrs_allocd = created.into_iter().map(|id| self.handle_of(&st, id)).collect();
         Ok(CheckpointDelta { ptrs_freed, dataptrs_allocd })
     }
 

@@ -51,22 +51,7 @@ impl CachingAllocator {
         let result = st.restore_segment(&self.device, segment);
         st.emitter.flush();
         let ids = result?;
-        Ok(ids
-            .into_iter()
-            .map(|id| {
-                let b = &st.arena[id];
-                Allocation {
-                    addr: b.addr,
-                    size: b.size,
-                    requested: b.requested,
-                    stream: b.stream,
-                    pool: b.pool,
-                    tag: None,
-                    block: id,
-                    owner: self.id,
-                }
-            })
-            .collect())
+        Ok(ids.into_iter().map(|id| self.handle_of(&st, id)).collect())
     }
 }
 
