@@ -1,7 +1,10 @@
-//! The regression check's and the history's cost at full-run size: `compare`
-//! on two runs shaped like a full `cargo xtask bench` (108 cases, 92 of them
-//! timed with 176 samples each, ~10 memory figures per case; bootstrap
-//! included), `History::trends` over 1000 stored runs of that shape, and the
+//! The regression check's and the history's cost at full-run size, on runs
+//! shaped like a full `cargo xtask bench` (108 cases, 92 of them timed with 176
+//! samples each, ~10 memory figures per case): `compare` of one run against one
+//! (memory judged, times not: one run a side cannot tell the noise between
+//! runs); `compare_runs` of a baseline of 3 runs against 2 and of an A/B sitting
+//! of 5 pairs (the hierarchical bootstrap over runs then samples, 2000
+//! resamples); `History::trends` over 1000 stored runs of that shape; and the
 //! report's Trends section (`trends::load_trends`) over the same history.
 //!
 //! Run: `cargo bench -p vramlab-reports --bench check`.
@@ -10,7 +13,7 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use vramlab_reports::check::{CheckConfig, Labels, compare};
+use vramlab_reports::check::{CheckConfig, CompareOptions, Design, Labels, RunSet, compare, compare_runs};
 use vramlab_reports::history::History;
 use vramlab_rng::Rng;
 use vramlab_suites::harness::summarize;
@@ -86,8 +89,29 @@ fn check_full_runs(c: &mut Criterion) {
     let cfg = CheckConfig::default();
     let mut g = c.benchmark_group("check");
     g.sample_size(10);
-    g.bench_function("compare_two_full_runs_2000_resamples", |b| {
+    g.bench_function("compare_one_full_run_against_one", |b| {
         b.iter(|| black_box(compare(&old, &new, &cfg, false, Labels::default())))
+    });
+    // Runs of one build share a commit, so the sets are what `--repeat` makes.
+    let set = |seeds: std::ops::Range<u64>, scale: f64, commit: &str| {
+        let runs = seeds
+            .map(|s| {
+                let mut r = full_run(s, scale);
+                r.environment.git_commit = Some(commit.into());
+                r
+            })
+            .collect();
+        RunSet::new(runs).expect("runs")
+    };
+    let (base3, new2) = (set(10..13, 1.0, "base"), set(20..22, 1.1, "new"));
+    let runs = CompareOptions { force_times: false, design: Design::Runs };
+    g.bench_function("compare_runs_3_against_2_full_runs_2000_resamples", |b| {
+        b.iter(|| black_box(compare_runs(&base3, &new2, &cfg, runs, Labels::default())))
+    });
+    let (a5, b5) = (set(30..35, 1.0, "base"), set(40..45, 1.1, "new"));
+    let pairs = CompareOptions { force_times: false, design: Design::Pairs };
+    g.bench_function("compare_ab_5_pairs_of_full_runs_2000_resamples", |b| {
+        b.iter(|| black_box(compare_runs(&a5, &b5, &cfg, pairs, Labels::default())))
     });
     g.finish();
 }
