@@ -100,6 +100,8 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
         ChartSpec::unavailable("speedup", title, missing_gpu.unwrap_or_else(|| "no GPU case produced a speedup".into()))
     } else {
         let mut bars = BarsSpec::new(Unit::Ratio, speedups);
+        // Ratios on a log axis: 0.05× and 0.7× are as far apart as 1.4× and 20×.
+        bars.log = true;
         bars.reference = Some(Marker::new(1.0, "1× (as fast as the CPU)"));
         ChartSpec::bars("speedup", title, bars)
     };
