@@ -724,9 +724,9 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
         "No shape completed both its off and its benchmark case.".to_owned()
     } else {
         format!(
-            "The rule: benchmark mode counts as faster on a shape when it is at least 5 % faster even comparing its \
-             slow quartile with off mode's fast one. It was faster on {faster} of {compared} shapes, slower on \
-             {slower}, not 5 % faster on {same}, and too spread to tell on {unclear}. "
+            "Benchmark mode was at least 5 % faster than off mode on {faster} of {compared} shapes, slower on \
+             {slower}, not 5 % faster on {same}, and too spread to tell on {unclear} (the rule compares its slow \
+             quartile with off mode's fast one). "
         )
     };
     let mut out = vec![Finding {
@@ -995,7 +995,7 @@ mod tests {
         let f = findings(&ctx, &faster);
         assert_eq!(f[0].verdict, Verdict::Holds, "{}", f[0].evidence);
         assert!(
-            f[0].evidence.contains("It was faster on 1 of 2 shapes, slower on 0, not 5 % faster on 1"),
+            f[0].evidence.contains("faster than off mode on 1 of 2 shapes, slower on 0, not 5 % faster on 1"),
             "{}",
             f[0].evidence
         );
