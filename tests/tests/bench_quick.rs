@@ -190,7 +190,7 @@ fn proofread_with_labels(text: &str, sentence: bool, labels: &[&str]) -> Vec<Str
         }
     }
     // Numbers as the project writes them: no negative zero, at most four decimals,
-    // no raw count of seven or more digits (those go through a unit).
+    // no raw quantity of seven or more digits in bytes, FLOP or ns (those get a unit).
     let mut rest = text;
     while let Some(i) = rest.find(|c: char| c.is_ascii_digit()) {
         let start = if i > 0 && rest.as_bytes()[i - 1] == b'-' { i - 1 } else { i };
@@ -204,7 +204,12 @@ fn proofread_with_labels(text: &str, sentence: bool, labels: &[&str]) -> Vec<Str
                 out.push(format!("negative zero {number:?}"));
             } else if decimals > 4 {
                 out.push(format!("{decimals} decimals in {number:?}"));
-            } else if !number.contains('.') && number.trim_start_matches('-').len() >= 7 {
+            } else if !number.contains('.')
+                && number.trim_start_matches('-').len() >= 7
+                && ["B", "bytes", "FLOP", "ns"].contains(&rest[i + len..].split_whitespace().next().unwrap_or(""))
+            {
+                // A quantity the project's formatters scale (1048576 bytes is 1.00 MiB); a
+                // count such as a batch of 2312270 samples stays as it is.
                 out.push(format!("raw number {number:?}"));
             }
         }
@@ -286,13 +291,13 @@ fn the_proofreader_catches_what_reads_wrong_and_passes_what_reads_well() {
         "Measured on the CPU, Test CPU (2 cores): 1 of 2 cases ran, 1 worker at 3.00 MiB, 5.62 MFLOP, 1 ms.",
         "no_grad saves memory: 50 % less.",
         "cudnn.benchmark chose gemm_1x1 (120.5 µs), 1.05x faster; 1 process.",
-        "Had 2, 2 of them ran.",
+        "Had 2, 2 of them ran; batch 2312270 fits.",
         "Faster than the CPU (CPU time ÷ GPU time).",
     ] {
         assert_eq!(proofread(good, true), Vec::<String>::new(), "{good:?}");
     }
     // A case's label is its name, left as it is; the same words in prose are not.
-    let text = "The GPU won from cached/4KiB: 4KiB and 4194304 ran.";
+    let text = "The GPU won from cached/4KiB: 4KiB and 4194304 FLOP ran.";
     assert_eq!(proofread_with_labels(text, true, &["cached", "4KiB", "4194304"]), Vec::<String>::new());
     assert_eq!(proofread(text, true).len(), 2, "{:?}", proofread(text, true));
 }
