@@ -321,6 +321,8 @@ impl AxisMap {
             let raw = (self.hi - self.lo) / scale / 6.0;
             let mag = 10f64.powf(raw.log10().floor());
             let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(raw) * scale;
+            // A count (workers, calls) ticks at whole numbers only.
+            let step = if unit == Unit::Count { step.max(1.0) } else { step };
             let first = (self.lo / step).ceil() as i64;
             let last = (self.hi / step).floor() as i64;
             (first..=last).map(|k| k as f64 * step).collect()
@@ -664,6 +666,9 @@ mod tests {
         assert_eq!(m.px(1e4), Some(160));
         let lin = AxisMap::new(&[0.0, 9.0], &Axis::new("n", Unit::Count, Scale::Linear), 0.0, 100.0);
         assert_eq!(lin.ticks(Unit::Count), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        // Workers 0 to 2: whole numbers, not 0.5 steps.
+        let few = AxisMap::new(&[0.0, 2.0], &Axis::new("workers", Unit::Count, Scale::Linear), 0.0, 100.0);
+        assert_eq!(few.ticks(Unit::Count), vec![0.0, 1.0, 2.0]);
     }
     fn speedups(mark: Option<&str>) -> GroupedBars {
         let bars = [0.05, 0.7, 1.4, 20.0]
