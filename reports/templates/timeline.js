@@ -70,9 +70,9 @@
     for (i = 0; i < d.phases.length; i++) {
       if (d.phases[i].depth === 1 && (start === null || d.phases[i].start_ns < start)) start = d.phases[i].start_ns;
     }
-    var what = "the first phase";
+    var what = "the first phase begins";
     if (start === null) {
-      what = "the first allocation";
+      what = "the case first allocates";
       [d.allocated, d.reserved].forEach(function (s) {
         for (var j = 0; j < s.time_ns.length; j++) {
           if (s.bytes[j] > 0) { if (start === null || s.time_ns[j] < start) start = s.time_ns[j]; break; }
@@ -94,7 +94,7 @@
       var note = document.createElement("p"), show = document.createElement("button");
       note.className = "tl-note";
       note.textContent = "The time axis starts at " + fmtNs(this.work.at) + ", where " + this.work.what +
-        " begins: the case's setup before it (" + Math.round(100 * this.work.at / this.data.duration_ns) +
+        ": the case's setup before it (" + Math.round(100 * this.work.at / this.data.duration_ns) +
         " % of the recording) is left out. ";
       show.type = "button"; show.textContent = "Show the setup too";
       show.addEventListener("click", function () { self.t0 = 0; self.t1 = Math.max(1, self.data.duration_ns); self.draw(); });
@@ -174,7 +174,9 @@
     path(d.allocated, "#1f64b4");
     el("circle", { cx: x(d.peak_time_ns), cy: y(d.peak_allocated_bytes), r: 4, fill: "#c81e1e" }, plot);
     // Round time ticks, as many as fit (about one per 90 px), each label kept inside the canvas.
-    var ts = timeStep(t1 - t0, Math.max(2, Math.min(6, Math.floor(pw / 90))));
+    var nt = Math.max(2, Math.min(6, Math.floor(pw / 90))), ts = timeStep(t1 - t0, nt);
+    // At least two ticks: a narrow plot of a short span could round to one.
+    while (Math.floor(t1 / ts) - Math.ceil(t0 / ts) < 1 && nt < 12) ts = timeStep(t1 - t0, ++nt);
     for (var tt = Math.ceil(t0 / ts) * ts; tt <= t1 + 1e-9 * ts; tt += ts) {
       var label = fmtNs(tt), half = width(label, 11) / 2, cx = Math.min(W - 2 - half, Math.max(2 + half, x(tt)));
       el("line", { x1: x(tt), x2: x(tt), y1: T + ph, y2: T + ph + 4, stroke: "#999" }, svg);
