@@ -110,7 +110,8 @@ struct VerdictRow<'a> {
     claim: &'a str,
     verdict: &'static str,
     class: &'static str,
-    evidence: &'a str,
+    /// As a sentence ([`sentence`]).
+    evidence: String,
 }
 
 #[derive(Serialize)]
@@ -128,7 +129,8 @@ struct CaseRow {
 #[derive(Serialize)]
 struct SuiteView<'a> {
     name: &'a str,
-    description: &'a str,
+    /// As a sentence ([`sentence`]).
+    description: String,
     finding: Option<FindingView<'a>>,
     /// Without findings: what the cases measured, in one sentence.
     summary: String,
@@ -165,7 +167,8 @@ struct FindingView<'a> {
     verdict: &'static str,
     class: &'static str,
     claim: &'a str,
-    evidence: &'a str,
+    /// As a sentence ([`sentence`]).
+    evidence: String,
     /// "(2 more claims in the verdict table)", or empty.
     more: String,
 }
@@ -202,6 +205,29 @@ fn counts_of(findings: &[&Finding]) -> Vec<VerdictCount> {
             VerdictCount { count, label: label.to_owned(), class: verdict_class(v) }
         })
         .collect()
+}
+
+/// `text` as a sentence on the page: its first letter capitalised where the
+/// first word is a plain word (a code name such as `no_grad` or
+/// `cudnn.benchmark` keeps its case), and a final period where it has none.
+/// The suites write their evidence as clauses ("training 3.00 MiB vs eval
+/// 1.00 MiB"); the report shows each as a sentence.
+pub fn sentence(text: &str) -> String {
+    let text = text.trim();
+    let first_word = text.split_whitespace().next().unwrap_or("");
+    let plain = first_word.chars().all(|c| c.is_alphabetic() || c == '\'' || c == '-' || c == ',' || c == ':');
+    let mut out = String::with_capacity(text.len() + 1);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) if plain && c.is_lowercase() => out.extend(c.to_uppercase()),
+        Some(c) => out.push(c),
+        None => return out,
+    }
+    out.push_str(chars.as_str());
+    if !out.ends_with(['.', '!', '?']) {
+        out.push('.');
+    }
+    out
 }
 
 /// The first screen's sentence: what was measured, where, and what kind of run.
@@ -247,9 +273,10 @@ pub fn suite_finding(suite: &SuiteResult) -> String {
     if let Some(f) = suite.findings.first() {
         let more = match suite.findings.len() {
             1 => String::new(),
+            2 => " (1 more claim in the verdict table)".to_owned(),
             n => format!(" ({} more claims in the verdict table)", n - 1),
         };
-        return format!("{} — {}: {}{more}", f.claim, verdict_text(f.verdict), f.evidence);
+        return sentence(&format!("{} — {}: {}{more}", f.claim, verdict_text(f.verdict), f.evidence));
     }
     let ok = suite.cases.iter().filter(|c| c.outcome.is_ok()).count();
     let slowest =
@@ -362,7 +389,7 @@ pub fn render_index_with(
                 claim: &f.claim,
                 verdict: verdict_text(f.verdict),
                 class: verdict_class(f.verdict),
-                evidence: &f.evidence,
+                evidence: sentence(&f.evidence),
             })
         })
         .collect();
@@ -375,12 +402,12 @@ pub fn render_index_with(
             let x = extras.get(i).unwrap_or(&empty);
             SuiteView {
                 name: &s.name,
-                description: &s.description,
+                description: sentence(&s.description),
                 finding: s.findings.first().map(|f| FindingView {
                     verdict: verdict_text(f.verdict),
                     class: verdict_class(f.verdict),
                     claim: &f.claim,
-                    evidence: &f.evidence,
+                    evidence: sentence(&f.evidence),
                     more: match s.findings.len() {
                         1 => String::new(),
                         2 => "(1 more claim in the verdict table)".to_owned(),

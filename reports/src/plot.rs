@@ -2,7 +2,9 @@
 //! drawing areas and elements, no cartesian chart): [`LineChart`] — lines over
 //! linear or log axes with markers, vertical and horizontal reference lines and
 //! labelled points — and [`GroupedBars`] — horizontal bars in named groups with
-//! highlighted bars and a reference value. Owning the mapping keeps tick
+//! highlighted bars and a reference value (a log chart has a value axis with
+//! tick labels; value texts sit on a white ground over the reference line and
+//! the axis ends where the longest of them still fits). Owning the mapping keeps tick
 //! labels readable on log axes (binary steps for bytes and counts, decades
 //! otherwise) and lets tests check where a mark lies ([`LineLayout`]).
 
@@ -319,6 +321,8 @@ impl AxisMap {
             let raw = (self.hi - self.lo) / scale / 6.0;
             let mag = 10f64.powf(raw.log10().floor());
             let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(raw) * scale;
+            // A count (workers, calls) ticks at whole numbers only.
+            let step = if unit == Unit::Count { step.max(1.0) } else { step };
             let first = (self.lo / step).ceil() as i64;
             let last = (self.hi / step).floor() as i64;
             (first..=last).map(|k| k as f64 * step).collect()
@@ -480,6 +484,10 @@ pub struct BarLayout {
     pub axis: AxisMap,
     pub top: i32,
     pub row_h: i32,
+    /// Where the rows end; a log chart's tick labels sit under it.
+    pub bottom: i32,
+    /// The size of the bars' text.
+    pub text_size: i32,
 }
 
 impl BarLayout {
@@ -487,26 +495,59 @@ impl BarLayout {
     pub fn px(&self, v: f64) -> i32 {
         self.axis.px(v).unwrap_or(self.x0).clamp(self.x0 + 1, self.x1)
     }
+
+    /// The value axis' ticks inside it, with their pixels (a log chart's axis).
+    pub fn ticks(&self, unit: Unit) -> Vec<(f64, i32)> {
+        self.axis
+            .ticks(unit)
+            .into_iter()
+            .filter_map(|t| Some((t, self.axis.px(t)?)))
+            .filter(|(_, x)| (self.x0..=self.x1).contains(x))
+            .collect()
+    }
 }
+
+/// The width text of `size` px takes, at most (the bundled sans serif's widest
+/// common glyphs are about 0.62 of the size): for keeping labels inside the chart.
+pub(crate) fn text_width(text: &str, size: i32) -> i32 {
+    (text.chars().count() as f64 * f64::from(size) * 0.62).ceil() as i32
+}
+
+/// Height of the row of a log bar chart's tick labels.
+const AXIS_H: i32 = 22;
 
 impl GroupedBars {
     fn rows(&self) -> usize {
         self.groups.iter().map(|g| g.bars.len() + usize::from(!g.name.is_empty())).sum()
     }
 
-    /// The chart's pixel mapping (what [`draw_grouped`] uses).
+    /// The text after a bar: its value, and its mark when it has one.
+    fn value_text(&self, b: &Bar) -> String {
+        match &b.mark {
+            Some(m) => format!("{} — {m}", self.unit.fmt(b.value)),
+            None => self.unit.fmt(b.value),
+        }
+    }
+
+    /// The chart's pixel mapping (what [`draw_grouped`] uses). The value axis
+    /// ends where the longest value text after its bar still fits the canvas.
     pub fn layout(&self) -> BarLayout {
         let notes = note_lines(&self.notes).len() as i32;
         let top = 44 + if self.series.len() > 1 { 20 } else { 0 };
-        let avail = HEIGHT as i32 - top - 8 - notes * NOTE_H;
+        let axis_h = if self.log { AXIS_H } else { 0 };
+        let avail = HEIGHT as i32 - top - 8 - axis_h - notes * NOTE_H;
         let row_h = (avail / self.rows().max(1) as i32).clamp(6, 26);
+        let text_size = (row_h - 5).clamp(8, 13);
         let values: Vec<f64> = self
             .groups
             .iter()
             .flat_map(|g| g.bars.iter().map(|b| b.value))
             .chain(self.reference.iter().map(|m| m.at))
             .collect();
-        let (x0, x1) = (300, WIDTH as i32 - 190);
+        let longest =
+            self.groups.iter().flat_map(|g| &g.bars).map(|b| text_width(&self.value_text(b), text_size)).max();
+        let x0 = 300;
+        let x1 = (WIDTH as i32 - 12 - longest.unwrap_or(0)).clamp(x0 + 200, WIDTH as i32 - 60);
         let scale = if self.log { Scale::Log } else { Scale::Linear };
         let mut axis = AxisMap::new(&values, &Axis::new("", self.unit, scale), x0 as f64, x1 as f64);
         if !self.log {
@@ -516,7 +557,8 @@ impl GroupedBars {
             // Room for the smallest bar to show: start a decade below it.
             axis.lo -= if axis.binary { std::f64::consts::LOG10_2 * 3.0 } else { 1.0 };
         }
-        BarLayout { x0, x1, axis, top, row_h }
+        let bottom = top + row_h * self.rows() as i32;
+        BarLayout { x0, x1, axis, top, row_h, bottom, text_size }
     }
 }
 
@@ -536,9 +578,22 @@ pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c:
             x += 40 + 8 * name.chars().count() as i32;
         }
     }
-    let size = (l.row_h - 5).clamp(8, 13);
+    let size = l.text_size;
+    // A log chart's value axis: grid lines and tick labels under the rows, each label inside the canvas.
+    if c.log {
+        for (t, x) in l.ticks(c.unit) {
+            root.draw(&PathElement::new([(x, l.top), (x, l.bottom)], GRID))?;
+            let label = c.unit.tick(t);
+            let half = text_width(&label, 12) / 2;
+            let cx = x.clamp(half + 2, WIDTH as i32 - half - 2);
+            root.draw(&Text::new(label, (cx, l.bottom + 5), anchored(font(12), HPos::Center, VPos::Top)))?;
+        }
+        root.draw(&PathElement::new([(l.x0, l.bottom), (l.x1, l.bottom)], RGBColor(160, 160, 160)))?;
+    }
+    // The bars, then the reference line over them, then the value texts on a white
+    // ground so the line never strikes one.
+    let mut texts = Vec::new();
     let mut y = l.top;
-    let bottom = l.top + l.row_h * c.rows() as i32;
     for g in &c.groups {
         if !g.name.is_empty() {
             let head = TextStyle::from((FAMILY, size + 1, FontStyle::Bold).into_font());
@@ -555,21 +610,25 @@ pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c:
             let w = l.px(b.value);
             let rect = [(l.x0, y + 2), (w.max(l.x0 + 1), y + l.row_h - 2)];
             root.draw(&Rectangle::new(rect, color(b.series).filled()))?;
-            let mut text = c.unit.fmt(b.value);
-            if let Some(m) = &b.mark {
+            if b.mark.is_some() {
                 root.draw(&Rectangle::new(rect, MARK_RED.stroke_width(2)))?;
-                text = format!("{text} — {m}");
             }
-            let style = if b.mark.is_some() { font(size).color(&MARK_RED) } else { font(size) };
-            root.draw(&Text::new(text, (w + 6, mid), anchored(style, HPos::Left, VPos::Center)))?;
+            texts.push((c.value_text(b), w + 6, mid, b.mark.is_some()));
             y += l.row_h;
         }
     }
     if let Some(m) = &c.reference {
         let x = l.px(m.at);
-        root.draw(&DashedPathElement::new([(x, l.top), (x, bottom)], 6, 4, MARK_RED.stroke_width(2)))?;
+        root.draw(&DashedPathElement::new([(x, l.top), (x, l.bottom)], 6, 4, MARK_RED.stroke_width(2)))?;
         let label = anchored(font(13).color(&MARK_RED), HPos::Center, VPos::Bottom);
-        root.draw(&Text::new(m.label.clone(), (x, l.top - 2), label))?;
+        let half = text_width(&m.label, 13) / 2;
+        root.draw(&Text::new(m.label.clone(), (x.clamp(half + 2, WIDTH as i32 - half - 2), l.top - 2), label))?;
+    }
+    for (text, x, mid, marked) in texts {
+        let ground = [(x - 2, mid - size / 2 - 2), (x + text_width(&text, size) + 2, mid + size / 2 + 2)];
+        root.draw(&Rectangle::new(ground, WHITE.filled()))?;
+        let style = if marked { font(size).color(&MARK_RED) } else { font(size) };
+        root.draw(&Text::new(text, (x, mid), anchored(style, HPos::Left, VPos::Center)))?;
     }
     draw_notes(root, &c.notes)
 }
@@ -577,6 +636,7 @@ pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::charts::Chart;
 
     #[test]
     fn numbers_read_well() {
@@ -606,5 +666,63 @@ mod tests {
         assert_eq!(m.px(1e4), Some(160));
         let lin = AxisMap::new(&[0.0, 9.0], &Axis::new("n", Unit::Count, Scale::Linear), 0.0, 100.0);
         assert_eq!(lin.ticks(Unit::Count), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        // Workers 0 to 2: whole numbers, not 0.5 steps.
+        let few = AxisMap::new(&[0.0, 2.0], &Axis::new("workers", Unit::Count, Scale::Linear), 0.0, 100.0);
+        assert_eq!(few.ticks(Unit::Count), vec![0.0, 1.0, 2.0]);
+    }
+    fn speedups(mark: Option<&str>) -> GroupedBars {
+        let bars = [0.05, 0.7, 1.4, 20.0]
+            .into_iter()
+            .map(|v| Bar {
+                mark: (v == 20.0).then(|| mark.map(str::to_owned)).flatten(),
+                ..Bar::new(format!("s{v}"), v, 0)
+            })
+            .collect();
+        GroupedBars {
+            title: "speedup".into(),
+            unit: Unit::Ratio,
+            series: vec![],
+            groups: vec![BarGroup { name: "matmul".into(), bars }],
+            reference: Some(Mark { at: 1.0, label: "1× (as fast as the CPU)".into() }),
+            notes: vec![],
+            log: true,
+        }
+    }
+
+    #[test]
+    fn ratio_bars_on_a_log_axis_with_ticks_inside_and_the_1x_line_under_the_labels() {
+        let c = speedups(None);
+        let l = c.layout();
+        // Log: a tenth and ten times lie as far from 1× on either side.
+        let (tenth, one, ten) = (l.px(0.1), l.px(1.0), l.px(10.0));
+        assert!(((one - tenth) - (ten - one)).abs() <= 1, "{tenth} {one} {ten}");
+        assert!(l.px(0.7) - l.px(0.05) > 2 * (l.px(1.4) - l.px(0.7)), "0.05× and 0.7× look alike");
+        // The value axis: decades, labelled, every label inside the canvas.
+        let ticks: Vec<f64> = l.ticks(Unit::Ratio).into_iter().map(|t| t.0).collect();
+        assert_eq!(ticks, [0.001, 0.01, 0.1, 1.0, 10.0, 100.0]);
+        let svg = Chart::Bars(c.clone()).svg().unwrap();
+        for t in ["0.001×", "0.01×", "0.1×", "1×", "10×", "100×"] {
+            let (x, y) = crate::suite_charts::tests::text_at(&svg, t);
+            let half = f64::from(text_width(t, 12)) / 2.0;
+            assert!(x - half >= 0.0 && x + half <= f64::from(WIDTH), "{t} at {x}");
+            assert!(y > f64::from(l.bottom), "{t} under the bars");
+        }
+        // The 0.7× bar's text starts left of the 1× line and crosses it: a white ground
+        // drawn after the line keeps the line off it.
+        let (x, _) = crate::suite_charts::tests::text_at(&svg, "0.7×");
+        assert!(x < f64::from(one) && x + f64::from(text_width("0.7×", l.text_size)) > f64::from(one));
+        let line = svg.rfind("stroke=\"#C81E1E\"").expect("the 1× line");
+        let ground = format!("<rect x=\"{}\"", x as i32 - 2);
+        let at = svg.find(&ground).expect("a white ground behind 0.7×");
+        assert!(at > line && svg[at..].starts_with(&ground) && svg[at..at + 120].contains("#FFFFFF"), "{}", &svg[at..]);
+    }
+
+    #[test]
+    fn long_value_texts_shorten_the_axis_instead_of_leaving_the_canvas() {
+        let c = speedups(Some("chosen, heuristic's pick (off), and a long remark"));
+        let l = c.layout();
+        let text = c.value_text(&c.groups[0].bars[3]);
+        assert!(l.px(20.0) + 6 + text_width(&text, l.text_size) <= WIDTH as i32, "{text} leaves the canvas");
+        assert!(l.x1 < speedups(None).layout().x1);
     }
 }

@@ -164,8 +164,9 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn crossover_is_marked_at_the_first_size_from_which_the_gpu_wins() {
-        // The GPU loses at s0 and s1 and wins from s2 up (s1 won't do: it loses again at s1).
+    fn crossover_is_marked_where_the_time_lines_cross() {
+        // The GPU loses at s0 and s1 and wins from s2 up: at s1 it takes twice the CPU's time, at
+        // s2 a tenth, so the lines cross 0.231 of the way in log FLOP from 1e5 to 1e7: 290 kFLOP.
         let cases = vec![
             op_case("cpu", 0, 1e3, 1_000.0),
             op_case("cpu", 1, 1e5, 10_000.0),
@@ -183,11 +184,12 @@ pub(crate) mod tests {
         let charts = declared(&suite("cpu-vs-gpu", cases));
         let Chart::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
         assert_eq!(lines.vlines.len(), 1);
-        assert_eq!(lines.vlines[0].at, 1e7);
+        let crossing = 10f64.powf(5.0 + 2.0 * 2f64.ln() / 20f64.ln());
+        assert!((lines.vlines[0].at - crossing).abs() < 1e-6 * crossing, "{}", lines.vlines[0].at);
         let svg = chart(&charts, "matmul-time-by-size").svg().unwrap();
-        let label = "crossover: the GPU wins from s2";
+        let label = "crossover ≈ 290 kFLOP";
         let (x, _) = text_at(&svg, label);
-        let at = f64::from(lines.layout().x.px(1e7).unwrap());
+        let at = f64::from(lines.layout().x.px(crossing).unwrap());
         assert_eq!((x - at).abs(), 5.0, "label at {x}, crossover at {at}");
         // Two lines of four markers each.
         assert_eq!(svg.matches("<circle").count(), 8 + 2, "markers plus the legend's");

@@ -174,9 +174,9 @@ fn html_text_escaping_markdown_and_chart_files() {
          transfer), a quick run (fewer samples and sizes).",
         "1 holds · 0 inconclusive · 0 do not hold · 1 not applicable",
         "Contents Verdicts memory 2 cases · 1 holds transfer 1 case · 1 not applicable Environment · Trends",
-        "memory holds no_grad saves memory training 3.00 MiB vs eval 1.00 MiB",
-        "transfer not applicable pinned is faster no GPU",
-        "holds no_grad saves memory — training 3.00 MiB vs eval 1.00 MiB",
+        "memory holds no_grad saves memory Training 3.00 MiB vs eval 1.00 MiB.",
+        "transfer not applicable pinned is faster No GPU.",
+        "holds no_grad saves memory — Training 3.00 MiB vs eval 1.00 MiB.",
         "Memory over time: 1 interactive timeline, 1 by category (the largest peaks)",
         "peak 3.00 MiB at 5.00 ms in train_step/forward",
         "train_step_peak mode=train; tag=<script>alert(1)</script> 2.00 ms",
@@ -276,10 +276,11 @@ fn report_in_a_headless_browser() {
     let html = String::from_utf8_lossy(&dom.stdout);
     let log = String::from_utf8_lossy(&dom.stderr);
     assert!(html.contains("<svg viewBox="), "the timeline script drew nothing:\n{log}");
-    // At 5.5 ms of a 10 ms timeline, allocated is 3 MiB, reserved 4 MiB, in forward.
+    // The axis starts at the work (forward, at 1 ms of 10: the setup before it is left out),
+    // so 55 % along it is 1 + 0.55 × 9 = 5.95 ms: allocated 3 MiB, reserved 4 MiB, in forward.
     let readout = html.split("tl-memory-0-readout\">").nth(1).and_then(|r| r.split('<').next()).unwrap_or("");
     assert!(
-        readout.starts_with("t = 5.4") || readout.starts_with("t = 5.5"),
+        readout.starts_with("t = 5.9") || readout.starts_with("t = 6.0"),
         "hover did not update the readout: {readout:?}"
     );
     assert!(readout.contains("allocated 3.00 MiB") && readout.contains("reserved 4.00 MiB"), "{readout}");
@@ -319,7 +320,8 @@ fn report_in_a_headless_browser() {
 /// The page as a reader meets it, measured by `tests/data/report-probe.html`
 /// (the report in an iframe of the asked width, timelines opened): the verdict
 /// counts and the whole table of contents on the first screen (900 px high),
-/// every chart text inside its SVG, nothing wider than the page at 1280 and 390 px.
+/// every chart text inside its SVG, the interactive timeline's legend, round
+/// ticks and x axis on the work, nothing wider than the page at 1280 and 390 px.
 #[test]
 fn first_screen_labels_and_phone_width_in_a_headless_browser() {
     let Some(browser) = chromium() else {
@@ -364,6 +366,21 @@ fn first_screen_labels_and_phone_width_in_a_headless_browser() {
         // Every label inside its chart, the interactive timeline's included.
         assert!(f("timeline_svgs") >= 1.0 && f("texts") > 10.0, "no charts measured at {width} px: {m}");
         assert_eq!(m["outside"], serde_json::json!([]), "chart text outside its canvas at {width} px");
+        // The interactive timeline: a legend with the device, y ticks on round steps (the data
+        // reach 4 MiB reserved: 0 to 5 MiB by 1 MiB, never 0.84 MiB), x ticks on round times
+        // from the work's start, and a note on the setup left out (forward starts at 1 of 10 ms).
+        let tl = &m["timelines"][0];
+        assert_eq!(tl["legend"], serde_json::json!(["allocated", "reserved", "peak", "device cpu:0"]), "{m}");
+        assert_eq!(tl["y_ticks"], serde_json::json!(["0 MiB", "1 MiB", "2 MiB", "3 MiB", "4 MiB", "5 MiB"]), "{m}");
+        let x_ticks: Vec<&str> = tl["x_ticks"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        let expected_x: &[&str] = if width == 1280 {
+            &["2.00 ms", "4.00 ms", "6.00 ms", "8.00 ms", "10.00 ms"]
+        } else {
+            &["5.00 ms", "10.00 ms"]
+        };
+        assert_eq!(x_ticks, expected_x, "{m}");
+        let note = tl["note"].as_str().unwrap_or("");
+        assert!(note.starts_with("The time axis starts at 1.00 ms, where the first phase begins"), "{m}");
         // No sideways scroll: tables scroll in their own box, nothing else sticks out.
         assert!(f("scroll_width") <= f("client_width"), "sideways scroll at {width} px: {m}");
         assert_eq!(m["sticking_out"], serde_json::json!([]), "wider than the page at {width} px");

@@ -679,14 +679,18 @@ fn loss_finding(cases: &[CaseResult]) -> Finding {
             let eval = r
                 .metrics
                 .get("eval_loss_diff_vs_f32_nats")
-                .map(|e| format!(", held-out loss {e:+.4}"))
+                .map(|e| format!(", held-out loss {}", signed4(*e)))
                 .unwrap_or_default();
             let skipped = r
                 .metrics
                 .get("steps_skipped_count")
                 .map(|s| format!(", {s:.0} step(s) skipped by the scaler"))
                 .unwrap_or_default();
-            per.push(format!("{} {diff:+.4} (largest gap over the run {max:.4}{eval}{skipped})", r.precision.label()));
+            per.push(format!(
+                "{} {} (largest gap over the run {max:.4}{eval}{skipped})",
+                r.precision.label(),
+                signed4(diff)
+            ));
         }
         parts.push(format!(
             "{}: f32 final loss {f32_loss:.4} nats, tolerance {tolerance:.4}; {}",
@@ -709,6 +713,13 @@ fn loss_finding(cases: &[CaseResult]) -> Finding {
             if parts.is_empty() { "no loss differences recorded".to_owned() } else { parts.join("; ") }
         ),
     }
+}
+
+/// A signed difference to four decimals, a zero as `+0.0000` (never `-0.0000`
+/// for a tiny negative one).
+fn signed4(v: f64) -> String {
+    let s = format!("{v:+.4}");
+    if s == "-0.0000" { "+0.0000".to_owned() } else { s }
 }
 
 #[cfg(test)]
@@ -743,6 +754,13 @@ mod tests {
         fn findings(&self, ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
             AmpSuite.findings(ctx, cases)
         }
+    }
+
+    #[test]
+    fn a_tiny_negative_difference_is_written_as_zero() {
+        assert_eq!(signed4(-0.00004), "+0.0000");
+        assert_eq!(signed4(-0.0008), "-0.0008");
+        assert_eq!(signed4(0.0008), "+0.0008");
     }
 
     #[test]

@@ -304,14 +304,52 @@ fn sync(device: &Device, t: Tensor) -> Result<(), TensorError> {
     Ok(())
 }
 
-/// The smallest size from which the GPU wins at every larger size.
-fn crossover(pairs: &[(f64, f64, f64)]) -> Option<usize> {
-    let last_loss = pairs.iter().rposition(|&(_, cpu, gpu)| gpu >= cpu);
-    match last_loss {
-        None => Some(0),
-        Some(i) if i + 1 < pairs.len() => Some(i + 1),
-        Some(_) => None,
+/// Where the GPU starts winning for good, from `pairs` of (FLOP per call, CPU
+/// ns, GPU ns) by increasing size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Crossing {
+    /// The GPU wins at every size tried: the lines cross below the smallest.
+    Below,
+    /// The CPU wins (or ties) at `pairs[index - 1]` and the GPU at `index` and
+    /// every larger size; the time lines cross at `flops` between the two.
+    Between { index: usize, flops: f64 },
+    /// The GPU does not win at the largest size (or no size ran on both).
+    Never,
+}
+
+/// The crossing of the CPU's and the GPU's time lines, interpolated between
+/// the last size the CPU wins and the first from which the GPU always wins:
+/// on log axes (as the chart draws them) each line is straight between two
+/// sizes, so the crossing is where log(CPU time ÷ GPU time) reaches zero,
+/// linear in log FLOP.
+fn crossover(pairs: &[(f64, f64, f64)]) -> Crossing {
+    match pairs.iter().rposition(|&(_, cpu, gpu)| gpu >= cpu) {
+        None if pairs.is_empty() => Crossing::Never,
+        None => Crossing::Below,
+        Some(i) if i + 1 < pairs.len() => {
+            let ((f0, c0, g0), (f1, c1, g1)) = (pairs[i], pairs[i + 1]);
+            let (r0, r1) = ((c0 / g0).ln(), (c1 / g1).ln());
+            let t = if r1 > r0 && r0.is_finite() && r1.is_finite() { (-r0 / (r1 - r0)).clamp(0.0, 1.0) } else { 1.0 };
+            let flops = if f0 > 0.0 && f1 > 0.0 { (f0.ln() + t * (f1.ln() - f0.ln())).exp() } else { f1 };
+            Crossing::Between { index: i + 1, flops }
+        }
+        Some(_) => Crossing::Never,
     }
+}
+
+/// FLOP with an SI prefix, three significant digits: `8.39 MFLOP`, `512 FLOP`.
+fn fmt_flop(f: f64) -> String {
+    let (d, p) =
+        [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")].into_iter().find(|(d, _)| f >= *d).unwrap_or((1.0, ""));
+    let v = f / d;
+    let decimals = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.decimals$} {p}FLOP")
 }
 
 fn crossover_case(op: Op, sizes: &[Dims], cpu: &Medians, gpu: &Medians) -> CaseOutput {
@@ -329,12 +367,17 @@ fn crossover_case(op: Op, sizes: &[Dims], cpu: &Medians, gpu: &Medians) -> CaseO
     let out =
         CaseOutput::default().metric("gpu_wins_count", wins as f64).metric("sizes_compared_count", pairs.len() as f64);
     match crossover(&pairs) {
-        Some(i) => out.metric("crossover_flop_count", pairs[i].0).note(format!(
-            "the GPU wins from {} FLOP per call up{}",
-            pairs[i].0,
-            if i == 0 { " (every size tried)" } else { "" }
+        Crossing::Below => out
+            .metric("crossover_flop_count", pairs[0].0)
+            .note(format!("the GPU wins at every size tried, from {} per call up", fmt_flop(pairs[0].0))),
+        Crossing::Between { index, flops } => out.metric("crossover_flop_count", flops).note(format!(
+            "the CPU wins at {} per call and the GPU from {} up; the time lines cross near {} (interpolated on log \
+             axes)",
+            fmt_flop(pairs[index - 1].0),
+            fmt_flop(pairs[index].0),
+            fmt_flop(flops)
         )),
-        None => out.note("the GPU does not win at the largest size tried"),
+        Crossing::Never => out.note("the GPU does not win at the largest size tried"),
     }
 }
 
@@ -404,7 +447,7 @@ fn finding(no_gpu: Option<&str>, op: Op, cases: &[CaseResult]) -> Finding {
     let speedups =
         pairs.iter().zip(&labels).map(|((_, c, g), l)| format!("{l}: {:.2}x", c / g)).collect::<Vec<_>>().join(", ");
     match crossover(&pairs) {
-        Some(0) => Finding {
+        Crossing::Below => Finding {
             claim,
             verdict: Verdict::Holds,
             evidence: format!(
@@ -412,15 +455,18 @@ fn finding(no_gpu: Option<&str>, op: Op, cases: &[CaseResult]) -> Finding {
                 labels[0]
             ),
         },
-        Some(i) => Finding {
+        Crossing::Between { index, flops } => Finding {
             claim,
             verdict: Verdict::Holds,
             evidence: format!(
-                "the GPU loses below {} ({} FLOP per call) and wins from there up (speedups: {speedups})",
-                labels[i], pairs[i].0
+                "the CPU wins up to {} and the GPU from {} up; the time lines cross near {} per call, interpolated \
+                 between the two (speedups: {speedups})",
+                labels[index - 1],
+                labels[index],
+                fmt_flop(flops)
             ),
         },
-        None => Finding {
+        Crossing::Never => Finding {
             claim,
             verdict: Verdict::DoesNotHold,
             evidence: format!(
@@ -444,10 +490,34 @@ mod tests {
     #[test]
     fn crossover_is_where_the_gpu_starts_winning_for_good() {
         // (flops, cpu ns, gpu ns)
-        assert_eq!(crossover(&[(1.0, 1.0, 5.0), (2.0, 4.0, 5.0), (3.0, 9.0, 5.0)]), Some(2));
-        assert_eq!(crossover(&[(1.0, 9.0, 5.0), (2.0, 9.0, 5.0)]), Some(0));
-        assert_eq!(crossover(&[(1.0, 9.0, 5.0), (2.0, 1.0, 5.0)]), None);
-        assert_eq!(crossover(&[(1.0, 9.0, 5.0), (2.0, 1.0, 5.0), (3.0, 9.0, 5.0)]), Some(2));
+        assert_eq!(crossover(&[(1.0, 9.0, 5.0), (2.0, 9.0, 5.0)]), Crossing::Below);
+        assert_eq!(crossover(&[(1.0, 9.0, 5.0), (2.0, 1.0, 5.0)]), Crossing::Never);
+        assert_eq!(crossover(&[]), Crossing::Never);
+        // Loses at 1 and 2 (a tie counts as a loss), wins from 3 up.
+        let Crossing::Between { index, .. } = crossover(&[(1.0, 1.0, 5.0), (2.0, 5.0, 5.0), (3.0, 9.0, 5.0)]) else {
+            panic!("a crossing")
+        };
+        assert_eq!(index, 2);
+        let Crossing::Between { index, .. } = crossover(&[(1.0, 9.0, 5.0), (2.0, 1.0, 5.0), (3.0, 9.0, 5.0)]) else {
+            panic!("a crossing")
+        };
+        assert_eq!(index, 2);
+    }
+
+    #[test]
+    fn crossover_is_interpolated_in_log_flop_between_the_bracketing_sizes() {
+        // CPU 2x faster at 1 MFLOP, GPU 8x faster at 1 GFLOP: log ratios -ln 2 and +3 ln 2,
+        // so the lines cross a quarter of the way in log FLOP: 10^(6 + 3/4) = 5.62 MFLOP.
+        let pairs = [(1e3, 1.0, 50.0), (1e6, 1e3, 2e3), (1e9, 8e5, 1e5), (1e12, 1e9, 1e6)];
+        let Crossing::Between { index, flops } = crossover(&pairs) else { panic!("a crossing") };
+        assert_eq!(index, 2);
+        assert!((flops - 10f64.powf(6.75)).abs() < 1.0, "{flops}");
+        assert_eq!(fmt_flop(flops), "5.62 MFLOP");
+        // A tie at the last CPU win: the lines meet right there.
+        let Crossing::Between { flops, .. } = crossover(&[(1e3, 5.0, 5.0), (1e6, 9.0, 1.0)]) else { panic!() };
+        assert!((flops - 1e3).abs() < 1e-6, "{flops}");
+        assert_eq!(fmt_flop(512.0), "512 FLOP");
+        assert_eq!(fmt_flop(268e6), "268 MFLOP");
     }
 
     #[test]
@@ -520,7 +590,15 @@ mod tests {
         ];
         let f = finding(None, Op::Matmul, &cases);
         assert_eq!(f.verdict, Verdict::Holds, "{}", f.evidence);
-        assert!(f.evidence.contains("loses below s1"), "{}", f.evidence);
+        // CPU 10x faster at 1 kFLOP, GPU 10x faster at 1 MFLOP: the lines cross halfway, at 31.6 kFLOP.
+        assert!(
+            f.evidence.starts_with(
+                "the CPU wins up to s0 and the GPU from s1 up; the time lines cross near 31.6 kFLOP per call, \
+                 interpolated between the two (speedups: s0: 0.10x"
+            ),
+            "{}",
+            f.evidence
+        );
         let mut slow_gpu = cases.clone();
         slow_gpu[5] = result(Op::Matmul, "gpu", 2, 1e9, 1e9);
         assert_eq!(finding(None, Op::Matmul, &slow_gpu).verdict, Verdict::DoesNotHold);

@@ -152,8 +152,8 @@ fn properties(device: &Device) -> CaseOutput {
         .note(format!("device {}: {}", p.id, p.name));
     out = match p.id.kind {
         DeviceKind::Cpu => out.note(format!(
-            "compute units are logical cores; the capacity is the allocator's limit for this host device ({} bytes)",
-            p.memory_capacity_bytes
+            "compute units are logical cores; the capacity is the allocator's limit for this host device ({})",
+            crate::charts::fmt_bytes(p.memory_capacity_bytes)
         )),
         DeviceKind::Cuda => out.note("compute units are streaming multiprocessors"),
     };

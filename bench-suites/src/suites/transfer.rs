@@ -377,7 +377,7 @@ fn overlap_finding(no_gpu: Option<&str>, cases: &[CaseResult]) -> Finding {
     };
     let (blocking, non_blocking, side) =
         (get("overlap/blocking"), get("overlap/non_blocking"), get("overlap/side_stream"));
-    let fmt = |v: Option<f64>| v.map_or_else(|| "not measured".to_owned(), |p| format!("{p:.0}%"));
+    let fmt = |v: Option<f64>| v.map_or_else(|| "not measured".to_owned(), |p| format!("{p:.0} %"));
     let summary = format!(
         "overlap: blocking {}, non_blocking on the default stream {}, non_blocking on a side stream {}",
         fmt(blocking),
@@ -520,7 +520,7 @@ mod tests {
         let f = overlap_finding(None, &cases);
         assert_eq!(f.verdict, Verdict::Holds, "{}", f.evidence);
         assert!(f.evidence.contains("on the default stream it does not"), "{}", f.evidence);
-        assert!(f.evidence.contains("side stream 80%"), "{}", f.evidence);
+        assert!(f.evidence.contains("side stream 80 %"), "{}", f.evidence);
         let mut no_side = cases.clone();
         no_side[2] = overlap_result("overlap/side_stream", 5.0);
         assert_eq!(overlap_finding(None, &no_side).verdict, Verdict::DoesNotHold);

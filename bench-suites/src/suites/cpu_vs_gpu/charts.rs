@@ -1,23 +1,14 @@
 //! The cpu-vs-gpu suite's charts: per op, CPU and GPU time by size on log
-//! axes with the crossover marked (or a note on why there is none), and the
-//! GPU's speedups over the CPU with 1× as the reference.
+//! axes with the crossover marked where the lines cross (interpolated between
+//! the bracketing sizes; or a note on why there is none), and the GPU's
+//! speedups over the CPU on a log axis with 1× as the reference.
 
+use super::{Crossing, crossover, fmt_flop};
 use crate::charts::{
     AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit, distinct,
     first_reason, median, metric, param, param_f64,
 };
 use crate::schema::SuiteResult;
-
-/// The smallest size from which the GPU is faster at every larger size (the
-/// suite's rule): `pairs` are (size, cpu ns, gpu ns) by increasing size.
-fn crossover(pairs: &[(f64, f64, f64)]) -> Option<usize> {
-    match pairs.iter().rposition(|&(_, cpu, gpu)| gpu >= cpu) {
-        None if pairs.is_empty() => None,
-        None => Some(0),
-        Some(i) if i + 1 < pairs.len() => Some(i + 1),
-        Some(_) => None,
-    }
-}
 
 pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
     let mut out = Vec::new();
@@ -57,14 +48,26 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
         } else {
             let pairs: Vec<(f64, f64, f64)> =
                 cpu.iter().filter_map(|(f, c, _)| gpu.iter().find(|g| g.0 == *f).map(|g| (*f, *c, g.1))).collect();
+            let label = |f: f64| cpu.iter().find(|c| c.0 == f).map_or("?", |c| c.2.as_str());
             match crossover(&pairs) {
-                Some(i) => {
-                    let label = cpu.iter().find(|c| c.0 == pairs[i].0).map_or("?", |c| c.2.as_str());
-                    let from = if i == 0 { " (every size tried)" } else { "" };
-                    x_marks.push(Marker::new(pairs[i].0, format!("crossover: the GPU wins from {label}{from}")));
+                Crossing::Below => x_marks.push(Marker::new(
+                    pairs[0].0,
+                    format!("the GPU wins from {} (every size tried)", label(pairs[0].0)),
+                )),
+                Crossing::Between { index, flops } => {
+                    x_marks.push(Marker::new(flops, format!("crossover ≈ {}", fmt_flop(flops))));
+                    notes.push(format!(
+                        "The lines cross near {} per call, interpolated on the log axes between {} (the CPU wins) \
+                         and {} (the GPU wins from there up).",
+                        fmt_flop(flops),
+                        label(pairs[index - 1].0),
+                        label(pairs[index].0)
+                    ));
                 }
-                None if !pairs.is_empty() => notes.push("The GPU does not win at the largest size tried.".into()),
-                None => notes.push("No size ran on both devices.".into()),
+                Crossing::Never if !pairs.is_empty() => {
+                    notes.push("The GPU does not win at the largest size tried.".into())
+                }
+                Crossing::Never => notes.push("No size ran on both devices.".into()),
             }
         }
         let gpu_name = if gpu.is_empty() { "GPU (not available)" } else { "GPU" };
@@ -97,6 +100,8 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
         ChartSpec::unavailable("speedup", title, missing_gpu.unwrap_or_else(|| "no GPU case produced a speedup".into()))
     } else {
         let mut bars = BarsSpec::new(Unit::Ratio, speedups);
+        // Ratios on a log axis: 0.05× and 0.7× are as far apart as 1.4× and 20×.
+        bars.log = true;
         bars.reference = Some(Marker::new(1.0, "1× (as fast as the CPU)"));
         ChartSpec::bars("speedup", title, bars)
     };
@@ -130,12 +135,10 @@ mod tests {
     }
 
     #[test]
-    fn the_crossover_is_the_first_size_from_which_the_gpu_always_wins() {
-        assert_eq!(crossover(&[]), None);
-        assert_eq!(crossover(&[(1.0, 2.0, 1.0), (2.0, 4.0, 1.0)]), Some(0));
-        assert_eq!(crossover(&[(1.0, 1.0, 2.0), (2.0, 4.0, 1.0), (3.0, 1.0, 2.0), (4.0, 9.0, 1.0)]), Some(3));
-        assert_eq!(crossover(&[(1.0, 4.0, 1.0), (2.0, 1.0, 2.0)]), None);
-        // The GPU loses at s0 and s1 and wins from s2 up.
+    fn the_crossover_is_marked_where_the_lines_cross() {
+        // The GPU loses at s0 and s1 and wins from s2 up: at s1 it takes 2x the CPU's time, at
+        // s2 a tenth, so on log axes the lines cross ln 2 / (ln 2 + ln 10) = 0.231 of the way
+        // from 1e5 to 1e7 FLOP: 10^(5 + 2 × 0.231) = 290 kFLOP.
         let cases = vec![
             op_case("cpu", 0, 1e3, 1_000.0),
             op_case("cpu", 1, 1e5, 10_000.0),
@@ -146,7 +149,15 @@ mod tests {
         ];
         let charts = charts(&suite("cpu-vs-gpu", cases));
         let ChartKind::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
-        assert_eq!(lines.x_marks, vec![Marker::new(1e7, "crossover: the GPU wins from s2")]);
+        assert_eq!(lines.x_marks.len(), 1);
+        let expected = 10f64.powf(5.0 + 2.0 * 2f64.ln() / (2f64.ln() + 10f64.ln()));
+        assert!((lines.x_marks[0].at - expected).abs() < 1e-6 * expected, "{:?}", lines.x_marks);
+        assert_eq!(lines.x_marks[0].label, "crossover ≈ 290 kFLOP");
+        assert_eq!(
+            lines.notes,
+            ["The lines cross near 290 kFLOP per call, interpolated on the log axes between s1 (the CPU wins) and s2 \
+              (the GPU wins from there up)."]
+        );
         assert_eq!(lines.series.iter().map(|s| s.points.len()).collect::<Vec<_>>(), [3, 3]);
     }
 

@@ -1,12 +1,17 @@
 //! The input-pipeline suite's chart: samples per second by number of
-//! DataLoader workers, from pageable and from pinned host memory.
+//! DataLoader workers, from pageable and from pinned host memory, with the
+//! knee of the pageable sweep marked (the fewest workers within 5 % of the best).
 
-use crate::charts::{AxisSpec, ChartSpec, LineSeries, LinesSpec, Scale, Unit, first_reason, metric, param, param_f64};
+use super::{knee, workers_text};
+use crate::charts::{
+    AxisSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit, first_reason, metric, param, param_f64,
+};
 use crate::schema::SuiteResult;
 
 pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
     let mut lines = Vec::new();
     let mut notes = Vec::new();
+    let mut knee_at = None;
     for (i, mem) in ["pageable", "pinned"].into_iter().enumerate() {
         let of = || suite.cases.iter().filter(move |c| param(c, "host_memory") == Some(mem));
         let mut points: Vec<(f64, f64)> = of()
@@ -15,6 +20,10 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
             .collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         notes.extend(first_reason(of()));
+        if mem == "pageable" {
+            let rates: Vec<(usize, f64)> = points.iter().map(|p| (p.0 as usize, p.1)).collect();
+            knee_at = knee(&rates).filter(|_| rates.len() > 2).map(|k| k.0);
+        }
         if !points.is_empty() {
             lines.push(LineSeries { name: format!("{mem} host memory"), points, dashed: mem == "pageable", color: i });
         }
@@ -29,6 +38,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
             lines,
         );
         spec.notes = notes;
+        if let Some(k) = knee_at {
+            spec.x_marks.push(Marker::new(k as f64, format!("knee: {} (within 5 % of the best)", workers_text(k))));
+        }
         ChartSpec::lines("throughput", title, spec)
     };
     vec![chart]
@@ -57,6 +69,13 @@ mod tests {
         assert_eq!(lines.series.len(), 1);
         assert_eq!(lines.series[0].points, [(0.0, 100.0), (2.0, 300.0)]);
         assert_eq!(lines.notes, ["pinned/0: not available: no GPU"]);
+        assert!(lines.x_marks.is_empty(), "two counts make no knee");
         assert!(matches!(charts(&suite("input-pipeline", vec![]))[0].kind, ChartKind::Unavailable { .. }));
+        // 0, 1, 2, 4 workers: 4 is best, 2 within 5 % of it.
+        let sweep =
+            vec![c("pageable", 0, 100.0), c("pageable", 1, 150.0), c("pageable", 2, 190.0), c("pageable", 4, 195.0)];
+        let declared = charts(&suite("input-pipeline", sweep));
+        let ChartKind::Lines(lines) = &declared[0].kind else { panic!("a line chart") };
+        assert_eq!(lines.x_marks, [Marker::new(2.0, "knee: 2 workers (within 5 % of the best)")]);
     }
 }
