@@ -19,6 +19,7 @@ mod export;
 mod import;
 mod model;
 mod oom;
+mod path_timeline;
 pub mod pickle;
 mod pools;
 mod replay;
@@ -37,6 +38,7 @@ pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
+pub use path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
 pub use oom::{InferredCapacity, LimitKind, OomRequest, ReleaseKind, ReleaseSummary};
 pub use pools::PoolInference;
 pub use replay::{
