@@ -20,6 +20,7 @@ pub mod peak_table;
 mod plot;
 pub mod record;
 pub mod replay_page;
+pub mod results_diff;
 pub mod report;
 mod stores;
 pub mod suite_charts;
