@@ -394,7 +394,7 @@ mod tests {
         let html = std::fs::read_to_string(write_results_diff_report(&dir, &d).unwrap()).unwrap();
         assert!(html.contains("<td class=\"num change\" data-label=\"change\">+50.00 MiB (+50.0 %)</td>"), "{html}");
         assert!(html.contains("activation at the allocated peak"));
-        assert!(html.contains("<code>memory/only_here</code>"));
+        assert!(html.contains("<code>memory&#x2f;only_here</code>"), "names escaped");
         assert!(!html.contains("<script") && !html.contains("http://"), "offline, no script");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -159,6 +159,7 @@
     if (!isFinite(lo)) { lo = 0; hi = 1; }
     if (hi <= lo) hi = lo + 1;
     this.full = [lo, hi]; this.view = [lo, hi];
+    fig.setAttribute("data-view", lo + "," + hi);
     this.pointers = {};
     var self = this;
     this.draw();
@@ -200,7 +201,7 @@
   Stacked.prototype.draw = function () {
     var d = this.d, box = this.box, self = this;
     var W = Math.max(200, box.clientWidth), H = Math.max(160, box.clientHeight);
-    var L = W < 500 ? 58 : 78, R = 8, T = 12, B = 30, pw = W - L - R, ph = H - T - B;
+    var narrow = W < 500, L = narrow ? 68 : 78, R = 8, T = 12, B = 30, pw = W - L - R, ph = H - T - B;
     var v0 = this.view[0], v1 = this.view[1];
     var x = function (t) { return L + (t - v0) / (v1 - v0) * pw; };
     var cols = this.pick(d.x, function (i) { return self.total[i]; }, v0, v1, pw, x);
@@ -229,7 +230,7 @@
         var lo = below[j], hi = lo + s.v[c];
         below[j] = hi;
         top.push(x0.toFixed(1) + "," + y(hi).toFixed(1), x1.toFixed(1) + "," + y(hi).toFixed(1));
-        bottom.push(x1.toFixed(1) + "," + y(lo).toFixed(1), x0.toFixed(1) + "," + y(lo).toFixed(1));
+        bottom.push(x0.toFixed(1) + "," + y(lo).toFixed(1), x1.toFixed(1) + "," + y(lo).toFixed(1));
       }
       if (!top.length) continue;
       el("polygon", { points: top.concat(bottom.reverse()).join(" "), fill: bandColor(k, n, d.other), "class": "band", "data-band": k }, plot);
@@ -259,19 +260,22 @@
       el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[m.kind], stroke: "#fff" }, g);
       el("title", {}, g).textContent = m.label;
       var right = mx > L + pw * 0.6;
-      el("text", { x: mx + (right ? -6 : 6), y: my - 6, "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[m.kind] }, g).textContent = m.short;
+      // Labels apart where marks meet: the reserved peak's above, the allocated peak's below, an OOM's at the top.
+      var ly = m.kind === "oom" ? T + 11 : m.kind === "allocated" ? my + 15 : my - 7;
+      el("text", { x: mx + (right ? -6 : 6), y: ly, "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[m.kind] }, g).textContent = m.short;
     });
     for (var i = 0; i <= 4; i++) {
       var b = maxB * i / 4, ty = y(b);
       el("line", { x1: L, x2: L + pw, y1: ty, y2: ty, stroke: "#eee" }, svg);
-      el("text", { x: L - 4, y: ty + 4, "text-anchor": "end", "font-size": 11, fill: "#555" }, svg).textContent = fmtBytes(Math.round(b));
-      var ticks = W < 500 ? 2 : 4;
+      el("text", { x: L - 4, y: ty + 4, "text-anchor": "end", "font-size": narrow ? 10 : 11, fill: "#555" }, svg).textContent = fmtBytes(Math.round(b));
+      var ticks = narrow ? 2 : 4;
       if (i <= ticks) {
         var tt = v0 + (v1 - v0) * i / ticks;
         el("text", { x: x(tt), y: H - 12, "text-anchor": i === 0 ? "start" : i === ticks ? "end" : "middle", "font-size": 11, fill: "#555" }, svg).textContent = fmtX(d, tt);
       }
     }
-    el("text", { x: L + pw / 2, y: H - 1, "text-anchor": "middle", "font-size": 11, fill: "#555" }, svg).textContent = d.x_desc;
+    el("text", { x: L + pw / 2, y: H - 1, "text-anchor": "middle", "font-size": 11, fill: "#555" }, svg).textContent =
+      narrow ? (d.time ? "time since the first entry (" + d.time + ")" : "entries") : d.x_desc;
     el("rect", { x: L, y: T, width: pw, height: ph, fill: "none", stroke: "#999" }, svg);
     this.cursor = el("line", { x1: 0, x2: 0, y1: T, y2: T + ph, stroke: "#333", "stroke-dasharray": "3 3", visibility: "hidden" }, svg);
     this.svg = svg;
@@ -330,16 +334,22 @@
         (b.frames.length ? "; its stack, innermost first:" : "; no stack recorded");
       self.stack.appendChild(q);
       if (!b.frames.length) return;
-      var ol = document.createElement("ol");
+      // Your frames in full; each run of folded frames (torch, packages, the
+      // standard library, C++) as one line; every frame behind "all frames".
+      var ol = document.createElement("ol"), run = 0;
       ol.className = "stack";
-      b.frames.forEach(function (f) {
-        var li = document.createElement("li");
-        li.textContent = f[0];
-        if (f[1]) li.className = "folded";
-        ol.appendChild(li);
-      });
-      if (b.left_out) { var li = document.createElement("li"); li.className = "folded"; li.textContent = "\u2026 " + b.left_out + " more frames"; ol.appendChild(li); }
+      function item(list, text, cls) { var li = document.createElement("li"); li.textContent = text; if (cls) li.className = cls; list.appendChild(li); }
+      function flush() { if (run) item(ol, "\u2026 " + run + " folded frame" + (run > 1 ? "s" : "") + " (torch, packages, standard library, C++)", "folded"); run = 0; }
+      b.frames.forEach(function (f) { if (f[1]) run++; else { flush(); item(ol, f[0], "user"); } });
+      run += b.left_out; flush();
+      var all = document.createElement("details"), sum = document.createElement("summary"), full = document.createElement("ol");
+      sum.textContent = "all " + (b.frames.length + b.left_out) + " frames";
+      full.className = "stack";
+      b.frames.forEach(function (f) { item(full, f[0], f[1] ? "folded" : "user"); });
+      if (b.left_out) item(full, "\u2026 " + b.left_out + " more frames", "folded");
+      all.appendChild(sum); all.appendChild(full);
       self.stack.appendChild(ol);
+      self.stack.appendChild(all);
     });
   };
   Stacked.prototype.bind = function () {
@@ -350,7 +360,7 @@
     }, { passive: false });
     box.addEventListener("pointerdown", function (ev) {
       ptr[ev.pointerId] = ev.clientX;
-      box.setPointerCapture && box.setPointerCapture(ev.pointerId);
+      try { box.setPointerCapture(ev.pointerId); } catch (e) { /* a pointer the browser does not track */ }
       var ids = Object.keys(ptr);
       if (ids.length === 1) drag = { cx: ev.clientX, view: self.view.slice() };
       if (ids.length === 2) {

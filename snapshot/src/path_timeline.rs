@@ -25,7 +25,8 @@ pub const MAX_COLUMNS: usize = 8192;
 pub const TOP_PATHS: usize = 12;
 /// Largest blocks (with their stacks) kept per band.
 pub const BLOCKS_PER_PATH: usize = 3;
-/// Frames kept per stack (innermost first); the rest are counted.
+/// Folded frames (torch, packages, the standard library, C++) kept per
+/// stack, innermost first; the rest are counted. The user's are all kept.
 pub const FRAMES_PER_STACK: usize = 40;
 
 /// One block of a band, for the hover: its size, when it was made, its stack.
@@ -35,9 +36,9 @@ pub struct PathBlock {
     pub bytes: u64,
     /// The `alloc` entry; `None` when live before the recording began.
     pub entry: Option<u64>,
-    /// Innermost first, at most [`FRAMES_PER_STACK`].
+    /// Innermost first: the user's, and the first [`FRAMES_PER_STACK`] folded ones.
     pub frames: Vec<StackFrame>,
-    /// Frames beyond those kept.
+    /// Folded frames beyond those kept.
     pub frames_left_out: u64,
 }
 
@@ -207,15 +208,20 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline>
     }
     let time_us = applied.iter().map(|&a| time_of(a as usize)).collect();
     let block = |&(size, alloc, frames): &(u64, Option<usize>, StackId)| {
-        let all: Vec<StackFrame> =
-            snapshot.frames.stack(frames).map(|f| StackFrame { text: frame_text(f), kind: frame_kind(f) }).collect();
-        let left = all.len().saturating_sub(FRAMES_PER_STACK) as u64;
-        PathBlock {
-            bytes: size,
-            entry: alloc.map(|a| a as u64),
-            frames: all.into_iter().take(FRAMES_PER_STACK).collect(),
-            frames_left_out: left,
+        // Every frame of the user's; folded frames up to FRAMES_PER_STACK.
+        let (mut kept, mut folded, mut left) = (Vec::new(), 0usize, 0u64);
+        for f in snapshot.frames.stack(frames) {
+            let kind = frame_kind(f);
+            if kind.folded() {
+                if folded == FRAMES_PER_STACK {
+                    left += 1;
+                    continue;
+                }
+                folded += 1;
+            }
+            kept.push(StackFrame { text: frame_text(f), kind });
         }
+        PathBlock { bytes: size, entry: alloc.map(|a| a as u64), frames: kept, frames_left_out: left }
     };
     let mut series: Vec<PathSeries> = order
         .iter()

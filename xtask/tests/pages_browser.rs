@@ -124,7 +124,7 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     assert!(w.contains("#1 OOM"), "the recorded settings' OOM point");
     assert!(w.contains("none: out of memory"), "headroom of a setting that runs out");
     let rd = std::fs::read_to_string(results_diff.join("index.html")).unwrap();
-    assert!(rd.contains("<code>memory/train_step</code>") && rd.contains("+50.00 MiB (+50.0 %)"), "the results diff page");
+    assert!(rd.contains("<code>memory&#x2f;train_step</code>") && rd.contains("+50.00 MiB (+50.0 %)"), "the results diff page");
     let d = std::fs::read_to_string(diff.join("index.html")).unwrap();
     assert!(d.contains("Peak reserved rose by 48.00 MiB"), "the diff's headline");
     assert!(!d.contains(" src=\"http") && d.matches("url(").count() == d.matches("url(#").count(), "offline");
