@@ -349,9 +349,11 @@ mod tests {
             by_category_at_peak_bytes: [("activation".to_owned(), activation)].into_iter().collect(),
             allocator_events: 10,
         };
-        let case = CaseResult::ok("train_step")
-            .with_memory(memory)
-            .with_timing(vramlab_suites::harness::summarize(vec![median; 3], 1, "host"));
+        let case = CaseResult::ok("train_step").with_memory(memory).with_timing(vramlab_suites::harness::summarize(
+            vec![median; 3],
+            1,
+            "host",
+        ));
         let mut cases = vec![case];
         if extra {
             cases.push(CaseResult::ok("only_here"));

@@ -38,8 +38,8 @@ pub use import::{is_pickle, read_snapshot, read_snapshot_file};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
-pub use path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
 pub use oom::{InferredCapacity, LimitKind, OomRequest, ReleaseKind, ReleaseSummary};
+pub use path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
 pub use pools::PoolInference;
 pub use replay::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,

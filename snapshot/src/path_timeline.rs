@@ -89,8 +89,7 @@ fn block_key(c: &mut Classifier<'_>, frames: StackId, alloc: Option<usize>) -> u
 pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline> {
     let trace = snapshot.device_traces.get(device)?;
     let free = free_action(trace);
-    let mut c =
-        Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
+    let mut c = Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
     let start = live_at_start(snapshot, device, free);
     // Pass 1: each block's key, each key's highest live bytes and largest blocks.
     let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
@@ -111,7 +110,7 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline>
             if !l.iter().any(|x| x.2 == b.frames && x.0 >= b.size) {
                 l.retain(|x| x.2 != b.frames);
                 l.push((b.size, b.alloc, b.frames));
-                l.sort_by(|a, b| b.0.cmp(&a.0));
+                l.sort_by_key(|x| std::cmp::Reverse(x.0));
                 l.truncate(BLOCKS_PER_PATH);
             }
         }
@@ -241,7 +240,7 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline>
     if other {
         let rest = &order[TOP_PATHS..];
         let mut blocks: Vec<_> = rest.iter().flat_map(|&k| largest[k].iter().copied()).collect();
-        blocks.sort_by(|a, b| b.0.cmp(&a.0));
+        blocks.sort_by_key(|x| std::cmp::Reverse(x.0));
         blocks.truncate(BLOCKS_PER_PATH);
         let b = std::mem::take(&mut bytes[bands - 1]);
         series.push(PathSeries {
@@ -252,14 +251,7 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline>
             bytes: b,
         });
     }
-    Some(PathTimeline {
-        applied,
-        time_us,
-        series,
-        entries_per_column: per as u64,
-        entries: trace.len() as u64,
-        paths,
-    })
+    Some(PathTimeline { applied, time_us, series, entries_per_column: per as u64, entries: trace.len() as u64, paths })
 }
 
 #[cfg(test)]
@@ -282,8 +274,7 @@ mod tests {
         assert!(t.series.len() <= TOP_PATHS + 1 && !t.series.is_empty());
         // The stack's highest column is the recording's requested peak, at
         // the entry requested_peak_index names.
-        let totals: Vec<u64> =
-            (0..t.applied.len()).map(|c| t.series.iter().map(|s| s.bytes[c]).sum()).collect();
+        let totals: Vec<u64> = (0..t.applied.len()).map(|c| t.series.iter().map(|s| s.bytes[c]).sum()).collect();
         let top = *totals.iter().max().unwrap();
         let at = totals.iter().position(|&v| v == top).unwrap();
         let peak_index = crate::requested_peak_index(&snap, device);

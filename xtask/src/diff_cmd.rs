@@ -148,7 +148,11 @@ fn run_results(args: &DiffArgs, a_name: &str, b_name: &str) -> anyhow::Result<u8
 /// The terminal report of two results files.
 pub fn results_text(d: &ResultsDiff) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "vramlab diff: A = {} ({}), B = {} ({})", d.before.source, d.before.started_at, d.after.source, d.after.started_at);
+    let _ = writeln!(
+        t,
+        "vramlab diff: A = {} ({}), B = {} ({})",
+        d.before.source, d.before.started_at, d.after.source, d.after.started_at
+    );
     for c in &d.cases {
         let _ = writeln!(t, "\n{}/{}: {}", c.suite, c.case, results_diff::case_headline(c));
         if c.outcome_before != "ok" || c.outcome_after != "ok" {

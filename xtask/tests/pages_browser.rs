@@ -117,14 +117,20 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
         let first = table.split("<code class=\"frame\">").nth(1).unwrap();
         assert!(first.starts_with(first_frame), "{}", &first[..80.min(first.len())]);
         assert!(html.contains("Who holds the allocated peak"));
-        assert!(!html.contains(" src=\"http") && html.matches("url(").count() == html.matches("url(#").count(), "offline");
+        assert!(
+            !html.contains(" src=\"http") && html.matches("url(").count() == html.matches("url(#").count(),
+            "offline"
+        );
     }
     let w = std::fs::read_to_string(whatif.join("index.html")).unwrap();
     assert!(w.contains("capacity 300.00 MiB"), "the capacity line");
     assert!(w.contains("#1 OOM"), "the recorded settings' OOM point");
     assert!(w.contains("none: out of memory"), "headroom of a setting that runs out");
     let rd = std::fs::read_to_string(results_diff.join("index.html")).unwrap();
-    assert!(rd.contains("<code>memory&#x2f;train_step</code>") && rd.contains("+50.00 MiB (+50.0 %)"), "the results diff page");
+    assert!(
+        rd.contains("<code>memory&#x2f;train_step</code>") && rd.contains("+50.00 MiB (+50.0 %)"),
+        "the results diff page"
+    );
     let d = std::fs::read_to_string(diff.join("index.html")).unwrap();
     assert!(d.contains("Peak reserved rose by 48.00 MiB"), "the diff's headline");
     assert!(!d.contains(" src=\"http") && d.matches("url(").count() == d.matches("url(#").count(), "offline");
@@ -224,7 +230,10 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert!(readout.contains("entry ") && readout.contains("reserved "), "{readout}");
                 assert!(attr(&dom, "stack-frames").parse::<u32>().unwrap() > 0, "a stack on hover");
                 let stack = attr(&dom, "stack-text");
-                assert!(stack.contains("live here") && stack.contains("Largest block made on this call path"), "{stack}");
+                assert!(
+                    stack.contains("live here") && stack.contains("Largest block made on this call path"),
+                    "{stack}"
+                );
                 assert!(stack.contains("record_snapshots.py"), "the stack has the script's frame: {stack}");
             }
             let (scroll, inner): (u32, u32) =
