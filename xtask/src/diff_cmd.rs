@@ -197,7 +197,10 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<u8> {
         (false, false) => {}
         (a_json, _) => {
             let (json, other) = if a_json { (&a_name, &b_name) } else { (&b_name, &a_name) };
-            bail!("{json} is a results file and {other} is not: compare two snapshots or two results files");
+            bail!(
+                "{json} is not a readable PyTorch memory snapshot (it is JSON) and {other} is not JSON: diff compares \
+                 two snapshots or two results files of cargo xtask bench"
+            );
         }
     }
     if args.case.is_some() {
