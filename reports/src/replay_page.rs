@@ -1077,6 +1077,20 @@ mod tests {
              <td class=\"num\">8.00 MiB</td>"
         ));
         assert!(html.contains("<strong>Fragmentation:</strong>"));
+        // The interactive timeline's data: the replay's lines, both peaks and the OOM marked at its op.
+        let data = html.split("<script type=\"application/json\" id=\"memory-data\">").nth(1).unwrap();
+        let data: serde_json::Value = serde_json::from_str(&data[..data.find("</script>").unwrap()]).unwrap();
+        assert_eq!(data["reserved"]["v"].as_array().unwrap().len(), t.points.len());
+        let kinds: Vec<(&str, f64)> = data["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["kind"].as_str().unwrap(), m["x"].as_f64().unwrap()))
+            .collect();
+        // The allocated peak (816 MiB) comes one op after the reserved one: the 102nd block fits a cached segment.
+        assert_eq!(kinds, [("reserved", 101.0), ("allocated", 102.0), ("oom", 154.0)], "{kinds:?}");
+        assert!(data["series"].as_array().unwrap().is_empty(), "a vramlab trace has no stacks");
+        assert_eq!(data["time"], serde_json::Value::Null, "x counts ops");
         // Offline: nothing is fetched.
         assert!(!html.contains(" src="), "no external script, image or font");
         // The only url() is the chart's own clip path, inside the page.
