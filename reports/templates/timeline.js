@@ -292,7 +292,7 @@
     px = Math.min(g.L + g.pw, Math.max(g.L, px));
     return { px: px, x: this.view[0] + (px - g.L) / g.pw * (this.view[1] - this.view[0]), bytes: (g.T + g.ph - py) / g.ph * g.maxB };
   };
-  function valueAt(series, t) { var i = upperBound(series.x, t) - 1; return i < 0 ? 0 : series.v[i]; }
+  function stepAt(series, t) { var i = upperBound(series.x, t) - 1; return i < 0 ? 0 : series.v[i]; }
   Stacked.prototype.hover = function (cx, cy) {
     var d = this.d, h = this.at(cx, cy), self = this;
     this.cursor.setAttribute("x1", h.px); this.cursor.setAttribute("x2", h.px); this.cursor.setAttribute("visibility", "visible");
@@ -304,7 +304,7 @@
       parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (d.entries_per_column > 1 ? " (highest of its " + d.entries_per_column + " entries)" : ""));
       if (d.series.length) parts.push("live " + fmtBytes(this.total[c]));
     }
-    parts.push("allocated " + fmtBytes(valueAt(d.allocated, h.x)), "reserved " + fmtBytes(valueAt(d.reserved, h.x)));
+    parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
     this.readout.textContent = parts.join(" \u00b7 ");
     while (this.stack.firstChild) this.stack.removeChild(this.stack.firstChild);
     if (c < 0 || !d.series.length) return;
