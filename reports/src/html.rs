@@ -23,11 +23,14 @@ const WHATIF_TEMPLATE: &str = include_str!("../templates/whatif.html");
 const RECORD_TEMPLATE: &str = include_str!("../templates/record.html");
 /// The page of two snapshots compared (`diff_page.rs`).
 const DIFF_TEMPLATE: &str = include_str!("../templates/diff.html");
+/// The page of two results files compared (`results_diff.rs`).
+const RESULTS_DIFF_TEMPLATE: &str = include_str!("../templates/results_diff.html");
 /// The "who holds the memory" tables the replay and what-if pages include.
 const PEAK_TABLE_TEMPLATE: &str = include_str!("../templates/peak_table.html");
 /// The pages' stylesheet, inlined into each.
 pub(crate) const CSS: &str = include_str!("../templates/report.css");
-const JS: &str = include_str!("../templates/timeline.js");
+/// The timeline script (the bench report's and the replay page's), inlined.
+pub(crate) const JS: &str = include_str!("../templates/timeline.js");
 
 /// A chart already drawn, as the page shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -325,6 +328,7 @@ pub(crate) fn environment() -> Environment<'static> {
         ("whatif.html", WHATIF_TEMPLATE),
         ("record.html", RECORD_TEMPLATE),
         ("diff.html", DIFF_TEMPLATE),
+        ("results_diff.html", RESULTS_DIFF_TEMPLATE),
         ("peak_table.html", PEAK_TABLE_TEMPLATE),
     ] {
         env.add_template(name, source).expect("the bundled templates parse");

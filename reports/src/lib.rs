@@ -21,6 +21,7 @@ mod plot;
 pub mod record;
 pub mod replay_page;
 pub mod report;
+pub mod results_diff;
 mod stores;
 pub mod suite_charts;
 pub mod tidy;

@@ -20,7 +20,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
-use vramlab_snapshot::Attribution;
+use vramlab_snapshot::{Attribution, PathTimeline};
 
 use crate::charts::{DrawResult, FAMILY, HEIGHT, WIDTH, byte_unit, draw_legend, register_font};
 use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
@@ -81,6 +81,9 @@ pub struct ReplayPage<'a> {
     /// axis is then time since the first entry, when they grow with the index
     /// ([`XAxis::for_entries`]); `None` counts ops.
     pub entry_times_us: Option<&'a [i64]>,
+    /// Live memory stacked by call path (snapshots), for the interactive
+    /// timeline; without it the timeline has the replay's lines alone.
+    pub paths: Option<&'a PathTimeline>,
 }
 
 /// The x axis of a timeline chart: ops (trace ops or entries), or the trace's
@@ -144,6 +147,14 @@ impl<'a> XAxis<'a> {
 
     fn is_time(&self) -> bool {
         matches!(self, XAxis::Time { .. })
+    }
+
+    /// [`XAxis::x`] rounded to the microsecond (or the op), for the page's data.
+    fn x_rounded(&self, ops: u64) -> f64 {
+        match *self {
+            XAxis::Ops => ops as f64,
+            XAxis::Time { div, .. } => (self.x(ops) * div).round() / div,
+        }
     }
 }
 
@@ -597,6 +608,179 @@ fn timeline_chart<'a>(
     }
 }
 
+// ----- the interactive timeline (templates/timeline.js, figure[data-stacked]) -----
+
+/// Marks the interactive timeline draws at most (out-of-memory errors beyond are counted in the table).
+const MAX_INTERACTIVE_OOMS: usize = 100;
+
+#[derive(Debug, Serialize)]
+struct StackedLine {
+    x: Vec<f64>,
+    v: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct StackedBlock {
+    bytes: u64,
+    entry: Option<u64>,
+    /// `[text, folded]`, innermost first.
+    frames: Vec<(String, bool)>,
+    left_out: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct StackedSeries<'a> {
+    label: &'a str,
+    frames: &'a [String],
+    v: &'a [u64],
+    blocks: Vec<StackedBlock>,
+}
+
+#[derive(Debug, Serialize)]
+struct StackedMark {
+    /// `allocated`, `reserved` or `oom`.
+    kind: &'static str,
+    x: f64,
+    bytes: u64,
+    label: String,
+    short: String,
+}
+
+/// What the page's script draws: the stacked columns (x in axis units), the
+/// replay's lines, the marks and the capacity.
+#[derive(Debug, Serialize)]
+struct StackedData<'a> {
+    x: Vec<f64>,
+    applied: &'a [u64],
+    series: Vec<StackedSeries<'a>>,
+    /// Whether the last series is "other".
+    other: bool,
+    reserved: StackedLine,
+    allocated: StackedLine,
+    marks: Vec<StackedMark>,
+    capacity: Option<u64>,
+    /// `ms` or `s` for a time axis; `None` counts ops.
+    time: Option<&'static str>,
+    x_desc: String,
+    entries_per_column: u64,
+}
+
+/// The legend of the interactive timeline's bands.
+#[derive(Debug, Clone, Serialize)]
+struct BandView {
+    label: String,
+    callers: String,
+    peak: String,
+    color: &'static str,
+}
+
+/// The colours of `timeline.js`'s bands (the last for "other").
+const BAND_COLORS: [&str; 13] = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6",
+    "#8cd17d", "#d4a6c8", "#bab0ac",
+];
+
+fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> StackedData<'a> {
+    let t = page.timeline;
+    let line = |reserved: bool| StackedLine {
+        x: t.points.iter().map(|p| x.x_rounded(p.ops)).collect(),
+        v: t.points.iter().map(|p| if reserved { p.reserved_bytes } else { p.allocated_bytes }).collect(),
+    };
+    let (applied, xs, series, other, per) = match page.paths {
+        Some(p) => (
+            p.applied.as_slice(),
+            p.applied.iter().map(|&a| x.x_rounded(a)).collect(),
+            p.series
+                .iter()
+                .map(|s| StackedSeries {
+                    label: &s.label,
+                    frames: &s.user_frames,
+                    v: &s.bytes,
+                    blocks: s
+                        .largest_blocks
+                        .iter()
+                        .map(|b| StackedBlock {
+                            bytes: b.bytes,
+                            entry: b.entry,
+                            frames: b.frames.iter().map(|f| (f.text.clone(), f.kind.folded())).collect(),
+                            left_out: b.frames_left_out,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            p.series.last().is_some_and(|s| s.label.starts_with("other (")),
+            p.entries_per_column,
+        ),
+        None => (&[][..], Vec::new(), Vec::new(), false, 1),
+    };
+    let entry = |ops: u64| if x.is_time() { String::new() } else { format!(" after {ops}") };
+    let marks = marks
+        .iter()
+        .filter(|m| m.color != RED)
+        .map(|m| {
+            let reserved = m.color == RESERVED_MARK;
+            StackedMark {
+                kind: if reserved { "reserved" } else { "allocated" },
+                x: x.x_rounded(m.ops),
+                bytes: m.bytes,
+                label: m.label.clone(),
+                short: format!("{} peak{}", if reserved { "reserved" } else { "allocated" }, entry(m.ops)),
+            }
+        })
+        .chain(t.ooms.iter().take(MAX_INTERACTIVE_OOMS).map(|o| StackedMark {
+            kind: "oom",
+            x: x.x_rounded(o.index + 1),
+            bytes: o.reserved_bytes,
+            label: format!(
+                "out of memory at {}: {} requested with {} reserved",
+                oom_place(o),
+                fmt_bytes(o.requested_bytes),
+                fmt_bytes(o.reserved_bytes)
+            ),
+            short: "OOM".into(),
+        }))
+        .collect();
+    StackedData {
+        x: xs,
+        applied,
+        series,
+        other,
+        reserved: line(true),
+        allocated: line(false),
+        marks,
+        capacity: page.capacity_bytes,
+        time: match x {
+            XAxis::Time { unit, .. } => Some(unit),
+            XAxis::Ops => None,
+        },
+        x_desc: x.desc(&page.unit),
+        entries_per_column: per,
+    }
+}
+
+/// JSON for a `<script type="application/json">`: `<`, `>` and `&` escaped so
+/// nothing in a frame's text can end the element.
+fn script_json(value: &impl Serialize) -> Result<String, ReportError> {
+    let json = serde_json::to_string(value).map_err(|e| ReportError::Template { reason: e.to_string() })?;
+    Ok(json.replace('<', "\\u003c").replace('>', "\\u003e").replace('&', "\\u0026"))
+}
+
+fn band_views(paths: Option<&PathTimeline>) -> Vec<BandView> {
+    let Some(p) = paths else { return Vec::new() };
+    let n = p.series.len();
+    let other = p.series.last().is_some_and(|s| s.label.starts_with("other ("));
+    p.series
+        .iter()
+        .enumerate()
+        .map(|(k, s)| BandView {
+            label: s.label.clone(),
+            callers: s.user_frames.iter().skip(1).cloned().collect::<Vec<_>>().join(" ← "),
+            peak: fmt_bytes(s.peak_bytes),
+            color: if other && k == n - 1 { BAND_COLORS[12] } else { BAND_COLORS[k % 12] },
+        })
+        .collect()
+}
+
 /// Creates `dir` and checks it is writable: the error names it.
 fn prepare(dir: &Path) -> Result<(), ReportError> {
     prepare_out_dir(dir)?;
@@ -612,8 +796,9 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     let first = t.points.first().map_or(0, |p| p.ops);
     let last = t.points.last().map_or(0, |p| p.ops);
     let x = XAxis::for_entries(page.entry_times_us, first, last);
-    let timeline = timeline_chart("Memory over the replay".into(), &page.unit, x, t, page.capacity_bytes)
-        .write(dir, "timeline", &mut files)?;
+    let chart = timeline_chart("Memory over the replay".into(), &page.unit, x, t, page.capacity_bytes);
+    let interactive = script_json(&stacked_data(page, &x, &marks(t, &x)))?;
+    let timeline = chart.write(dir, "timeline", &mut files)?;
     let segments = match &t.peak {
         Some(p) => {
             let more = if p.segments.len() > MAX_SEGMENTS_DRAWN {
@@ -652,6 +837,16 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         stat_notes => &page.stat_notes,
         attribution => crate::peak_table::views(page.attribution),
         timeline => timeline,
+        interactive => interactive,
+        bands => band_views(page.paths),
+        paths => page.paths.map(|p| minijinja::context! {
+            shown => p.series.len(),
+            all => p.paths,
+            entries => p.entries,
+            per_column => p.entries_per_column,
+        }),
+        capacity => page.capacity_bytes.map(fmt_bytes),
+        js => crate::html::JS,
         segments => segments,
         peak => peak,
         ooms => ooms,
@@ -853,6 +1048,7 @@ mod tests {
             capacity_bytes: None,
             attribution: &[],
             entry_times_us: None,
+            paths: None,
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -881,9 +1077,24 @@ mod tests {
              <td class=\"num\">8.00 MiB</td>"
         ));
         assert!(html.contains("<strong>Fragmentation:</strong>"));
+        // The interactive timeline's data: the replay's lines, both peaks and the OOM marked at its op.
+        let data = html.split("<script type=\"application/json\" id=\"memory-data\">").nth(1).unwrap();
+        let data: serde_json::Value = serde_json::from_str(&data[..data.find("</script>").unwrap()]).unwrap();
+        assert_eq!(data["reserved"]["v"].as_array().unwrap().len(), t.points.len());
+        let kinds: Vec<(&str, f64)> = data["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["kind"].as_str().unwrap(), m["x"].as_f64().unwrap()))
+            .collect();
+        // The allocated peak (816 MiB) comes one op after the reserved one: the 102nd block fits a cached segment.
+        assert_eq!(kinds, [("reserved", 101.0), ("allocated", 102.0), ("oom", 154.0)], "{kinds:?}");
+        assert!(data["series"].as_array().unwrap().is_empty(), "a vramlab trace has no stacks");
+        assert_eq!(data["time"], serde_json::Value::Null, "x counts ops");
         // Offline: nothing is fetched.
         assert!(!html.contains(" src="), "no external script, image or font");
-        assert!(!html.contains("@import") && !html.contains("url("));
+        // The only url() is the chart's own clip path, inside the page.
+        assert!(!html.contains("@import") && html.matches("url(").count() == html.matches("url(#").count());
         assert!(html.contains("<svg"));
         for name in ["timeline.png", "timeline.svg", "segments.png", "segments.svg"] {
             let path = dir.join(CHARTS_DIR).join(name);
@@ -986,6 +1197,7 @@ mod tests {
             capacity_bytes: None,
             attribution: &[],
             entry_times_us: None,
+            paths: None,
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

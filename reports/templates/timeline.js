@@ -1,11 +1,13 @@
 // vramlab report: interactive memory timelines, written for this report (no library).
-// Each figure[data-timeline] holds its data as JSON; the chart is an SVG drawn here,
-// with a legend (allocated, reserved, peak) and the device, y ticks on round byte steps
-// (1, 2 or 5 of a binary unit: 0, 200 MiB, 400 MiB), x ticks on round time steps, and a
-// left margin measured from the widest y label so no label is cut. The x axis starts on
-// the work: where the case's setup before its first phase (or, without phases, before
-// its first allocation) is over 5 % of the recording and holds no peak, the axis starts
-// at the work and a note under the chart says what is hidden (a button shows it).
+// Each figure[data-timeline] (the bench report) or figure[data-stacked] (the replay
+// page, below) holds its data as JSON; the chart is an SVG drawn here. The bench
+// report's timelines have a legend (allocated, reserved, peak) and the device, y ticks
+// on round byte steps (1, 2 or 5 of a binary unit: 0, 200 MiB, 400 MiB), x ticks on
+// round time steps, and a left margin measured from the widest y label so no label is
+// cut. The x axis starts on the work: where the case's setup before its first phase
+// (or, without phases, before its first allocation) is over 5 % of the recording and
+// holds no peak, the axis starts at the work and a note under the chart says what is
+// hidden (a button shows it).
 // Hover shows time, allocated, reserved and phase; drag selects a range to zoom;
 // double-click resets. `#hover=F` (or `?hover=F`) in the URL hovers every timeline at
 // fraction F of its time axis (used by the browser test and handy for sharing a moment),
@@ -214,6 +216,278 @@
     this.svg = svg;
     this.plotBox = { left: L, width: pw, svgWidth: W };
   };
+
+  // ----- The replay page's memory timeline: figure[data-stacked] -----
+  // Live bytes stacked by call path (columns of the trace, each the state where
+  // the total is highest within it), the replay's reserved and allocated lines,
+  // the capacity and marks for the peaks and out-of-memory errors. Drawn per
+  // pixel column from the columns in view (the highest-total column wins), so a
+  // 2M-entry trace draws ~1000 columns. Wheel, pinch or the buttons zoom; drag
+  // (mouse or one finger) pans; double-click resets. Hovering a band names its
+  // call path, its bytes there and the stack of its largest block. `#zoom=A,B`
+  // shows fraction A..B of the x axis; `#hover=F[,G]` hovers at fraction F of
+  // the view's width (G of its height from the bottom; default inside the
+  // lowest band).
+  var BANDS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#d4a6c8", "#bab0ac"];
+  function bandColor(k, n, other) { return other && k === n - 1 ? "#bab0ac" : BANDS[k % (BANDS.length - 1)]; }
+  function lowerBound(a, v) { var lo = 0, hi = a.length; while (lo < hi) { var m = (lo + hi) >> 1; if (a[m] < v) lo = m + 1; else hi = m; } return lo; }
+  function upperBound(a, v) { var lo = 0, hi = a.length; while (lo < hi) { var m = (lo + hi) >> 1; if (a[m] <= v) lo = m + 1; else hi = m; } return lo; }
+  function Stacked(fig) {
+    var id = fig.getAttribute("data-stacked");
+    this.fig = fig;
+    this.d = JSON.parse(document.getElementById(id + "-data").textContent);
+    this.box = document.getElementById(id);
+    this.readout = document.getElementById(id + "-readout");
+    this.stack = document.getElementById(id + "-stack");
+    var d = this.d, n = d.series.length, total = new Array(d.x.length);
+    for (var c = 0; c < d.x.length; c++) { var t = 0; for (var k = 0; k < n; k++) t += d.series[k].v[c]; total[c] = t; }
+    this.total = total;
+    var xs = d.x.concat(d.reserved.x, d.allocated.x), lo = Infinity, hi = -Infinity;
+    for (var i = 0; i < xs.length; i++) { if (xs[i] < lo) lo = xs[i]; if (xs[i] > hi) hi = xs[i]; }
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (hi <= lo) hi = lo + 1;
+    this.full = [lo, hi]; this.view = [lo, hi];
+    fig.setAttribute("data-view", lo + "," + hi);
+    this.pointers = {};
+    var self = this;
+    this.draw();
+    this.bind();
+    window.addEventListener("resize", function () { self.draw(); });
+    var buttons = fig.querySelectorAll("button[data-zoom]");
+    for (var b = 0; b < buttons.length; b++) buttons[b].addEventListener("click", function (ev) {
+      var z = ev.currentTarget.getAttribute("data-zoom");
+      if (z === "reset") self.setView(self.full[0], self.full[1]);
+      else { var m = (self.view[0] + self.view[1]) / 2; self.zoomAt(m, z === "in" ? 0.5 : 2); }
+    });
+  }
+  Stacked.prototype.setView = function (a, b) {
+    var f = this.full, span = f[1] - f[0], min = span / 1e6;
+    if (b - a < min) { var m = (a + b) / 2; a = m - min / 2; b = m + min / 2; }
+    if (b - a > span) { a = f[0]; b = f[1]; }
+    if (a < f[0]) { b += f[0] - a; a = f[0]; }
+    if (b > f[1]) { a -= b - f[1]; b = f[1]; }
+    this.view = [Math.max(f[0], a), Math.min(f[1], b)];
+    this.fig.setAttribute("data-view", this.view[0] + "," + this.view[1]);
+    this.draw();
+  };
+  Stacked.prototype.zoomAt = function (x, factor) {
+    var v = this.view;
+    this.setView(x - (x - v[0]) * factor, x + (v[1] - x) * factor);
+  };
+  // The chart's columns in view, one per pixel: for each pixel the column with the highest total.
+  Stacked.prototype.pick = function (xs, val, x0, x1, px, x) {
+    var out = [], i = Math.max(0, upperBound(xs, x0) - 1), end = Math.min(xs.length, upperBound(xs, x1) + 1);
+    var lastPx = null, best = -1;
+    for (; i < end; i++) {
+      var p = Math.round(x(xs[i]));
+      if (p !== lastPx) { if (best >= 0) out.push(best); lastPx = p; best = i; }
+      else if (val(i) > val(best)) best = i;
+    }
+    if (best >= 0) out.push(best);
+    return out;
+  };
+  Stacked.prototype.draw = function () {
+    var d = this.d, box = this.box, self = this;
+    var W = Math.max(200, box.clientWidth), H = Math.max(160, box.clientHeight);
+    var narrow = W < 500, L = narrow ? 68 : 78, R = 8, T = 12, B = 30, pw = W - L - R, ph = H - T - B;
+    var v0 = this.view[0], v1 = this.view[1];
+    var x = function (t) { return L + (t - v0) / (v1 - v0) * pw; };
+    var cols = this.pick(d.x, function (i) { return self.total[i]; }, v0, v1, pw, x);
+    var res = this.pick(d.reserved.x, function (i) { return d.reserved.v[i]; }, v0, v1, pw, x);
+    var alc = this.pick(d.allocated.x, function (i) { return d.allocated.v[i]; }, v0, v1, pw, x);
+    var maxB = 1;
+    cols.forEach(function (c) { if (self.total[c] > maxB) maxB = self.total[c]; });
+    res.forEach(function (i) { if (d.reserved.v[i] > maxB) maxB = d.reserved.v[i]; });
+    alc.forEach(function (i) { if (d.allocated.v[i] > maxB) maxB = d.allocated.v[i]; });
+    d.marks.forEach(function (m) { if (m.x >= v0 && m.x <= v1 && m.bytes > maxB) maxB = m.bytes; });
+    if (d.capacity && d.capacity > maxB) maxB = d.capacity;
+    maxB *= 1.12;
+    var y = function (b) { return T + ph - b / maxB * ph; };
+    while (box.firstChild) box.removeChild(box.firstChild);
+    var svg = el("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img", "aria-label": "memory over the trace" }, box);
+    var clipId = box.id + "-clip";
+    el("rect", { x: L, y: T, width: pw, height: ph }, el("clipPath", { id: clipId }, el("defs", {}, svg)));
+    var plot = el("g", { "clip-path": "url(#" + clipId + ")" }, svg);
+    var n = d.series.length, xEnd = x(v1) + 1;
+    // Bands: each a step area between the cumulative sums below and with it.
+    var below = cols.map(function () { return 0; });
+    for (var k = 0; k < n; k++) {
+      var s = d.series[k], top = [], bottom = [];
+      for (var j = 0; j < cols.length; j++) {
+        var c = cols[j], x0 = Math.max(L - 1, x(d.x[c])), x1 = j + 1 < cols.length ? x(d.x[cols[j + 1]]) : xEnd;
+        var lo = below[j], hi = lo + s.v[c];
+        below[j] = hi;
+        top.push(x0.toFixed(1) + "," + y(hi).toFixed(1), x1.toFixed(1) + "," + y(hi).toFixed(1));
+        bottom.push(x0.toFixed(1) + "," + y(lo).toFixed(1), x1.toFixed(1) + "," + y(lo).toFixed(1));
+      }
+      if (!top.length) continue;
+      el("polygon", { points: top.concat(bottom.reverse()).join(" "), fill: bandColor(k, n, d.other), "class": "band", "data-band": k }, plot);
+    }
+    function line(series, idx, color, cls, w) {
+      var pts = [], last = null;
+      idx.forEach(function (i, j) {
+        var px = Math.max(L - 1, x(series.x[i])).toFixed(1), py = y(series.v[i]).toFixed(1);
+        if (last !== null) pts.push(px + "," + last);
+        pts.push(px + "," + py); last = py;
+        if (j === idx.length - 1) pts.push(xEnd.toFixed(1) + "," + py);
+      });
+      if (pts.length) el("polyline", { points: pts.join(" "), fill: "none", stroke: color, "stroke-width": w, "class": cls }, plot);
+    }
+    line(d.reserved, res, "#b35900", "line-reserved", 2);
+    line(d.allocated, alc, "#1d232a", "line-allocated", 1.2);
+    if (d.capacity) {
+      var cy = y(d.capacity);
+      el("line", { x1: L, x2: L + pw, y1: cy, y2: cy, stroke: "#5a5a5a", "stroke-width": 2, "stroke-dasharray": "8 5", "class": "capacity" }, svg);
+      el("text", { x: L + 4, y: cy - 4, "font-size": 11, fill: "#5a5a5a", "class": "capacity-label" }, svg).textContent = "capacity " + fmtBytes(d.capacity);
+    }
+    var markColor = { allocated: "#1f64b4", reserved: "#aa5000", oom: "#c81e1e" };
+    d.marks.forEach(function (m) {
+      if (m.x < v0 || m.x > v1) return;
+      var mx = x(m.x), my = y(m.bytes), g = el("g", { "class": "mark mark-" + m.kind }, svg);
+      if (m.kind === "oom") el("line", { x1: mx, x2: mx, y1: T, y2: T + ph, stroke: markColor.oom, "stroke-dasharray": "3 3" }, g);
+      el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[m.kind], stroke: "#fff" }, g);
+      el("title", {}, g).textContent = m.label;
+      var right = mx > L + pw * 0.6;
+      // Labels apart where marks meet: the reserved peak's above, the allocated peak's below, an OOM's at the top.
+      var ly = m.kind === "oom" ? T + 11 : m.kind === "allocated" ? my + 15 : my - 7;
+      el("text", { x: mx + (right ? -6 : 6), y: ly, "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[m.kind] }, g).textContent = m.short;
+    });
+    for (var i = 0; i <= 4; i++) {
+      var b = maxB * i / 4, ty = y(b);
+      el("line", { x1: L, x2: L + pw, y1: ty, y2: ty, stroke: "#eee" }, svg);
+      el("text", { x: L - 4, y: ty + 4, "text-anchor": "end", "font-size": narrow ? 10 : 11, fill: "#555" }, svg).textContent = fmtBytes(Math.round(b));
+      var ticks = narrow ? 2 : 4;
+      if (i <= ticks) {
+        var tt = v0 + (v1 - v0) * i / ticks;
+        el("text", { x: x(tt), y: H - 12, "text-anchor": i === 0 ? "start" : i === ticks ? "end" : "middle", "font-size": 11, fill: "#555" }, svg).textContent = fmtX(d, tt);
+      }
+    }
+    el("text", { x: L + pw / 2, y: H - 1, "text-anchor": "middle", "font-size": 11, fill: "#555" }, svg).textContent =
+      narrow ? (d.time ? "time since the first entry (" + d.time + ")" : "entries") : d.x_desc;
+    el("rect", { x: L, y: T, width: pw, height: ph, fill: "none", stroke: "#999" }, svg);
+    this.cursor = el("line", { x1: 0, x2: 0, y1: T, y2: T + ph, stroke: "#333", "stroke-dasharray": "3 3", visibility: "hidden" }, svg);
+    this.svg = svg;
+    this.geom = { L: L, pw: pw, T: T, ph: ph, W: W, H: H, maxB: maxB };
+  };
+  function fmtX(d, t) {
+    if (!d.time) return Math.round(t).toLocaleString("en");
+    return (Math.abs(t) >= 100 ? t.toFixed(0) : Math.abs(t) >= 1 ? t.toFixed(2) : t.toFixed(3)) + " " + d.time;
+  }
+  // Where a client point falls: x in axis units and bytes.
+  Stacked.prototype.at = function (cx, cy) {
+    var r = this.svg.getBoundingClientRect(), g = this.geom;
+    var px = (cx - r.left) * g.W / Math.max(1, r.width), py = (cy - r.top) * g.H / Math.max(1, r.height);
+    px = Math.min(g.L + g.pw, Math.max(g.L, px));
+    return { px: px, x: this.view[0] + (px - g.L) / g.pw * (this.view[1] - this.view[0]), bytes: (g.T + g.ph - py) / g.ph * g.maxB };
+  };
+  function stepAt(series, t) { var i = upperBound(series.x, t) - 1; return i < 0 ? 0 : series.v[i]; }
+  Stacked.prototype.hover = function (cx, cy) {
+    var d = this.d, h = this.at(cx, cy), self = this;
+    this.cursor.setAttribute("x1", h.px); this.cursor.setAttribute("x2", h.px); this.cursor.setAttribute("visibility", "visible");
+    var c = upperBound(d.x, h.x) - 1;
+    var parts = [];
+    if (d.time) parts.push("t = " + fmtX(d, h.x));
+    if (c >= 0) {
+      var entry = d.applied[c] - 1;
+      parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (d.entries_per_column > 1 ? " (highest of its " + d.entries_per_column + " entries)" : ""));
+      if (d.series.length) parts.push("live " + fmtBytes(this.total[c]));
+    }
+    parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
+    this.readout.textContent = parts.join(" \u00b7 ");
+    while (this.stack.firstChild) this.stack.removeChild(this.stack.firstChild);
+    if (c < 0 || !d.series.length) return;
+    var k = -1, sum = 0, best = 0;
+    for (var j = 0; j < d.series.length; j++) {
+      var v = d.series[j].v[c];
+      if (k < 0 && v > 0 && h.bytes >= sum && h.bytes < sum + v) k = j;
+      sum += v;
+      if (v > d.series[best].v[c]) best = j;
+    }
+    var guessed = k < 0;
+    if (guessed) k = best;
+    var s = d.series[k];
+    this.fig.setAttribute("data-hover-band", k);
+    var p = document.createElement("p");
+    p.innerHTML = "<span class=\"swatch\"></span><strong></strong> <span class=\"bytes\"></span>";
+    p.firstChild.style.background = bandColor(k, d.series.length, d.other);
+    p.childNodes[1].textContent = s.label;
+    p.childNodes[3].textContent = fmtBytes(s.v[c]) + " live here" + (guessed ? " (the largest band here; point at a band to pick another)" : "") +
+      (s.frames.length > 1 ? " \u00b7 called from " + s.frames.slice(1).join(" \u2190 ") : "");
+    this.stack.appendChild(p);
+    s.blocks.forEach(function (b, i) {
+      var q = document.createElement("p");
+      q.className = "hint";
+      q.textContent = (i === 0 ? "Largest block made on this call path: " : "Next largest: ") + fmtBytes(b.bytes) +
+        (b.entry === null ? ", live before the recording began" : ", allocated at entry " + b.entry.toLocaleString("en")) +
+        (b.frames.length ? "; its stack, innermost first:" : "; no stack recorded");
+      self.stack.appendChild(q);
+      if (!b.frames.length) return;
+      // Your frames in full; each run of folded frames (torch, packages, the
+      // standard library, C++) as one line; every frame behind "all frames".
+      var ol = document.createElement("ol"), run = 0;
+      ol.className = "stack";
+      function item(list, text, cls) { var li = document.createElement("li"); li.textContent = text; if (cls) li.className = cls; list.appendChild(li); }
+      function flush() { if (run) item(ol, "\u2026 " + run + " folded frame" + (run > 1 ? "s" : "") + " (torch, packages, standard library, C++)", "folded"); run = 0; }
+      b.frames.forEach(function (f) { if (f[1]) run++; else { flush(); item(ol, f[0], "user"); } });
+      run += b.left_out; flush();
+      var all = document.createElement("details"), sum = document.createElement("summary"), full = document.createElement("ol");
+      sum.textContent = "all " + (b.frames.length + b.left_out) + " frames";
+      full.className = "stack";
+      b.frames.forEach(function (f) { item(full, f[0], f[1] ? "folded" : "user"); });
+      if (b.left_out) item(full, "\u2026 " + b.left_out + " more frames", "folded");
+      all.appendChild(sum); all.appendChild(full);
+      self.stack.appendChild(ol);
+      self.stack.appendChild(all);
+    });
+  };
+  Stacked.prototype.bind = function () {
+    var self = this, box = this.box, ptr = this.pointers, drag = null, pinch = null;
+    box.addEventListener("wheel", function (ev) {
+      ev.preventDefault();
+      self.zoomAt(self.at(ev.clientX, ev.clientY).x, ev.deltaY < 0 ? 0.8 : 1.25);
+    }, { passive: false });
+    box.addEventListener("pointerdown", function (ev) {
+      ptr[ev.pointerId] = ev.clientX;
+      try { box.setPointerCapture(ev.pointerId); } catch (e) { /* a pointer the browser does not track */ }
+      var ids = Object.keys(ptr);
+      if (ids.length === 1) drag = { cx: ev.clientX, view: self.view.slice() };
+      if (ids.length === 2) {
+        drag = null;
+        var a = ptr[ids[0]], b = ptr[ids[1]];
+        pinch = { d: Math.max(8, Math.abs(a - b)), mid: self.at((a + b) / 2, 0).x, view: self.view.slice() };
+      }
+    });
+    box.addEventListener("pointermove", function (ev) {
+      if (ev.pointerId in ptr) ptr[ev.pointerId] = ev.clientX;
+      var ids = Object.keys(ptr), g = self.geom, r = self.svg.getBoundingClientRect();
+      if (pinch && ids.length === 2) {
+        var dist = Math.max(8, Math.abs(ptr[ids[0]] - ptr[ids[1]])), f = pinch.d / dist, v = pinch.view;
+        self.setView(pinch.mid - (pinch.mid - v[0]) * f, pinch.mid + (v[1] - pinch.mid) * f);
+      } else if (drag && Math.abs(ev.clientX - drag.cx) > 3) {
+        var dx = (ev.clientX - drag.cx) * (drag.view[1] - drag.view[0]) / g.pw * g.W / Math.max(1, r.width);
+        self.setView(drag.view[0] - dx, drag.view[1] - dx);
+      }
+      self.hover(ev.clientX, ev.clientY);
+    });
+    function up(ev) { delete ptr[ev.pointerId]; if (Object.keys(ptr).length < 2) pinch = null; if (!Object.keys(ptr).length) drag = null; }
+    box.addEventListener("pointerup", up);
+    box.addEventListener("pointercancel", up);
+    box.addEventListener("pointerleave", function () { if (self.cursor) self.cursor.setAttribute("visibility", "hidden"); });
+    box.addEventListener("dblclick", function () { self.setView(self.full[0], self.full[1]); });
+  };
+  var stackedFigs = document.querySelectorAll("figure[data-stacked]");
+  var zq = /zoom=([0-9.]+),([0-9.]+)/.exec(location.search + location.hash);
+  var hq = /hover=([0-9.]+)(?:,([0-9.]+))?/.exec(location.search + location.hash);
+  for (var si = 0; si < stackedFigs.length; si++) {
+    var st = new Stacked(stackedFigs[si]);
+    if (zq) { var f = st.full, sp = f[1] - f[0]; st.setView(f[0] + sp * parseFloat(zq[1]), f[0] + sp * parseFloat(zq[2])); }
+    if (hq) {
+      var r = st.svg.getBoundingClientRect(), g = st.geom;
+      var hx = (g.L + g.pw * parseFloat(hq[1])) * r.width / g.W;
+      var hy = (g.T + g.ph * (1 - (hq[2] ? parseFloat(hq[2]) : 0.01))) * r.height / g.H;
+      st.hover(r.left + hx, r.top + hy);
+    }
+  }
   var m = /hover=([0-9.]+)/.exec(location.search + location.hash);
   if (m) {
     var closed = document.querySelectorAll("details.timelines");

@@ -2,7 +2,8 @@
 //! protocol-4 pickle written by scripts/make_snapshot_fixtures.py --big), the
 //! fidelity check included. The target (issue 14): under 1 s on the 2-core CI
 //! machine, under 512 MiB peak resident memory (measured with /usr/bin/time -v
-//! on `xtask replay`, see ARCHITECTURE.md).
+//! on `xtask replay`, see ARCHITECTURE.md). And the replay page's timeline
+//! stacked by call path of the same file (`path_timeline`).
 //!
 //! Run: `cargo bench -p vramlab-snapshot --bench snapshot` (needs python3 to
 //! write the file once; set VRAMLAB_BENCH_SNAPSHOT to use another file).
@@ -14,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use vramlab_snapshot::{SnapshotReplayOptions, read_snapshot, replay_snapshot};
+use vramlab_snapshot::{SnapshotReplayOptions, path_timeline, read_snapshot, replay_snapshot};
 
 const ENTRIES: usize = 2_000_000;
 
@@ -60,6 +61,12 @@ fn snapshot_bench(c: &mut Criterion) {
                 .segments
                 .len()
         })
+    });
+    // The replay page's stacked timeline (`xtask replay --report`): the page
+    // of this file must render in under 2 s, so this pass must stay well under.
+    let snap = read_snapshot(BufReader::with_capacity(1 << 20, File::open(&path).expect("open"))).expect("valid");
+    group.bench_function("path_timeline_2m_entries", |b| {
+        b.iter(|| path_timeline(&snap, 0).expect("device 0").applied.len())
     });
     group.finish();
 }

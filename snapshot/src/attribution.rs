@@ -317,9 +317,9 @@ impl Attribution {
 
 /// What the frames of one stack say.
 #[derive(Debug, Clone)]
-struct StackInfo {
+pub(crate) struct StackInfo {
     /// Index into the group keys.
-    key: usize,
+    pub(crate) key: usize,
     tag: Option<Category>,
     parameter: bool,
     optimizer_init: bool,
@@ -330,21 +330,21 @@ struct StackInfo {
 
 /// The key of a row: the user's frames, or the stand-in label.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum GroupKey {
+pub(crate) enum GroupKey {
     User(Vec<String>),
     Other(String),
     NoFrames(NoFrames),
 }
 
-struct Classifier<'a> {
-    snapshot: &'a Snapshot,
-    stacks: HashMap<StackId, StackInfo>,
-    keys: Vec<GroupKey>,
-    key_index: HashMap<GroupKey, usize>,
+pub(crate) struct Classifier<'a> {
+    pub(crate) snapshot: &'a Snapshot,
+    pub(crate) stacks: HashMap<StackId, StackInfo>,
+    pub(crate) keys: Vec<GroupKey>,
+    pub(crate) key_index: HashMap<GroupKey, usize>,
 }
 
 impl<'a> Classifier<'a> {
-    fn key(&mut self, key: GroupKey) -> usize {
+    pub(crate) fn key(&mut self, key: GroupKey) -> usize {
         if let Some(&k) = self.key_index.get(&key) {
             return k;
         }
@@ -353,7 +353,7 @@ impl<'a> Classifier<'a> {
         self.keys.len() - 1
     }
 
-    fn info(&mut self, stack: StackId) -> StackInfo {
+    pub(crate) fn info(&mut self, stack: StackId) -> StackInfo {
         if let Some(info) = self.stacks.get(&stack) {
             return info.clone();
         }
@@ -460,7 +460,7 @@ fn library_frame_text(f: &Frame) -> String {
     format!("{short}:{}:{}", f.line, f.name)
 }
 
-fn frame_text(f: &Frame) -> String {
+pub(crate) fn frame_text(f: &Frame) -> String {
     let mut s = format!("{}:{}:{}", f.filename, f.line, f.name);
     if s.len() > MAX_FRAME_TEXT {
         let mut cut = MAX_FRAME_TEXT;
@@ -475,11 +475,11 @@ fn frame_text(f: &Frame) -> String {
 
 /// One live block.
 #[derive(Debug, Clone, Copy)]
-struct Live {
-    size: u64,
-    frames: StackId,
+pub(crate) struct Live {
+    pub(crate) size: u64,
+    pub(crate) frames: StackId,
     /// The `alloc` entry; `None` when live before the recording began.
-    alloc: Option<usize>,
+    pub(crate) alloc: Option<usize>,
 }
 
 /// The index of the entry after which the recording's live requested bytes
@@ -513,13 +513,13 @@ pub fn requested_peak_index(snapshot: &Snapshot, device: usize) -> Option<u64> {
 /// The action that ends a block's life as allocated memory: `free_requested`
 /// when the trace has it (PyTorch counts a block unallocated from there),
 /// else `free_completed`.
-fn free_action(trace: &[super::model::TraceEntry]) -> Action {
+pub(crate) fn free_action(trace: &[super::model::TraceEntry]) -> Action {
     if trace.iter().any(|e| e.action == Action::FreeRequested) { Action::FreeRequested } else { Action::FreeCompleted }
 }
 
 /// Blocks live before the first entry: freed in the trace before any alloc at
 /// their address, or allocated in the final segments and never allocated in the trace.
-fn live_at_start(snapshot: &Snapshot, device: usize, free_action: Action) -> HashMap<u64, Live> {
+pub(crate) fn live_at_start(snapshot: &Snapshot, device: usize, free_action: Action) -> HashMap<u64, Live> {
     let trace = &snapshot.device_traces[device];
     let mut live = HashMap::default();
     let mut seen_alloc = HashSet::default();
@@ -662,7 +662,7 @@ fn category(info: &StackInfo, block: &Live, lifetimes: &Lifetimes) -> (Category,
 }
 
 /// A row's label and user frames from its key.
-fn describe_key(key: &GroupKey) -> (String, Vec<String>) {
+pub(crate) fn describe_key(key: &GroupKey) -> (String, Vec<String>) {
     match key {
         GroupKey::User(frames) => (frames[0].clone(), frames.clone()),
         GroupKey::Other(label) => (label.clone(), Vec::new()),

@@ -4,16 +4,20 @@
 //! lost bytes at the allocated peak, the segments and the fragmentation at the
 //! reserved peak. A terminal table, or `--json` (the versioned [`DiffDoc`],
 //! schema [`SCHEMA_VERSION`]); `--report DIR` also writes the page
-//! (`vramlab_reports::diff_page`).
+//! (`vramlab_reports::diff_page`). Two results files (`results.json` of
+//! `cargo xtask bench`, told from snapshots by their content) are compared
+//! case by case instead (`vramlab_reports::results_diff`): every suite case in
+//! both, or the one `--case SUITE/CASE` names.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::PathBuf;
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Args;
 use serde::Serialize;
 use vramlab_reports::diff_page::{self, fmt_change, fmt_relative};
+use vramlab_reports::results_diff::{self, ResultsDiff};
 use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Snapshot, SnapshotDiff, SnapshotReplayOptions};
 
@@ -28,16 +32,22 @@ under its own settings (the allocator_settings it recorded, else PyTorch's defau
 peak allocated and reserved memory before and after and the change; the call paths of your own
 code (frames inside torch, packages, the standard library and C++ folded) that gained or lost
 bytes at each replay's allocated peak, largest change first; the segments at each reserved peak
-(count and sizes) and the fragmentation then (reserved - allocated, the largest free block).";
+(count and sizes) and the fragmentation then (reserved - allocated, the largest free block).
+
+A and B may instead be two results files of `cargo xtask bench` (results.json): each suite case
+in both (or the one --case SUITE/CASE names) is compared: peak allocated, reserved and active
+bytes, the allocated bytes by category (tag) at the allocated peak, and the median time.";
 
 pub const AFTER_HELP: &str = "\
 Examples:
   cargo xtask diff before.pickle after.pickle
   cargo xtask diff before.pickle after.pickle --json
   cargo xtask diff before.pickle after.pickle --report target/diff   then open target/diff/index.html
+  cargo xtask diff old/results.json new/results.json --case memory/train_step
 
-Exit status: 0 when both snapshots replayed (whatever changed); 1 when a file is not a readable
-snapshot or cannot be replayed; 2 for usage errors and when the --report folder cannot be written.";
+Exit status: 0 when both files were compared (whatever changed); 1 when a file is not a readable
+snapshot or results file, cannot be replayed, or the results have no such case in common; 2 for
+usage errors and when the --report folder cannot be written.";
 
 /// The document's version: raised whenever a key changes meaning or goes away.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -59,6 +69,10 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<usize>,
 
+    /// Two results files: compare only this suite case (SUITE/CASE, e.g. memory/train_step)
+    #[arg(long, value_name = "SUITE/CASE")]
+    pub case: Option<String>,
+
     /// Print one JSON object instead of the tables
     #[arg(long)]
     pub json: bool,
@@ -76,6 +90,94 @@ pub struct DiffDoc<'a> {
     pub diff: &'a SnapshotDiff,
 }
 
+/// What `--json` prints for two results files (`kind` tells it from a snapshot diff).
+#[derive(Debug, Serialize)]
+pub struct ResultsDiffDoc<'a> {
+    pub schema_version: u32,
+    /// Always `results`.
+    pub kind: &'static str,
+    #[serde(flatten)]
+    pub diff: &'a ResultsDiff,
+}
+
+/// Whether the file starts like JSON (`{` after blanks): a results file, not a pickle.
+fn is_json(path: &Path) -> anyhow::Result<bool> {
+    if path.is_dir() {
+        bail!("{} is a directory, not a snapshot or results file", path.display());
+    }
+    let mut head = [0u8; 64];
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let n = f.read(&mut head).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(head[..n].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
+}
+
+fn run_results(args: &DiffArgs, a_name: &str, b_name: &str) -> anyhow::Result<u8> {
+    if args.device.is_some() {
+        bail!("--device applies to snapshots; {a_name} and {b_name} are results files (use --case SUITE/CASE)");
+    }
+    let read = |p: &Path| {
+        vramlab_reports::read_results_json(p)
+            .with_context(|| format!("{} is not a readable results file of cargo xtask bench", p.display()))
+    };
+    let (a, b) = (read(&args.before)?, read(&args.after)?);
+    let d = results_diff::diff_results((a_name, &a), (b_name, &b), args.case.as_deref())?;
+    let written = match &args.report {
+        Some(dir) => Some(
+            results_diff::write_results_diff_report(dir, &d)
+                .with_context(|| format!("cannot write the report into {}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let out = if args.json {
+        let doc = ResultsDiffDoc { schema_version: SCHEMA_VERSION, kind: "results", diff: &d };
+        let mut v = serde_json::to_vec_pretty(&doc).context("cannot serialize the diff")?;
+        v.push(b'\n');
+        v
+    } else {
+        let mut text = results_text(&d);
+        if let Some(index) = &written {
+            let _ = writeln!(text, "\nreport: {}", index.display());
+        }
+        text.into_bytes()
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&out).and_then(|()| stdout.flush()).context("cannot write to standard output")?;
+    Ok(0)
+}
+
+/// The terminal report of two results files.
+pub fn results_text(d: &ResultsDiff) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "vramlab diff: A = {} ({}), B = {} ({})",
+        d.before.source, d.before.started_at, d.after.source, d.after.started_at
+    );
+    for c in &d.cases {
+        let _ = writeln!(t, "\n{}/{}: {}", c.suite, c.case, results_diff::case_headline(c));
+        if c.outcome_before != "ok" || c.outcome_after != "ok" {
+            let _ = writeln!(t, "  outcome: A {} · B {}", c.outcome_before, c.outcome_after);
+        }
+        let _ = writeln!(t, "  {:<34} {:>14} {:>14}  change", "", "A (before)", "B (after)");
+        for f in &c.figures {
+            let _ = writeln!(
+                t,
+                "  {:<34} {:>14} {:>14}  {}",
+                results_diff::figure_name(&f.name),
+                results_diff::fmt_value(&f.name, f.before),
+                results_diff::fmt_value(&f.name, f.after),
+                results_diff::fmt_figure_change(f)
+            );
+        }
+    }
+    for (side, names) in [("A", &d.only_before), ("B", &d.only_after)] {
+        if !names.is_empty() {
+            let _ = writeln!(t, "\nonly in {side}: {}", names.join(", "));
+        }
+    }
+    t
+}
+
 fn read(path: &std::path::Path) -> anyhow::Result<Snapshot> {
     if path.is_dir() {
         bail!("{} is a directory, not a PyTorch memory snapshot", path.display());
@@ -90,6 +192,20 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<u8> {
         return Ok(BAD_REPORT_DIR);
     }
     let (a_name, b_name) = (args.before.display().to_string(), args.after.display().to_string());
+    match (is_json(&args.before)?, is_json(&args.after)?) {
+        (true, true) => return run_results(args, &a_name, &b_name),
+        (false, false) => {}
+        (a_json, _) => {
+            let (json, other) = if a_json { (&a_name, &b_name) } else { (&b_name, &a_name) };
+            bail!(
+                "{json} is not a readable PyTorch memory snapshot (it is JSON) and {other} is not JSON: diff compares \
+                 two snapshots or two results files of cargo xtask bench"
+            );
+        }
+    }
+    if args.case.is_some() {
+        bail!("--case applies to results files; {a_name} and {b_name} are snapshots");
+    }
     let (a, b) = (read(&args.before)?, read(&args.after)?);
     let opts = SnapshotReplayOptions { device: args.device, ..Default::default() };
     let d = snapshot::diff_snapshots((&a_name, &a), (&b_name, &b), &opts).map_err(|(side, e)| {

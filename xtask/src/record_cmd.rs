@@ -234,6 +234,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
         facts.extend(row.whatif.iter().map(|l| Fact::new("what-if at the recorded OOM", l.clone())));
         // The chart's x axis in time where the entries have times.
         let times: Vec<i64> = snap.device_traces[r.device].iter().map(|e| e.time_us).collect();
+        let paths = vramlab_snapshot::path_timeline(&snap, r.device);
         let page = ReplayPage {
             source: file.clone(),
             unit: "trace entries".into(),
@@ -241,6 +242,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             stat_notes: replay_doc::stat_notes(&doc),
             attribution: &doc.attribution,
             entry_times_us: Some(&times),
+            paths: paths.as_ref(),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline: &timeline,
         };

@@ -96,6 +96,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
             stat_notes: replay_doc::stat_notes(&doc),
             attribution: &doc.attribution,
             entry_times_us: None,
+            paths: None,
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };

@@ -44,6 +44,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
     if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
         // The chart's x axis in time where the entries have times.
         let times: Vec<i64> = snap.device_traces[r.device].iter().map(|e| e.time_us).collect();
+        let paths = snapshot::path_timeline(&snap, r.device);
         let page = ReplayPage {
             source: name.to_owned(),
             unit: "trace entries".into(),
@@ -51,6 +52,7 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
             stat_notes: replay_doc::stat_notes(&doc),
             attribution: &doc.attribution,
             entry_times_us: Some(&times),
+            paths: paths.as_ref(),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };

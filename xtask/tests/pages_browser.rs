@@ -4,15 +4,40 @@
 //! the capacity and each setting's out-of-memory, the diff page (the MLP's
 //! snapshot against the transformer's) lists the call path with the largest
 //! change first, a frame of the script, and at 1280 and 390 px
-//! nothing scrolls sideways (tables scroll inside their own box). Without
-//! chromium it checks the HTML alone and prints `skipped: no chromium (…)`.
+//! nothing scrolls sideways (tables scroll inside their own box) and the page
+//! fetches nothing. On the replay page of a run with a capacity the
+//! interactive timeline marks the allocated and reserved peaks, the
+//! out-of-memory errors and the capacity, zooms on the wheel and on a
+//! two-finger pinch, and its hover names a band's call path with a stack.
+//! Two results files compared (`diff A.json B.json`): the terminal table,
+//! `--json` and the page. Without chromium it checks the HTML alone and prints
+//! `skipped: no chromium (…)`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn xtask(args: &[&str]) {
+fn xtask(args: &[&str]) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A results file with one profiled case, `memory/train_step`.
+fn results(peak: u64, activation: u64, median_ns: f64) -> String {
+    format!(
+        r#"{{"schema_version":2,"vramlab_version":"0.1.0","started_at":"2026-11-27T00:00:00Z",
+  "options":{{"suites":[],"device":"cpu","quick":true,"samples":null,"seed":1,"capacity_bytes":1}},
+  "environment":{{"cpu_model":"x","cpu_cores":1,"host_memory_bytes":1,"gpus":[],"gpu_unavailable_reason":null,
+  "device":"cpu","os":"linux","rustc":null,"git_commit":null}},
+  "suites":[{{"name":"memory","description":"d","device":"cpu","duration_ns":1,"findings":[],
+  "cases":[{{"name":"train_step","params":{{}},"outcome":{{"status":"ok"}},"metrics":{{}},"notes":[],"duration_ns":1,
+  "memory":{{"device":"cpu:0","peak_allocated_bytes":{peak},"peak_reserved_bytes":{reserved},"peak_active_bytes":{peak},
+  "peak_phase":"step/backward","by_category_at_peak_bytes":{{"activation":{activation},"parameter":1048576}},"allocator_events":9}},
+  "timing":{{"clock":"host","iterations_per_sample":1,"median_ns":{m},"p25_ns":{m},"p75_ns":{m},"iqr_ns":0.0,
+  "min_ns":{m},"max_ns":{m},"mean_ns":{m},"samples_ns":[{m}]}}}}]}}]}}"#,
+        reserved = peak + (4 << 20),
+        m = median_ns
+    )
 }
 
 fn chromium() -> Option<PathBuf> {
@@ -56,11 +81,33 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     let out = std::env::temp_dir().join(format!("vramlab-pages-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let (replay, whatif, diff) = (out.join("replay"), out.join("whatif"), out.join("diff"));
+    let (capped, results_diff) = (out.join("replay-capped"), out.join("results-diff"));
+    // Two results files: the terminal table, --json and the page.
+    std::fs::create_dir_all(&out).unwrap();
+    let (ra, rb) = (out.join("a.json"), out.join("b.json"));
+    std::fs::write(&ra, results(100 << 20, 60 << 20, 2.0e6)).unwrap();
+    std::fs::write(&rb, results(150 << 20, 90 << 20, 1.5e6)).unwrap();
+    let (ra, rb) = (ra.to_str().unwrap(), rb.to_str().unwrap());
+    let text = xtask(&["diff", ra, rb, "--case", "memory/train_step", "--report", results_diff.to_str().unwrap()]);
+    assert!(text.contains("memory/train_step: peak allocated +50.00 MiB (+50.0 %)"), "{text}");
+    assert!(text.contains("activation at the allocated peak"), "{text}");
+    assert!(text.contains("−500.00 µs (−25.0 %)"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&xtask(&["diff", ra, rb, "--json"])).unwrap();
+    assert_eq!(json["kind"], "results");
+    let figures = &json["cases"][0]["figures"];
+    assert_eq!(figures[0]["name"], "peak_allocated_bytes");
+    assert_eq!(figures[0]["change"], (50u64 << 20) as f64);
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask")).args(["diff", ra, rb, "--case", "memory/nope"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no case memory/nope in both files"));
     let mlp = root.join("tests/data/torch-snapshots/mlp-default.pickle");
     xtask(&["diff", mlp.to_str().unwrap(), snap.to_str().unwrap(), "--report", diff.to_str().unwrap()]);
     // The largest change at the allocated peak: the MLP's parameters, gone.
     let diff_first_frame = "record_snapshots.py:44:mlp";
     xtask(&["replay", snap.to_str().unwrap(), "--report", replay.to_str().unwrap()]);
+    // Under 300 MiB the recording (376 MiB reserved) runs out of memory: every mark on one chart.
+    let args = ["replay", snap.to_str().unwrap(), "--capacity", "300MiB", "--report", capped.to_str().unwrap()];
+    xtask(&args);
     // 300 MiB: the recorded settings (376 MiB reserved) run out; some settings may not.
     xtask(&["whatif", snap.to_str().unwrap(), "--capacity", "300MiB", "--sweep", "--report", whatif.to_str().unwrap()]);
     let first_frame = "record_snapshots.py:95:transformer";
@@ -70,15 +117,23 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
         let first = table.split("<code class=\"frame\">").nth(1).unwrap();
         assert!(first.starts_with(first_frame), "{}", &first[..80.min(first.len())]);
         assert!(html.contains("Who holds the allocated peak"));
-        assert!(!html.contains(" src=\"http") && !html.contains("url("), "offline");
+        assert!(
+            !html.contains(" src=\"http") && html.matches("url(").count() == html.matches("url(#").count(),
+            "offline"
+        );
     }
     let w = std::fs::read_to_string(whatif.join("index.html")).unwrap();
     assert!(w.contains("capacity 300.00 MiB"), "the capacity line");
     assert!(w.contains("#1 OOM"), "the recorded settings' OOM point");
     assert!(w.contains("none: out of memory"), "headroom of a setting that runs out");
+    let rd = std::fs::read_to_string(results_diff.join("index.html")).unwrap();
+    assert!(
+        rd.contains("<code>memory&#x2f;train_step</code>") && rd.contains("+50.00 MiB (+50.0 %)"),
+        "the results diff page"
+    );
     let d = std::fs::read_to_string(diff.join("index.html")).unwrap();
     assert!(d.contains("Peak reserved rose by 48.00 MiB"), "the diff's headline");
-    assert!(!d.contains(" src=\"http") && !d.contains("url("), "offline");
+    assert!(!d.contains(" src=\"http") && d.matches("url(").count() == d.matches("url(#").count(), "offline");
     let r = std::fs::read_to_string(replay.join("index.html")).unwrap();
     assert!(r.contains("peak allocated 245.74 MiB") && r.contains("peak reserved 376.00 MiB"), "both peaks marked");
     // The x axis in time (the recording's time_us), the entry index on each mark.
@@ -92,22 +147,53 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     let profile = out.join("chromium-profile");
     let shots = root.join("target/report-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    for (name, dir, first_frame) in
-        [("replay", &replay, first_frame), ("whatif", &whatif, first_frame), ("diff", &diff, diff_first_frame)]
-    {
+    for (name, dir, first_frame) in [
+        ("replay", &replay, first_frame),
+        ("replay-capped", &capped, first_frame),
+        ("whatif", &whatif, first_frame),
+        ("diff", &diff, diff_first_frame),
+        ("results-diff", &results_diff, ""),
+    ] {
         // A copy of the page with a probe that writes the layout's figures into the DOM.
         let page = std::fs::read_to_string(dir.join("index.html")).unwrap();
         // Headless chromium keeps its window at least 500 px wide: the probe
         // narrows the page itself to the width asked for (#w=390), under the
         // same narrow-screen style rules (max-width: 600px), and takes the
         // right edge of every element outside a table's own scrolling box.
-        let probe = "<script>var b=document.body,d=document.documentElement;\
-            var w=Math.min(window.innerWidth,+location.hash.slice(3));d.style.width=w+'px';\
-            var right=0;document.querySelectorAll('body *').forEach(function(e){\
-            if(e.parentElement.closest('.scroll'))return;right=Math.max(right,e.getBoundingClientRect().right);});\
-            b.setAttribute('data-scroll-width',Math.ceil(Math.max(right,b.scrollWidth)));b.setAttribute('data-inner-width',w);\
-            b.setAttribute('data-first-frame',document.querySelector('table.holders tbody code.frame, table.diff tbody code.frame').textContent);\
-            </script></body>";
+        // On the interactive timeline (replay pages) it also counts the marks,
+        // zooms with the wheel and a two-finger pinch, and hovers the lowest band.
+        let probe = r#"<script>(function(){var b=document.body,d=document.documentElement;
+            var w=Math.min(window.innerWidth,+/w=(\d+)/.exec(location.hash)[1]);d.style.width=w+'px';
+            window.dispatchEvent(new Event('resize'));
+            var set=function(k,v){b.setAttribute('data-'+k,v);};
+            var right=0;document.querySelectorAll('body *').forEach(function(e){
+            if(e.parentElement.closest('.scroll'))return;right=Math.max(right,e.getBoundingClientRect().right);});
+            set('scroll-width',Math.ceil(Math.max(right,b.scrollWidth)));set('inner-width',w);
+            var f=document.querySelector('table.holders tbody code.frame, table.diff tbody code.frame');
+            set('first-frame',f?f.textContent:'');
+            var out=performance.getEntriesByType('resource').map(function(r){return r.name;})
+              .filter(function(u){return !/^(file|data|about):/.test(u);});
+            set('requests',out.length?out.join(' '):'none');
+            var fig=document.querySelector('figure[data-stacked]');
+            if(!fig)return;
+            var q=function(s){return fig.querySelectorAll(s).length;};
+            set('marks',['mark-allocated','mark-reserved','mark-oom','capacity'].map(function(c){return c+':'+q('.'+c);}).join(' '));
+            set('bands',q('polygon.band'));
+            var box=fig.querySelector('.tl-plot'),r=box.getBoundingClientRect(),cx=r.left+r.width*0.6,cy=r.bottom-40;
+            var span=function(){var v=(fig.getAttribute('data-view')||'0,1e99').split(',');return v[1]-v[0];};
+            var s0=span();
+            for(var i=0;i<3;i++)box.dispatchEvent(new WheelEvent('wheel',{deltaY:-100,clientX:cx,clientY:cy,bubbles:true,cancelable:true}));
+            var s1=span();
+            var P=function(t,id,x){box.dispatchEvent(new PointerEvent(t,{pointerId:id,pointerType:'touch',clientX:x,clientY:cy,bubbles:true}));};
+            P('pointerdown',1,cx-20);P('pointerdown',2,cx+20);P('pointermove',2,cx+100);P('pointerup',1,cx-20);P('pointerup',2,cx+100);
+            var s2=span();
+            set('zoom',s0+' '+s1+' '+s2);
+            box.dispatchEvent(new PointerEvent('pointermove',{pointerId:9,clientX:cx,clientY:r.bottom-33,bubbles:true}));
+            set('readout',document.getElementById('memory-readout').textContent);
+            var st=document.getElementById('memory-stack');
+            set('stack-frames',st.querySelectorAll('li').length);
+            set('stack-text',st.textContent.slice(0,4000).replace(/"/g,"'"));
+            })();</script></body>"#;
         std::fs::write(dir.join("probe.html"), page.replace("</body>", probe)).unwrap();
         for width in [1280u32, 390] {
             let url = format!("file://{}#w={width}", dir.join("probe.html").display());
@@ -124,6 +210,32 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             let dom = String::from_utf8_lossy(&o.stdout);
             let log = String::from_utf8_lossy(&o.stderr);
             assert_eq!(attr(&dom, "first-frame"), first_frame, "{name} at {width} px");
+            assert_eq!(attr(&dom, "requests"), "none", "{name} at {width} px: a request left the page");
+            if name.starts_with("replay") {
+                // Marks: both peaks always; the OOMs and the capacity where the run had them.
+                let marks = attr(&dom, "marks");
+                let count = |m: &str| -> u32 {
+                    marks.split(' ').find_map(|kv| kv.strip_prefix(&format!("{m}:"))).unwrap().parse().unwrap()
+                };
+                assert!(count("mark-allocated") == 1 && count("mark-reserved") == 1, "{name} at {width} px: {marks}");
+                let capped = name == "replay-capped";
+                assert_eq!(count("capacity"), u32::from(capped), "{name} at {width} px: {marks}");
+                assert_eq!(count("mark-oom") > 0, capped, "{name} at {width} px: {marks}");
+                assert!(attr(&dom, "bands").parse::<u32>().unwrap() >= 2, "bands by call path");
+                // The wheel zooms in (the span shrinks), the pinch further.
+                let z: Vec<f64> = attr(&dom, "zoom").split(' ').map(|v| v.parse().unwrap()).collect();
+                assert!(z[1] < z[0] * 0.6 && z[2] < z[1] * 0.8, "{name} at {width} px: zoom spans {z:?}");
+                // The hover: the entry and a band's call path with its largest block's stack.
+                let readout = attr(&dom, "readout");
+                assert!(readout.contains("entry ") && readout.contains("reserved "), "{readout}");
+                assert!(attr(&dom, "stack-frames").parse::<u32>().unwrap() > 0, "a stack on hover");
+                let stack = attr(&dom, "stack-text");
+                assert!(
+                    stack.contains("live here") && stack.contains("Largest block made on this call path"),
+                    "{stack}"
+                );
+                assert!(stack.contains("record_snapshots.py"), "the stack has the script's frame: {stack}");
+            }
             let (scroll, inner): (u32, u32) =
                 (attr(&dom, "scroll-width").parse().unwrap(), attr(&dom, "inner-width").parse().unwrap());
             assert!(scroll <= inner, "{name} at {width} px scrolls sideways: {scroll} px wide in {inner}");

@@ -1,0 +1,300 @@
+//! Live memory over a device's trace, stacked by call path, for the replay
+//! page's interactive timeline (like memory_viz's Active Memory Timeline, but
+//! one band per call path of the user's code rather than one per block): the
+//! live blocks' requested bytes grouped as the peak table groups them
+//! ([`crate::attribute`]: the user's frames, library frames folded), the
+//! [`PathTimeline::series`] largest call paths (by their own highest live
+//! bytes) kept and the rest summed as "other".
+//!
+//! Downsampled to at most [`MAX_COLUMNS`] columns of consecutive entries;
+//! each column is the state after the entry where the total live bytes are
+//! highest within it, so the stack's top keeps every peak (and every column
+//! still sums). Each band keeps its largest blocks' stacks for the hover.
+
+use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
+
+use super::attribution::{Classifier, GroupKey, Live, describe_key, frame_text, free_action, live_at_start};
+use super::model::{Action, Snapshot, StackId};
+use crate::{NoFrames, StackFrame, frame_kind};
+
+/// Columns kept at most (the page draws one or more per pixel at full width
+/// and still has detail when zoomed in 8×).
+pub const MAX_COLUMNS: usize = 8192;
+/// Call paths with a band of their own; the rest are one "other" band.
+pub const TOP_PATHS: usize = 12;
+/// Largest blocks (with their stacks) kept per band.
+pub const BLOCKS_PER_PATH: usize = 3;
+/// Folded frames (torch, packages, the standard library, C++) kept per
+/// stack, innermost first; the rest are counted. The user's are all kept.
+pub const FRAMES_PER_STACK: usize = 40;
+
+/// One block of a band, for the hover: its size, when it was made, its stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathBlock {
+    /// Requested bytes.
+    pub bytes: u64,
+    /// The `alloc` entry; `None` when live before the recording began.
+    pub entry: Option<u64>,
+    /// Innermost first: the user's, and the first [`FRAMES_PER_STACK`] folded ones.
+    pub frames: Vec<StackFrame>,
+    /// Folded frames beyond those kept.
+    pub frames_left_out: u64,
+}
+
+/// One band of the stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathSeries {
+    /// The innermost frame of the user's code, or what stands in for it
+    /// (as the peak table's row label); "other" for the rest.
+    pub label: String,
+    /// The user's frames, innermost first.
+    pub user_frames: Vec<String>,
+    /// The band's highest live bytes over the trace.
+    pub peak_bytes: u64,
+    /// The largest blocks ever made on this call path ([`BLOCKS_PER_PATH`]).
+    pub largest_blocks: Vec<PathBlock>,
+    /// Live bytes at each column.
+    pub bytes: Vec<u64>,
+}
+
+/// The stacked timeline of one device's trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathTimeline {
+    /// Per column: entries applied at its state (0: before the first entry),
+    /// in order; the state is after entry `applied − 1`.
+    pub applied: Vec<u64>,
+    /// Per column: the entry's `time_us` (the first entry's for column 0).
+    pub time_us: Vec<i64>,
+    /// Largest bands first; "other" (when there is more) last.
+    pub series: Vec<PathSeries>,
+    /// Entries per column (the last may hold fewer); 1 when every state is kept.
+    pub entries_per_column: u64,
+    /// The trace's entries.
+    pub entries: u64,
+    /// Call paths in all (with a band of their own or not).
+    pub paths: u64,
+}
+
+/// The key of a live block, as the peak table decides it.
+fn block_key(c: &mut Classifier<'_>, frames: StackId, alloc: Option<usize>) -> usize {
+    if frames == 0 || c.snapshot.frames.stack(frames).next().is_none() {
+        let why = if alloc.is_none() { NoFrames::LiveBeforeRecording } else { NoFrames::RecordedWithoutStacks };
+        return c.key(GroupKey::NoFrames(why));
+    }
+    c.info(frames).key
+}
+
+/// The stacked live memory of `device`'s trace; `None` without that device.
+pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline> {
+    let trace = snapshot.device_traces.get(device)?;
+    let free = free_action(trace);
+    let mut c = Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
+    let start = live_at_start(snapshot, device, free);
+    // Pass 1: each block's key, each key's highest live bytes and largest blocks.
+    let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
+    let mut cur: Vec<u64> = Vec::new();
+    let mut peak: Vec<u64> = Vec::new();
+    let mut largest: Vec<Vec<(u64, Option<usize>, StackId)>> = Vec::new();
+    let mut note = |k: usize, b: Live, cur: &mut Vec<u64>, peak: &mut Vec<u64>| {
+        if cur.len() <= k {
+            cur.resize(k + 1, 0);
+            peak.resize(k + 1, 0);
+            largest.resize(k + 1, Vec::new());
+        }
+        cur[k] += b.size;
+        peak[k] = peak[k].max(cur[k]);
+        let l = &mut largest[k];
+        if l.len() < BLOCKS_PER_PATH || l.last().is_some_and(|x| x.0 < b.size) {
+            // Distinct stacks only: a loop's same-sized blocks are one line.
+            if !l.iter().any(|x| x.2 == b.frames && x.0 >= b.size) {
+                l.retain(|x| x.2 != b.frames);
+                l.push((b.size, b.alloc, b.frames));
+                l.sort_by_key(|x| std::cmp::Reverse(x.0));
+                l.truncate(BLOCKS_PER_PATH);
+            }
+        }
+    };
+    let mut start_blocks: Vec<(u64, Live)> = start.into_iter().collect();
+    start_blocks.sort_by_key(|(a, _)| *a);
+    let mut start_keys = Vec::with_capacity(start_blocks.len());
+    for (addr, b) in &start_blocks {
+        let k = block_key(&mut c, b.frames, None);
+        note(k, *b, &mut cur, &mut peak);
+        live.insert(*addr, (b.size, k));
+        start_keys.push(k);
+    }
+    let mut keys: Vec<u32> = vec![u32::MAX; trace.len()];
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                let k = block_key(&mut c, e.frames, Some(i));
+                keys[i] = k as u32;
+                if let Some((size, old)) = live.insert(e.addr, (e.size, k)) {
+                    cur[old] -= size;
+                }
+                note(k, Live { size: e.size, frames: e.frames, alloc: Some(i) }, &mut cur, &mut peak);
+            }
+            a if a == free => {
+                if let Some((size, k)) = live.remove(&e.addr) {
+                    cur[k] -= size;
+                }
+            }
+            _ => {}
+        }
+    }
+    // The bands: the largest keys by their own peak; the rest "other".
+    let mut order: Vec<usize> = (0..peak.len()).filter(|&k| peak[k] > 0).collect();
+    order.sort_by(|&a, &b| peak[b].cmp(&peak[a]).then(a.cmp(&b)));
+    let paths = order.len() as u64;
+    let other = order.len() > TOP_PATHS;
+    let bands = order.len().min(TOP_PATHS) + usize::from(other);
+    let mut band_of = vec![bands.saturating_sub(1); peak.len()];
+    for (band, &k) in order.iter().take(TOP_PATHS).enumerate() {
+        band_of[k] = band;
+    }
+    // Pass 2: the columns.
+    let states = trace.len() + 1;
+    let per = states.div_ceil(MAX_COLUMNS).max(1);
+    let columns = states.div_ceil(per);
+    let mut applied = Vec::with_capacity(columns);
+    let mut bytes: Vec<Vec<u64>> = vec![Vec::with_capacity(columns); bands];
+    let mut now = vec![0u64; bands];
+    let mut total = 0u64;
+    let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
+    for ((addr, b), k) in start_blocks.iter().zip(&start_keys) {
+        live.insert(*addr, (b.size, band_of[*k]));
+        now[band_of[*k]] += b.size;
+        total += b.size;
+    }
+    let mut best: Option<(u64, usize)> = None;
+    let mut best_bytes = now.clone();
+    let time_of = |applied: usize| trace.get(applied.saturating_sub(1)).map_or(0, |e| e.time_us);
+    for state in 0..states {
+        if state > 0 {
+            let i = state - 1;
+            let e = &trace[i];
+            match e.action {
+                Action::Alloc => {
+                    let band = band_of[keys[i] as usize];
+                    if let Some((size, old)) = live.insert(e.addr, (e.size, band)) {
+                        now[old] -= size;
+                        total -= size;
+                    }
+                    now[band] += e.size;
+                    total += e.size;
+                }
+                a if a == free => {
+                    if let Some((size, band)) = live.remove(&e.addr) {
+                        now[band] -= size;
+                        total -= size;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if best.is_none_or(|(b, _)| total > b) {
+            best = Some((total, state));
+            best_bytes.copy_from_slice(&now);
+        }
+        if (state + 1) % per == 0 || state + 1 == states {
+            let (_, at) = best.take().expect("a state in every column");
+            applied.push(at as u64);
+            for (band, v) in bytes.iter_mut().zip(&best_bytes) {
+                band.push(*v);
+            }
+        }
+    }
+    let time_us = applied.iter().map(|&a| time_of(a as usize)).collect();
+    let block = |&(size, alloc, frames): &(u64, Option<usize>, StackId)| {
+        // Every frame of the user's; folded frames up to FRAMES_PER_STACK.
+        let (mut kept, mut folded, mut left) = (Vec::new(), 0usize, 0u64);
+        for f in snapshot.frames.stack(frames) {
+            let kind = frame_kind(f);
+            if kind.folded() {
+                if folded == FRAMES_PER_STACK {
+                    left += 1;
+                    continue;
+                }
+                folded += 1;
+            }
+            kept.push(StackFrame { text: frame_text(f), kind });
+        }
+        PathBlock { bytes: size, entry: alloc.map(|a| a as u64), frames: kept, frames_left_out: left }
+    };
+    let mut series: Vec<PathSeries> = order
+        .iter()
+        .take(TOP_PATHS)
+        .zip(bytes.iter_mut())
+        .map(|(&k, b)| {
+            let (label, user_frames) = describe_key(&c.keys[k]);
+            PathSeries {
+                label,
+                user_frames,
+                peak_bytes: peak[k],
+                largest_blocks: largest[k].iter().map(block).collect(),
+                bytes: std::mem::take(b),
+            }
+        })
+        .collect();
+    if other {
+        let rest = &order[TOP_PATHS..];
+        let mut blocks: Vec<_> = rest.iter().flat_map(|&k| largest[k].iter().copied()).collect();
+        blocks.sort_by_key(|x| std::cmp::Reverse(x.0));
+        blocks.truncate(BLOCKS_PER_PATH);
+        let b = std::mem::take(&mut bytes[bands - 1]);
+        series.push(PathSeries {
+            label: format!("other ({} call paths)", rest.len()),
+            user_frames: Vec::new(),
+            peak_bytes: b.iter().copied().max().unwrap_or(0),
+            largest_blocks: blocks.iter().map(block).collect(),
+            bytes: b,
+        });
+    }
+    Some(PathTimeline { applied, time_us, series, entries_per_column: per as u64, entries: trace.len() as u64, paths })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Snapshot {
+        let path = format!("{}/../tests/data/torch-snapshots/{name}", env!("CARGO_MANIFEST_DIR"));
+        crate::read_snapshot_file(std::path::Path::new(&path)).expect("the fixture reads")
+    }
+
+    #[test]
+    fn columns_sum_to_the_live_bytes_and_keep_the_peak() {
+        let snap = fixture("transformer-default.pickle");
+        let device = (0..snap.device_traces.len()).max_by_key(|&d| snap.device_traces[d].len()).unwrap();
+        let t = path_timeline(&snap, device).unwrap();
+        assert_eq!(t.entries, snap.device_traces[device].len() as u64);
+        assert_eq!(t.applied.len(), t.time_us.len());
+        assert!(t.series.iter().all(|s| s.bytes.len() == t.applied.len()));
+        assert!(t.series.len() <= TOP_PATHS + 1 && !t.series.is_empty());
+        // The stack's highest column is the recording's requested peak, at
+        // the entry requested_peak_index names.
+        let totals: Vec<u64> = (0..t.applied.len()).map(|c| t.series.iter().map(|s| s.bytes[c]).sum()).collect();
+        let top = *totals.iter().max().unwrap();
+        let at = totals.iter().position(|&v| v == top).unwrap();
+        let peak_index = crate::requested_peak_index(&snap, device);
+        let attributed = crate::attribute(
+            &snap,
+            device,
+            &[crate::Point { kind: crate::PointKind::AllocatedPeak, trace_index: peak_index }],
+        );
+        assert_eq!(top, attributed[0].total_bytes, "the stack's top at the peak is the peak table's total");
+        assert_eq!(t.applied[at], peak_index.map_or(0, |i| i + 1));
+        // The largest band is the peak table's first row's call path or larger.
+        assert!(t.series[0].peak_bytes >= attributed[0].groups[0].bytes);
+        let first = &t.series[0];
+        assert!(!first.largest_blocks.is_empty() && !first.largest_blocks[0].frames.is_empty(), "a stack to hover");
+        assert!(first.largest_blocks.windows(2).all(|w| w[0].bytes >= w[1].bytes));
+    }
+
+    #[test]
+    fn a_missing_device_has_no_timeline() {
+        let snap = fixture("mlp-default.pickle");
+        assert!(path_timeline(&snap, 99).is_none());
+    }
+}
