@@ -631,12 +631,31 @@ fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
     }
 }
 
+/// "out of memory" when the replay refused no request: "never", or, where the
+/// recording itself ran out of memory, that only its own failed requests
+/// failed (a recorded OOM replayed as a failure is not a new one).
+fn no_oom(d: &ReplayDoc) -> String {
+    match d.recorded_ooms.filter(|&n| n > 0) {
+        None => "never".to_owned(),
+        Some(n) => {
+            let failed = d.oom_requests.iter().filter(|o| !o.served).count();
+            if d.oom_requests.is_empty() {
+                format!("never (the recording's {} counted, not replayed)", plural(n, "OOM", "OOMs"))
+            } else if failed > 0 {
+                format!("only where the recording did: {failed} of its {} failed again", plural(n, "OOM", "OOMs"))
+            } else {
+                format!("never, not even at the recording's {}: each request served", plural(n, "OOM", "OOMs"))
+            }
+        }
+    }
+}
+
 fn oom_lines(s: &mut String, d: &ReplayDoc) {
     let total = d.ooms.len() as u64 + d.ooms_not_listed;
     let stopped = if d.stopped_early { "; the replay stopped there (--on-oom continue goes on)" } else { "" };
     match (d.format, d.ooms.first()) {
         (_, None) if total == 0 => {
-            let _ = writeln!(s, "  out of memory      never");
+            let _ = writeln!(s, "  out of memory      {}", no_oom(d));
         }
         (InputFormat::PytorchSnapshot, Some(o)) => {
             let frame = o.frame.as_ref().map(|f| format!(" at {f}")).unwrap_or_default();
@@ -803,7 +822,7 @@ pub fn page_facts(d: &ReplayDoc, t: &ReplayTimeline) -> Vec<Fact> {
             facts.push(Fact::new(
                 "out of memory",
                 match d.ooms.first() {
-                    None => "never".to_owned(),
+                    None => no_oom(d),
                     Some(o) => {
                         format!("{total_ooms} time(s), first at entry {} (time_us {})", o.index, o.time_us.unwrap_or(0))
                     }
