@@ -65,6 +65,11 @@
     var raw = Math.max(1, span / n), p = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / p;
     return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
   }
+  // A round step (1, 2 or 5 times a power of ten) splitting `span` into at most `n` parts, in any unit.
+  function roundStep(span, n) {
+    var raw = span > 0 ? span / n : 1, p = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / p;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+  }
   // Where the work starts: the first top-level phase, or without phases the first allocator
   // event; 0 when the setup before it is short (5 % or less) or holds the peak.
   function workStart(d) {
@@ -352,15 +357,23 @@
       var ly = m.kind === "oom" ? T + 11 : m.kind === "allocated" ? my + 15 : my - 7;
       el("text", { x: mx + (right ? -6 : 6), y: ly, "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[m.kind] }, g).textContent = m.short;
     });
-    for (var i = 0; i <= 4; i++) {
-      var b = maxB * i / 4, ty = y(b);
+    // Round byte ticks (1, 2 or 5 of a binary unit), as on the bench report's timelines.
+    var ystep = byteStep(maxB / 1.12, 4);
+    for (var b = 0; b <= maxB; b += ystep[0]) {
+      var ty = y(b);
       el("line", { x1: L, x2: L + pw, y1: ty, y2: ty, stroke: "#eee" }, svg);
-      el("text", { x: L - 4, y: ty + 4, "text-anchor": "end", "font-size": narrow ? 10 : 11, fill: "#555" }, svg).textContent = fmtBytes(Math.round(b));
-      var ticks = narrow ? 2 : 4;
-      if (i <= ticks) {
-        var tt = v0 + (v1 - v0) * i / ticks;
-        el("text", { x: x(tt), y: H - 12, "text-anchor": i === 0 ? "start" : i === ticks ? "end" : "middle", "font-size": 11, fill: "#555" }, svg).textContent = fmtX(d, tt);
-      }
+      el("text", { x: L - 4, y: ty + 4, "text-anchor": "end", "font-size": narrow ? 10 : 11, fill: "#555", "class": "st-ytick" }, svg).textContent = fmtTick(b, ystep[1]);
+    }
+    // Round x ticks in the axis's own unit (time, or entries: whole ones), labels kept inside the canvas.
+    var nt = narrow ? 3 : Math.max(2, Math.min(6, Math.floor(pw / 110)));
+    var xstep = roundStep(v1 - v0, nt);
+    if (!d.time) xstep = Math.max(1, Math.round(xstep));
+    var digits = Math.max(0, -Math.floor(Math.log10(xstep) + 1e-9));
+    for (var tt = Math.ceil(v0 / xstep) * xstep; tt <= v1 + 1e-9 * xstep; tt += xstep) {
+      var lab = d.time ? tt.toFixed(digits) + " " + d.time : Math.round(tt).toLocaleString("en");
+      var half = lab.length * 3.2, cx = Math.min(W - 2 - half, Math.max(2 + half, x(tt)));
+      el("line", { x1: x(tt), x2: x(tt), y1: T + ph, y2: T + ph + 4, stroke: "#999" }, svg);
+      el("text", { x: cx, y: H - 12, "text-anchor": "middle", "font-size": 11, fill: "#555", "class": "st-xtick" }, svg).textContent = lab;
     }
     el("text", { x: L + pw / 2, y: H - 1, "text-anchor": "middle", "font-size": 11, fill: "#555" }, svg).textContent =
       narrow ? (d.time ? "time since the first entry (" + d.time + ")" : "entries") : d.x_desc;

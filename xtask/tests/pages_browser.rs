@@ -179,6 +179,11 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             var q=function(s){return fig.querySelectorAll(s).length;};
             set('marks',['mark-allocated','mark-reserved','mark-oom','capacity'].map(function(c){return c+':'+q('.'+c);}).join(' '));
             set('bands',q('polygon.band'));
+            var tx=function(c){return Array.prototype.map.call(fig.querySelectorAll('text.'+c),function(t){return t.textContent;}).join('|');};
+            set('yticks',tx('st-ytick'));set('xticks',tx('st-xtick'));
+            var sr=fig.querySelector('svg').getBoundingClientRect(),inside=true;
+            fig.querySelectorAll('text.st-ytick, text.st-xtick').forEach(function(t){var r=t.getBoundingClientRect();
+            if(r.left<sr.left-0.5||r.right>sr.right+0.5)inside=false;});set('ticks-inside',inside);
             var box=fig.querySelector('.tl-plot'),r=box.getBoundingClientRect(),cx=r.left+r.width*0.6,cy=r.bottom-40;
             var span=function(){var v=(fig.getAttribute('data-view')||'0,1e99').split(',');return v[1]-v[0];};
             var s0=span();
@@ -222,6 +227,11 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert_eq!(count("capacity"), u32::from(capped), "{name} at {width} px: {marks}");
                 assert_eq!(count("mark-oom") > 0, capped, "{name} at {width} px: {marks}");
                 assert!(attr(&dom, "bands").parse::<u32>().unwrap() >= 2, "bands by call path");
+                // Round ticks: y from 0 in equal steps of 1, 2 or 5 of one unit; every label inside the chart.
+                let yticks = attr(&dom, "yticks");
+                assert_round_steps(&yticks, "{name} at {width} px: y ticks");
+                assert!(attr(&dom, "xticks").split('|').count() >= 2, "{name} at {width} px: x ticks");
+                assert_eq!(attr(&dom, "ticks-inside"), "true", "{name} at {width} px: a tick label leaves the chart");
                 // The wheel zooms in (the span shrinks), the pinch further.
                 let z: Vec<f64> = attr(&dom, "zoom").split(' ').map(|v| v.parse().unwrap()).collect();
                 assert!(z[1] < z[0] * 0.6 && z[2] < z[1] * 0.8, "{name} at {width} px: zoom spans {z:?}");
@@ -258,4 +268,24 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Tick labels `0 U|s U|2s U|…` (one unit U): they start at 0 and go up in equal
+/// steps whose leading digit is 1, 2 or 5.
+fn assert_round_steps(labels: &str, what: &str) {
+    let values: Vec<(f64, &str)> = labels
+        .split('|')
+        .map(|l| {
+            let (n, unit) = l.split_once(' ').unwrap_or_else(|| panic!("{what}: {labels}"));
+            (n.parse::<f64>().unwrap_or_else(|_| panic!("{what}: {labels}")), unit)
+        })
+        .collect();
+    assert!(values.len() >= 2 && values[0].0 == 0.0, "{what}: {labels}");
+    assert!(values.iter().all(|v| v.1 == values[0].1), "{what}: one unit: {labels}");
+    let step = values[1].0;
+    let mantissa = step / 10f64.powf(step.log10().floor());
+    assert!([1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 1e-9), "{what}: step {step}: {labels}");
+    for (i, v) in values.iter().enumerate() {
+        assert!((v.0 - step * i as f64).abs() < 1e-9 * step.max(1.0), "{what}: {labels}");
+    }
 }
