@@ -427,6 +427,33 @@
     p.childNodes[3].textContent = fmtBytes(s.v[c]) + " live here" + (guessed ? " (the largest band here; point at a band to pick another)" : "") +
       (s.frames.length > 1 ? " \u00b7 called from " + s.frames.slice(1).join(" \u2190 ") : "");
     this.stack.appendChild(p);
+    // Who holds the memory at this point: every band's live bytes and share, largest first.
+    var rows = [];
+    for (var r = 0; r < d.series.length; r++) if (d.series[r].v[c] > 0) rows.push(r);
+    rows.sort(function (a, b) { return d.series[b].v[c] - d.series[a].v[c]; });
+    if (rows.length) {
+      var tbl = document.createElement("table"), cap = document.createElement("caption");
+      tbl.className = "at-point";
+      cap.textContent = "Live here, by call path (" + fmtBytes(this.total[c]) + ")";
+      tbl.appendChild(cap);
+      rows.forEach(function (r) {
+        var tr = document.createElement("tr"), sw = document.createElement("td"), name = document.createElement("td");
+        var bytes = document.createElement("td"), share = document.createElement("td");
+        sw.innerHTML = "<span class=\"swatch\"></span>";
+        sw.firstChild.style.background = bandColor(r, d.series.length, d.other);
+        name.textContent = d.series[r].label;
+        bytes.textContent = fmtBytes(d.series[r].v[c]);
+        share.textContent = (100 * d.series[r].v[c] / Math.max(1, self.total[c])).toFixed(1) + " %";
+        bytes.className = share.className = "num";
+        if (r === k) tr.className = "hovered";
+        [sw, name, bytes, share].forEach(function (td) { tr.appendChild(td); });
+        tbl.appendChild(tr);
+      });
+      var wrap = document.createElement("div");
+      wrap.className = "scroll";
+      wrap.appendChild(tbl);
+      this.stack.appendChild(wrap);
+    }
     s.blocks.forEach(function (b, i) {
       var q = document.createElement("p");
       q.className = "hint";

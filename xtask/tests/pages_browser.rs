@@ -197,6 +197,8 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('readout',document.getElementById('memory-readout').textContent);
             var st=document.getElementById('memory-stack');
             set('stack-frames',st.querySelectorAll('li').length);
+            set('at-point',Array.prototype.map.call(st.querySelectorAll('table.at-point tr'),function(tr){
+            return tr.cells[2].textContent+' '+tr.cells[3].textContent;}).join('|'));
             set('stack-text',st.textContent.slice(0,4000).replace(/"/g,"'"));
             })();</script></body>"#;
         std::fs::write(dir.join("probe.html"), page.replace("</body>", probe)).unwrap();
@@ -245,6 +247,15 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                     "{stack}"
                 );
                 assert!(stack.contains("record_snapshots.py"), "the stack has the script's frame: {stack}");
+                // Who holds the memory at the hovered point: each band's bytes and share, largest
+                // first, the shares adding up to the whole.
+                let rows: Vec<f64> = attr(&dom, "at-point")
+                    .split('|')
+                    .map(|r| r.rsplit(' ').nth(1).unwrap().parse().unwrap_or_else(|_| panic!("{r}")))
+                    .collect();
+                assert!(!rows.is_empty(), "{name} at {width} px: no table at the point");
+                assert!((rows.iter().sum::<f64>() - 100.0).abs() < 0.1 * rows.len() as f64, "shares {rows:?}");
+                assert!(rows.windows(2).all(|w| w[0] >= w[1]), "largest first: {rows:?}");
             }
             let (scroll, inner): (u32, u32) =
                 (attr(&dom, "scroll-width").parse().unwrap(), attr(&dom, "inner-width").parse().unwrap());
