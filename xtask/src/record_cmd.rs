@@ -226,6 +226,8 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
                 fmt_bytes(first.requested_bytes)
             );
             row.whatif = whatif_lines(&results);
+            let batch = snapshot::smaller_batch(&snap, &base).context("cannot replay it at a smaller batch")?;
+            row.whatif.extend(crate::whatif_cmd::smaller_batch_lines(&batch));
             for line in &row.whatif {
                 let _ = writeln!(text, "      {line}");
             }

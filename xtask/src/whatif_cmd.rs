@@ -12,8 +12,8 @@ use serde::Serialize;
 use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
-    self as snapshot, Attribution, Point, PointKind, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, attribute,
-    recommend, requested_peak_index, what_if, what_if_timelines,
+    self as snapshot, Attribution, Point, PointKind, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, Snapshot,
+    SnapshotReplayOptions, WhatIf, attribute, recommend, requested_peak_index, what_if, what_if_timelines,
 };
 
 use crate::cli::WhatifArgs;
@@ -54,6 +54,16 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         (what_if(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?, Vec::new())
     };
     let best = if args.sweep || configs.len() > 1 { recommend(&results) } else { None };
+    // At a recorded OOM: would a smaller batch have fitted (a model)?
+    let batch = if results[0].avoids_recorded_oom.is_some() {
+        let base = SnapshotReplayOptions { device: Some(results[0].replay.device), ..base.clone() };
+        Some(
+            snapshot::smaller_batch(&snap, &base)
+                .with_context(|| format!("cannot replay {name} at a smaller batch"))?,
+        )
+    } else {
+        None
+    };
     let attribution = holders(&snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
     let mut written = None;
     if let Some(dir) = &args.report {
@@ -65,7 +75,12 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
                 Fact::new("trace entries", results[0].replay.entries.to_string()),
                 Fact::new("simulated device", capacity_text(args, &results[0])),
                 Fact::new("settings tried", results.len().to_string()),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                batch.iter().map(|b| Fact::new("smaller batch at the recorded OOM", smaller_batch_lines(b).join(" "))),
+            )
+            .collect(),
             settings: results
                 .iter()
                 .zip(&timelines)
@@ -107,12 +122,20 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
             recommended: best.map(|i| results[i].alloc_conf.as_str()),
             peak_index: attribution.first().and_then(|a| a.trace_index),
             attribution: &attribution,
+            smaller_batch: batch.as_ref(),
         };
         let mut v = serde_json::to_vec_pretty(&json).context("cannot serialize the report")?;
         v.push(b'\n');
         v
     } else {
         let mut text = text(&name, &snap, args, &results, best, &attribution);
+        if let Some(b) = &batch {
+            text.push('\n');
+            for line in smaller_batch_lines(b) {
+                text += &line;
+                text.push('\n');
+            }
+        }
         if let Some(index) = &written {
             text += &format!("\nreport: {}\n", index.display());
         }
@@ -195,6 +218,77 @@ pub(crate) fn recorded_oom_text(w: &WhatIf) -> String {
             None => "served, but an earlier request fails".to_owned(),
         },
     }
+}
+
+/// The smaller-batch answer at a recorded OOM, as lines: the answer, then
+/// what it is (a model) and what was scaled.
+pub(crate) fn smaller_batch_lines(answer: &SmallerBatch) -> Vec<String> {
+    let SmallerBatch::Modelled {
+        oom_entry,
+        request_bytes,
+        request_category,
+        request_category_from,
+        limit_bytes,
+        live_bytes,
+        scaled_live_bytes,
+        trials,
+        largest_fitting,
+    } = answer
+    else {
+        let SmallerBatch::CannotTell { reason } = answer else { unreachable!("two variants") };
+        return vec![format!("smaller batch: cannot be told: {reason}")];
+    };
+    let limit = fmt_bytes(*limit_bytes);
+    let head = match largest_fitting {
+        Some(b) if b.sixty_fourths == 64 => {
+            format!("smaller batch: not needed: the recorded batch fits under the {limit} limit")
+        }
+        Some(b) => {
+            let above = trials
+                .iter()
+                .filter(|t| t.sixty_fourths > b.sixty_fourths && !t.fits)
+                .min_by_key(|t| t.sixty_fourths)
+                .map(|t| match t.short_bytes {
+                    Some(short) => format!("; {} is {} short", t.fraction_text(), fmt_bytes(short)),
+                    None => match t.first_failure {
+                        Some((i, bytes)) => {
+                            format!("; {} fails at entry {i}, a request of {}", t.fraction_text(), fmt_bytes(bytes))
+                        }
+                        None => format!("; {} fails", t.fraction_text()),
+                    },
+                })
+                .unwrap_or_default();
+            format!(
+                "smaller batch: yes, {} of the recorded batch fits: peak reserved {}, {} to spare under the {limit} limit{above}",
+                b.fraction_text(),
+                fmt_bytes(b.peak_reserved_bytes),
+                fmt_bytes(b.headroom_bytes.unwrap_or(0)),
+            )
+        }
+        None => {
+            let least = trials.iter().map(|t| t.sixty_fourths).min().unwrap_or(64);
+            let least = trials.iter().find(|t| t.sixty_fourths == least).map(|t| t.fraction_text()).unwrap_or_default();
+            format!("smaller batch: no: not even {least} of the recorded batch fits under the {limit} limit")
+        }
+    };
+    let request_was = match request_category_from {
+        Some(i) => format!(
+            "has no frames in the trace and was taken as the allocation before it (entry {i}): {}",
+            request_category.name()
+        ),
+        None => format!("was {}", request_category.name()),
+    };
+    let share = if *live_bytes == 0 { 0.0 } else { *scaled_live_bytes as f64 * 100.0 / *live_bytes as f64 };
+    vec![
+        head,
+        format!(
+            "  ({SMALLER_BATCH_MODEL}. Of the {} live at the OOM, {} ({share:.0}%) was activations and temporaries; \
+             the failed request at entry {oom_entry}, {}, {request_was}.)",
+            fmt_bytes(*live_bytes),
+            fmt_bytes(*scaled_live_bytes),
+            fmt_bytes(*request_bytes),
+        ),
+    ]
 }
 
 /// The recommendation, a headline then its reasons; empty when there is nothing to recommend.
@@ -293,6 +387,9 @@ struct Json<'a> {
     /// Who holds the memory there (and at the recorded settings' first
     /// out-of-memory), by the user's call path; `--top` rows each.
     attribution: &'a [Attribution],
+    /// At a recorded OOM: would a smaller batch have fitted? A model (activation
+    /// and temporary requests scaled; see `answer`).
+    smaller_batch: Option<&'a SmallerBatch>,
 }
 
 fn conf_name(w: &WhatIf) -> String {
