@@ -161,7 +161,7 @@ pub fn rows_of(
 }
 
 /// `R` of a `-rank<R>-` or `-rank<R>.` in the file name.
-fn rank_of(path: &Path) -> Option<String> {
+pub(crate) fn rank_of(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     let at = name.find("-rank")? + "-rank".len();
     let digits: String = name[at..].chars().take_while(|c| c.is_ascii_alphanumeric()).collect();

@@ -273,3 +273,60 @@ fn two_ranks_chained_sitecustomize_signals_and_missing_commands() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot run `no-such-command-vramlab`: command not found"));
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn whatif_of_several_ranks_and_devices_has_a_row_each_a_recommendation_each_and_the_closest() {
+    let dir = std::env::temp_dir().join(format!("vramlab-whatif-ranks-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let data = root().join("tests/data/snapshots");
+    let (r0, r1, r2) =
+        (dir.join("h-rank0-pid1.pickle"), dir.join("h-rank1-pid2.pickle"), dir.join("h-rank2-pid3.pickle"));
+    fs::copy(data.join("small_p5.pickle"), &r0).unwrap();
+    fs::copy(data.join("medium_p5.pickle"), &r1).unwrap();
+    // Rank 2 was killed while dumping: cut short.
+    fs::write(&r2, &fs::read(data.join("medium_p5.pickle")).unwrap()[..3000]).unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_xtask")).arg("whatif").args(args).output().unwrap()
+    };
+    let (a, b, c) = (r0.as_os_str(), r1.as_os_str(), r2.as_os_str());
+    let conf = ["--capacity", "1GiB", "--alloc-conf", "expandable_segments:True"].map(std::ffi::OsStr::new);
+    let o = run(&[&[a, b, c][..], &conf[..]].concat());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "a file cut short is bad input: {text}");
+    assert!(text.starts_with("vramlab what-if of 3 rank(s) and device(s)"), "{text}");
+    // Each rank's own recommendation: rank 0 keeps its settings, rank 1 saves 52 MiB with expandable segments.
+    let rank0 = &text[text.find("rank 0, device 0").unwrap()..text.find("rank 1, device 0").unwrap()];
+    assert!(
+        rank0.contains("recorded: PyTorch defaults     126.00 MiB") && rank0.contains("already the best"),
+        "{rank0}"
+    );
+    let rank1 = &text[text.find("rank 1, device 0").unwrap()..text.find("rank 2, device 0").unwrap()];
+    assert!(rank1.contains("expandable_segments:True       910.00 MiB"), "{rank1}");
+    assert!(rank1.contains("Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), "{rank1}");
+    assert!(text.contains("h-rank2-pid3.pickle)\n  not a readable PyTorch memory snapshot (cut short?)"), "{text}");
+    assert!(text.contains("the file is truncated"), "{text}");
+    assert!(
+        text.contains("closest to capacity rank 1, device 0: peak reserved 962.00 MiB of 1.00 GiB (93.9%)"),
+        "{text}"
+    );
+    // The same as JSON, and a multi-device snapshot: a row per device.
+    let multi = data.join("multi_device_p4.pickle");
+    let o = run(&[multi.as_os_str(), a, std::ffi::OsStr::new("--json")]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    let ids: Vec<(Option<&str>, u64)> =
+        rows.iter().map(|r| (r["rank"].as_str(), r["device"].as_u64().unwrap())).collect();
+    assert_eq!(ids, [(None, 0), (None, 1), (Some("0"), 0)]);
+    assert_eq!(rows[1]["results"][0]["replay"]["peak_reserved_bytes"], 22 << 20);
+    assert!(json["closest_to_capacity"].is_null(), "no capacity: unknown");
+    // One multi-device file on its own is a row per device too.
+    let o = run(&[multi.as_os_str()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("device 0") && text.contains("device 1") && text.contains("of 2 rank(s) and device(s)"),
+        "{text}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
