@@ -356,7 +356,7 @@ pub fn smaller_batch(snapshot: &Snapshot, base: &SnapshotReplayOptions) -> Resul
             trials.push(t);
         }
     }
-    trials.sort_by(|a, b| b.sixty_fourths.cmp(&a.sixty_fourths));
+    trials.sort_by_key(|t| std::cmp::Reverse(t.sixty_fourths));
     Ok(SmallerBatch::Modelled {
         oom_entry: oom.trace_index,
         request_bytes: oom.requested_bytes,

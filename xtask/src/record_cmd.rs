@@ -22,13 +22,16 @@ use std::time::SystemTime;
 use anyhow::Context;
 use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_replay::OnOom;
-use vramlab_reports::record::{RecordIndex, RecordRow, remove_hook_dir, write_hook, write_record_index};
+use vramlab_reports::record::{
+    RankSummaryRow, RanksSummary, RecordIndex, RecordRow, remove_hook_dir, write_hook, write_record_index,
+};
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 use vramlab_reports::units::fmt_bytes;
-use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf, what_if};
+use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
-use crate::cli::RecordArgs;
+use crate::cli::{RecordArgs, WhatifArgs};
 use crate::replay_doc;
+use crate::whatif_cmd;
 
 /// The hook, written as `sitecustomize.py` into the child's `PYTHONPATH`.
 pub const HOOK: &str = include_str!("record_hook.py");
@@ -80,13 +83,16 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
     }
     // Several processes (the ranks of a job): one row each, the imbalance, the one closest to its capacity.
     let finals: Vec<&PathBuf> = new.iter().filter(|p| !is_oom_dump(p)).collect();
+    let mut ranks_summary = None;
     if finals.len() >= 2 {
         let mut ranks = Vec::new();
         for path in finals {
             ranks.extend(crate::ranks_cmd::rows_of(path, None, None, OnOom::Continue).unwrap_or_default());
         }
+        let doc = crate::ranks_cmd::summarise(ranks);
         text.push('\n');
-        text += &crate::ranks_cmd::text(&crate::ranks_cmd::summarise(ranks));
+        text += &crate::ranks_cmd::text(&doc);
+        ranks_summary = Some(ranks_summary_of(&doc, &rows));
     }
     let empty_reason = if new.is_empty() {
         let reason = format!(
@@ -98,7 +104,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
     } else {
         String::new()
     };
-    let index = RecordIndex { command: shown, exit_status: code, rows, empty_reason };
+    let index = RecordIndex { command: shown, exit_status: code, rows, ranks: ranks_summary, empty_reason };
     match write_record_index(&report_dir, &index) {
         Ok(path) => {
             let _ = writeln!(text, "report: {}", path.display());
@@ -194,7 +200,9 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
     let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut row = RecordRow {
         file: file.clone(),
+        rank: crate::ranks_cmd::rank_of(path),
         page: None,
+        whatif_page: None,
         peak_allocated: "-".into(),
         peak_reserved: "-".into(),
         ooms: 0,
@@ -216,22 +224,39 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             "  {file}: device {}, {} trace entries; peak allocated {}, peak reserved {}; {} recorded OOM(s)",
             doc.device, doc.entries, row.peak_allocated, row.peak_reserved, row.ooms
         );
+        // Its what-if page: the recorded settings, expandable segments and max_split_size_mb.
+        let settings = WhatifArgs {
+            file: path.to_path_buf(),
+            more: Vec::new(),
+            capacity: None,
+            fraction: None,
+            sweep: false,
+            alloc_conf: oom_settings().into_iter().flatten().collect(),
+            device: Some(doc.device as usize),
+            from_us: None,
+            to_us: None,
+            top: replay_doc::ATTRIBUTION_ROWS,
+            json: false,
+            report: None,
+        };
+        let a = whatif_cmd::analyse(&settings, &file, &snap, true).context("cannot replay it under other settings")?;
         if let Some(first) = doc.oom_requests.first() {
-            let base = SnapshotReplayOptions { device: Some(doc.device as usize), ..Default::default() };
-            let results = what_if(&snap, &base, &oom_settings()).context("cannot replay it under other settings")?;
             let _ = writeln!(
                 text,
-                "    recorded OOM at entry {}: a request of {}; would another setting have served it?",
+                "    recorded OOM at entry {}: a request of {}; would another setting, or a smaller batch, have served it?",
                 first.trace_index,
                 fmt_bytes(first.requested_bytes)
             );
-            row.whatif = whatif_lines(&results);
-            let batch = snapshot::smaller_batch(&snap, &base).context("cannot replay it at a smaller batch")?;
-            row.whatif.extend(crate::whatif_cmd::smaller_batch_lines(&batch));
+            row.whatif = whatif_lines(&a.results);
+            row.whatif.extend(a.batch.iter().flat_map(whatif_cmd::smaller_batch_lines));
             for line in &row.whatif {
                 let _ = writeln!(text, "      {line}");
             }
         }
+        let whatif_dir = report_dir.join(format!("{stem}-whatif"));
+        whatif_cmd::write_page(&whatif_dir, &settings, &file, &a)
+            .with_context(|| format!("cannot write its what-if page into {}", whatif_dir.display()))?;
+        row.whatif_page = Some(format!("{stem}-whatif/index.html"));
         let mut facts = replay_doc::page_facts(&doc, &timeline);
         facts.extend(row.whatif.iter().map(|l| Fact::new("what-if at the recorded OOM", l.clone())));
         // The chart's x axis in time where the entries have times.
@@ -258,6 +283,54 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
         row.whatif = vec![why];
     }
     (row, text)
+}
+
+/// The index's summary of ranks: each row linked to its file's pages.
+fn ranks_summary_of(doc: &crate::ranks_cmd::RanksDoc, rows: &[RecordRow]) -> RanksSummary {
+    let opt = |b: Option<u64>| b.map(fmt_bytes).unwrap_or_else(|| "-".into());
+    let summary_rows = doc
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let name = Path::new(&r.file).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let pages = rows.iter().find(|row| row.file == name);
+            let mut marks = Vec::new();
+            if let Some(im) = &doc.imbalance {
+                if im.max_row == i {
+                    marks.push("most reserved");
+                }
+                if im.min_row == i {
+                    marks.push("least reserved");
+                }
+            }
+            if doc.closest_to_capacity == Some(i) {
+                marks.push("closest to capacity");
+            }
+            RankSummaryRow {
+                label: crate::ranks_cmd::label(r).replace(&format!("{}, ", r.file), &format!("{name}, ")),
+                file: name.clone(),
+                page: pages.and_then(|p| p.page.clone()),
+                whatif_page: pages.and_then(|p| p.whatif_page.clone()),
+                peak_allocated: fmt_bytes(r.peak_allocated_bytes),
+                peak_reserved: fmt_bytes(r.peak_reserved_bytes),
+                limit: opt(r.limit_bytes),
+                headroom: opt(r.headroom_bytes),
+                oom: match (r.recorded_ooms, &r.out_of_memory) {
+                    (0, None) => "no".to_owned(),
+                    (0, Some(o)) => format!("in the replay {o}"),
+                    (n, _) => format!("{n} recorded"),
+                },
+                marks: marks.join(", "),
+                error: r.error.clone(),
+            }
+        })
+        .collect();
+    RanksSummary {
+        rows: summary_rows,
+        imbalance: crate::ranks_cmd::imbalance_text(doc),
+        closest: crate::ranks_cmd::closest_text(doc),
+    }
 }
 
 /// One line per setting tried: the recorded one first, then whether each

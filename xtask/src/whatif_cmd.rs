@@ -38,69 +38,12 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if args.device.is_none() && args.report.is_none() && devices_with_entries(&snap).len() > 1 {
         return run_many(args, Some(snap));
     }
-    let base = base_options(args, args.device);
-    let configs = configs(args)?;
-    let (results, timelines) = if args.report.is_some() {
-        let both = what_if_timelines(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?;
-        both.into_iter().unzip()
-    } else {
-        (what_if(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?, Vec::new())
+    let a = analyse(args, &name, &snap, args.report.is_some())?;
+    let written = match &args.report {
+        Some(dir) => Some(write_page(dir, args, &name, &a)?),
+        None => None,
     };
-    let best = if args.sweep || configs.len() > 1 { recommend(&results) } else { None };
-    // At a recorded OOM: would a smaller batch have fitted (a model)?
-    let batch = if results[0].avoids_recorded_oom.is_some() {
-        let base = SnapshotReplayOptions { device: Some(results[0].replay.device), ..base.clone() };
-        Some(
-            snapshot::smaller_batch(&snap, &base)
-                .with_context(|| format!("cannot replay {name} at a smaller batch"))?,
-        )
-    } else {
-        None
-    };
-    let attribution = holders(&snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
-    let mut written = None;
-    if let Some(dir) = &args.report {
-        let page = WhatifPage {
-            source: name.clone(),
-            unit: "trace entries".into(),
-            facts: vec![
-                Fact::new("device", results[0].replay.device.to_string()),
-                Fact::new("trace entries", results[0].replay.entries.to_string()),
-                Fact::new("simulated device", capacity_text(args, &results[0])),
-                Fact::new("settings tried", results.len().to_string()),
-            ]
-            .into_iter()
-            .chain(
-                batch.iter().map(|b| Fact::new("smaller batch at the recorded OOM", smaller_batch_lines(b).join(" "))),
-            )
-            .collect(),
-            settings: results
-                .iter()
-                .zip(&timelines)
-                .enumerate()
-                .map(|(i, (w, t))| {
-                    let r = &w.replay;
-                    WhatifSetting {
-                        name: conf_name(w),
-                        recommended: Some(i) == best,
-                        peak_reserved_bytes: r.peak_reserved_bytes,
-                        peak_allocated_bytes: r.peak_allocated_bytes,
-                        fragmentation_at_peak_bytes: r.fragmentation_at_peak_bytes,
-                        largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
-                        segment_allocs: r.segment_allocs,
-                        oom: failure_text(w),
-                        timeline: t,
-                    }
-                })
-                .collect(),
-            recommendation: recommendation(args, &results, best),
-            attribution: &attribution,
-            capacity_bytes: results[0].replay.memory_limit_bytes.or(results[0].replay.capacity_bytes),
-        };
-        let files = replay_page::write_whatif_report(dir, &page)
-            .with_context(|| format!("cannot write the report into {}", dir.display()))?;
-        written = Some(files.index_html);
-    }
+    let Analysis { results, best, batch, attribution, .. } = a;
     let recorded = &results[0];
     let out = if args.json {
         let mut attribution = attribution;
@@ -135,6 +78,86 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         text.into_bytes()
     };
     write_stdout(&out).map(|()| 0)
+}
+
+/// A snapshot under every setting: what the terminal, JSON and page show.
+pub(crate) struct Analysis {
+    pub results: Vec<WhatIf>,
+    /// Each setting's memory over the trace, when asked for (a page).
+    pub timelines: Vec<vramlab_replay::timeline::ReplayTimeline>,
+    pub best: Option<usize>,
+    /// At a recorded OOM: would a smaller batch have fitted (a model)?
+    pub batch: Option<SmallerBatch>,
+    pub attribution: Vec<Attribution>,
+}
+
+/// Replays `snap` under every setting of `args` (the recorded first).
+pub(crate) fn analyse(args: &WhatifArgs, name: &str, snap: &Snapshot, timelines: bool) -> anyhow::Result<Analysis> {
+    let base = base_options(args, args.device);
+    let configs = configs(args)?;
+    let (results, timelines) = if timelines {
+        let both = what_if_timelines(snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?;
+        both.into_iter().unzip()
+    } else {
+        (what_if(snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?, Vec::new())
+    };
+    let best = if args.sweep || configs.len() > 1 { recommend(&results) } else { None };
+    let batch = if results[0].avoids_recorded_oom.is_some() {
+        let base = SnapshotReplayOptions { device: Some(results[0].replay.device), ..base.clone() };
+        Some(snapshot::smaller_batch(snap, &base).with_context(|| format!("cannot replay {name} at a smaller batch"))?)
+    } else {
+        None
+    };
+    let attribution = holders(snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
+    Ok(Analysis { results, timelines, best, batch, attribution })
+}
+
+/// The what-if page of an analysis made with timelines, into `dir`; its index's path.
+pub(crate) fn write_page(
+    dir: &std::path::Path,
+    args: &WhatifArgs,
+    name: &str,
+    a: &Analysis,
+) -> anyhow::Result<std::path::PathBuf> {
+    let results = &a.results;
+    let page = WhatifPage {
+        source: name.to_owned(),
+        unit: "trace entries".into(),
+        facts: vec![
+            Fact::new("device", results[0].replay.device.to_string()),
+            Fact::new("trace entries", results[0].replay.entries.to_string()),
+            Fact::new("simulated device", capacity_text(args, &results[0])),
+            Fact::new("settings tried", results.len().to_string()),
+        ]
+        .into_iter()
+        .chain(a.batch.iter().map(|b| Fact::new("smaller batch at the recorded OOM", smaller_batch_lines(b).join(" "))))
+        .collect(),
+        settings: results
+            .iter()
+            .zip(&a.timelines)
+            .enumerate()
+            .map(|(i, (w, t))| {
+                let r = &w.replay;
+                WhatifSetting {
+                    name: conf_name(w),
+                    recommended: Some(i) == a.best,
+                    peak_reserved_bytes: r.peak_reserved_bytes,
+                    peak_allocated_bytes: r.peak_allocated_bytes,
+                    fragmentation_at_peak_bytes: r.fragmentation_at_peak_bytes,
+                    largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
+                    segment_allocs: r.segment_allocs,
+                    oom: failure_text(w),
+                    timeline: t,
+                }
+            })
+            .collect(),
+        recommendation: recommendation(args, results, a.best),
+        attribution: &a.attribution,
+        capacity_bytes: results[0].replay.memory_limit_bytes.or(results[0].replay.capacity_bytes),
+    };
+    let files = replay_page::write_whatif_report(dir, &page)
+        .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    Ok(files.index_html)
 }
 
 /// Who holds the memory at the recording's allocated peak (its live requested

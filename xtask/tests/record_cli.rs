@@ -262,6 +262,21 @@ fn two_ranks_chained_sitecustomize_signals_and_missing_commands() {
     assert!(stderr.contains("imbalance          peak reserved 1.00x between rank "), "{stderr}");
     let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
     assert_eq!(html.matches("index.html\"><code>").count(), 2, "{html}");
+    // The index's summary of ranks: a row each, its drill-down to that rank's replay and what-if pages.
+    assert!(html.contains("<h2>Ranks</h2>"), "{html}");
+    assert!(html.contains("<li><strong>Imbalance</strong>: peak reserved 1.00x between rank "), "{html}");
+    for f in &files {
+        let stem = f.trim_end_matches(".pickle");
+        let rank = if f.contains("-rank0-") { "rank 0" } else { "rank 1" };
+        let row = &html[html.find(&format!("<tr><td>{rank}, device 0</td>")).expect(rank)..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(row.contains("<td class=\"num\">126.00 MiB</td>") && row.contains("<td>no</td>"), "{row}");
+        assert!(row.contains(&format!("<a href=\"{stem}&#x2f;index.html\">replay</a>")), "{row}");
+        assert!(row.contains(&format!("<a href=\"{stem}-whatif&#x2f;index.html\">what-if</a>")), "{row}");
+        let whatif = fs::read_to_string(dir.join("out/report").join(format!("{stem}-whatif/index.html"))).unwrap();
+        assert!(whatif.contains("expandable_segments:True") && whatif.contains("max_split_size_mb:512"));
+        assert!(dir.join("out/report").join(stem).join("index.html").is_file());
+    }
     let check = script(&dir, "check.py", "import os\nprint(os.environ.get('USER_SITECUSTOMIZE'))\n");
     let o = record(&dir, &small(), &[], &["python3", &check], &[("PYTHONPATH", path)]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n", "{}", String::from_utf8_lossy(&o.stderr));
