@@ -42,8 +42,13 @@ pub const NOT_RUNNABLE: u8 = 126;
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
     vramlab_reports::prepare_out_dir(&args.out)
-        .with_context(|| format!("cannot write snapshots into {}", args.out.display()))?;
+        .with_context(|| format!("cannot write snapshots into {}; nothing was run", args.out.display()))?;
     let out = args.out.canonicalize().with_context(|| format!("cannot resolve {}", args.out.display()))?;
+    // Nothing is run where its snapshots could not be kept.
+    let probe = out.join(format!(".vramlab-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .with_context(|| format!("cannot write snapshots into {}; nothing was run", out.display()))?;
     let before = pickles(&out);
     let started = SystemTime::now();
     let hook_dir = std::env::temp_dir().join(format!("vramlab-record-{}", std::process::id()));
@@ -66,6 +71,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
             return Ok(code);
         }
     };
+    let no_torch = no_torch_notes(&out);
     let new: Vec<PathBuf> = pickles(&out)
         .into_iter()
         .filter(|p| {
@@ -75,6 +81,11 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         .collect();
     let report_dir = out.join("report");
     let mut text = format!("\nvramlab record: `{shown}` exited with status {code}\n");
+    #[cfg(unix)]
+    if let Some(sig) = forward::received() {
+        let name = if sig == libc::SIGINT { "SIGINT (Ctrl-C)" } else { "SIGTERM" };
+        let _ = writeln!(text, "  interrupted by {name} while it ran; the snapshots it wrote are replayed");
+    }
     let mut rows = Vec::new();
     for path in &new {
         let (row, summary) = replay_one(path, &report_dir);
@@ -95,10 +106,23 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         ranks_summary = Some(ranks_summary_of(&doc, &rows));
     }
     let empty_reason = if new.is_empty() {
-        let reason = format!(
-            "no process initialised CUDA through torch (torch not imported, CPU only, or not Python), so nothing was recorded into {}",
-            out.display()
-        );
+        let reason = match no_torch.first() {
+            Some(python) => format!(
+                "torch could not be imported by {python}{}, so nothing was recorded into {}: install torch for that \
+                 Python, or run the command with the Python that has it",
+                if no_torch.len() > 1 {
+                    format!(" (and {} more process(es))", no_torch.len() - 1)
+                } else {
+                    String::new()
+                },
+                out.display()
+            ),
+            None => format!(
+                "no process initialised CUDA through torch (torch not imported, CPU only, or not Python), so nothing \
+                 was recorded into {}",
+                out.display()
+            ),
+        };
         let _ = writeln!(text, "  no snapshot: {reason}");
         reason
     } else {
@@ -134,7 +158,83 @@ fn run_child(args: &RecordArgs, out: &Path, hook_dir: &Path) -> std::io::Result<
     if let Some(conf) = &args.alloc_conf {
         cmd.env("PYTORCH_CUDA_ALLOC_CONF", conf);
     }
-    cmd.status()
+    #[cfg(unix)]
+    let _forwarding = forward::install();
+    let mut child = cmd.spawn()?;
+    #[cfg(unix)]
+    forward::set_child(child.id());
+    child.wait()
+}
+
+/// SIGINT and SIGTERM while the recorded command runs: vramlab stays to replay
+/// what it wrote. A signal the terminal sent (Ctrl-C) reached the child too,
+/// being in its process group; one a process sent to vramlab alone (`kill`, a
+/// job scheduler) is forwarded to the child. `si_code` tells them apart: at
+/// most 0 for a process's (`SI_USER`, `SI_QUEUE`, `SI_TKILL`), positive for
+/// the kernel's (the terminal's).
+#[cfg(unix)]
+mod forward {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+    static RECEIVED: AtomicI32 = AtomicI32::new(0);
+    const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+    extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        RECEIVED.store(sig, Ordering::SeqCst);
+        // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler; it is only read.
+        let by_process = !info.is_null() && unsafe { (*info).si_code } <= 0;
+        let pid = CHILD.load(Ordering::SeqCst);
+        if by_process && pid > 0 {
+            // SAFETY: kill is async-signal-safe; a child already gone makes it fail harmlessly.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
+    /// The handlers in force while the child runs; the previous ones come back on drop.
+    #[derive(Debug)]
+    pub struct Forwarding {
+        previous: Vec<(libc::c_int, libc::sigaction)>,
+    }
+
+    pub fn install() -> Forwarding {
+        RECEIVED.store(0, Ordering::SeqCst);
+        let mut previous = Vec::new();
+        for sig in SIGNALS {
+            // SAFETY: sigaction with a zeroed struct, an extern "C" handler of the
+            // SA_SIGINFO signature and an empty mask; the old action is kept to restore.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = handler as *const () as libc::sighandler_t;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &action, &mut old) == 0 {
+                    previous.push((sig, old));
+                }
+            }
+        }
+        Forwarding { previous }
+    }
+
+    pub fn set_child(pid: u32) {
+        CHILD.store(i32::try_from(pid).unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// The last signal received while the child ran, if any.
+    pub fn received() -> Option<libc::c_int> {
+        Some(RECEIVED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+    }
+
+    impl Drop for Forwarding {
+        fn drop(&mut self) {
+            CHILD.store(0, Ordering::SeqCst);
+            for (sig, old) in &self.previous {
+                // SAFETY: restores the action sigaction returned for this signal.
+                unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+            }
+        }
+    }
 }
 
 /// The status as a shell reports it: the code, or 128 + the signal that ended it.
@@ -154,18 +254,45 @@ fn exit_code(status: ExitStatus) -> u8 {
 
 /// A dump made at an out-of-memory error (`…-oomN.pickle`), not a process's last.
 fn is_oom_dump(path: &Path) -> bool {
+    let path = if is_part(path) { Path::new(path.file_stem().unwrap_or_default()) } else { path };
     path.file_stem()
         .and_then(|s| s.to_str())
         .and_then(|s| s.rsplit_once("-oom"))
         .is_some_and(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
 
-/// The finished snapshot files in `dir` (not the hook's `.part` files), sorted.
+/// The snapshot files in `dir`, sorted: the finished ones and the hook's
+/// `.pickle.part` files, which a process killed while dumping leaves behind.
 fn pickles(dir: &Path) -> BTreeSet<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return BTreeSet::new() };
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "pickle"))
+        .filter(|p| p.is_file() && p.to_str().is_some_and(|s| s.ends_with(".pickle") || s.ends_with(".pickle.part")))
+        .collect()
+}
+
+/// A `.pickle.part` file: a dump its process never finished.
+fn is_part(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "part")
+}
+
+/// The executables of the Pythons that could not import torch (the hook's
+/// notes in `dir`, removed once read).
+fn no_torch_notes(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut notes: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(".vramlab-no-torch-")))
+        .collect();
+    notes.sort();
+    notes
+        .iter()
+        .filter_map(|p| {
+            let python = std::fs::read_to_string(p).ok();
+            let _ = std::fs::remove_file(p);
+            let pid = p.file_name()?.to_str()?.trim_start_matches(".vramlab-no-torch-").to_owned();
+            Some(format!("{} (pid {pid})", python.unwrap_or_else(|| "python".into())))
+        })
         .collect()
 }
 
@@ -211,8 +338,11 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
     let mut text = String::new();
     let result = (|| -> anyhow::Result<()> {
         let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, f))
-            .context("not a readable PyTorch memory snapshot (cut short by a killed process?)")?;
+        let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, f)).context(if is_part(path) {
+            "cut short: its process ended while writing it (left as .part), so it is not replayed"
+        } else {
+            "not a readable PyTorch memory snapshot (cut short by a killed process?)"
+        })?;
         let opts = SnapshotReplayOptions::default();
         let (r, timeline) = snapshot::replay_snapshot_timeline(&snap, &opts, true).context("cannot replay it")?;
         let doc = replay_doc::from_snapshot(&file, &snap, &r, &opts);
@@ -362,6 +492,8 @@ mod tests {
         assert!(is_oom_dump(Path::new("d/h-rank1-pid4-oom2.pickle")));
         assert!(!is_oom_dump(Path::new("d/h-rank1-pid4.pickle")));
         assert!(!is_oom_dump(Path::new("d/room-pid4.pickle")));
+        assert!(is_oom_dump(Path::new("d/h-pid4-oom2.pickle.part")) && is_part(Path::new("d/h-pid4-oom2.pickle.part")));
+        assert!(!is_oom_dump(Path::new("d/h-pid4.pickle.part")));
     }
 
     #[test]

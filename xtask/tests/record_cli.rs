@@ -6,7 +6,12 @@
 //! stand-in's `oom()` calls before raising. Each case checks the program's own
 //! output and exit status, the hook's calls and one stderr line, the files'
 //! names (host, rank, pid, `-oomN`), the chaining to an existing
-//! `sitecustomize`, and the report. Skipped with a note without `python3`.
+//! `sitecustomize`, and the report. Its `_dump_snapshot` can also fail on cue:
+//! a full disk (`FAKE_TORCH_DISK_FULL=N`: the N-th dump writes half, then
+//! raises ENOSPC) or a process killed mid-dump (`FAKE_TORCH_KILL_IN_DUMP`).
+//! The bad inputs: no torch in the child, a command that does not exist or
+//! cannot run, an `--out` that cannot be written, a full disk, a snapshot cut
+//! short by a killed process, Ctrl-C. Skipped with a note without `python3`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -40,13 +45,24 @@ def oom():
     raise OutOfMemoryError('CUDA out of memory. Tried to allocate 1.00 GiB')
 ";
 const TORCH_MEMORY: &str = "\
-import os, shutil
+import os, shutil, signal
+_dumps = [0]
 def _log(line):
     with open(os.environ['FAKE_TORCH_LOG'], 'a') as f:
         f.write(line + '\\n')
 def _record_memory_history(max_entries=None, stacks=None, **kwargs):
     _log('record max_entries=%s stacks=%s' % (max_entries, stacks))
 def _dump_snapshot(path):
+    _dumps[0] += 1
+    data = open(os.environ['FAKE_TORCH_SNAPSHOT'], 'rb').read()
+    if os.environ.get('FAKE_TORCH_DISK_FULL') == str(_dumps[0]):
+        with open(path, 'wb') as f:
+            f.write(data[:len(data) // 2])
+        raise OSError(28, 'No space left on device')
+    if os.environ.get('FAKE_TORCH_KILL_IN_DUMP'):
+        with open(path, 'wb') as f:
+            f.write(data[:len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
     shutil.copyfile(os.environ['FAKE_TORCH_SNAPSHOT'], path)
     _log('dump ' + os.path.basename(path))
 ";
@@ -343,5 +359,153 @@ fn whatif_of_several_ranks_and_devices_has_a_row_each_a_recommendation_each_and_
         text.contains("device 0") && text.contains("device 1") && text.contains("of 2 rank(s) and device(s)"),
         "{text}"
     );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_torch_a_command_that_cannot_run_and_an_out_that_cannot_be_written_are_said_clearly() {
+    if !python() {
+        return;
+    }
+    let dir = setup("bad");
+    // No torch for this Python (the stand-in is not on its path).
+    let s = script(&dir, "train.py", "print('start')\nimport torch\n");
+    let empty = dir.join("empty");
+    fs::create_dir_all(&empty).unwrap();
+    let o = record(&dir, &small(), &[], &["python3", &s], &[("PYTHONPATH", empty.display().to_string())]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if !stderr.contains("No module named 'torch'") {
+        eprintln!("note: a real torch is installed for python3: the no-torch case is not checked");
+    } else {
+        assert_eq!(o.status.code(), Some(1), "the program's own status: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "start\n");
+        assert!(stderr.contains("no snapshot: torch could not be imported by /"), "{stderr}");
+        assert!(stderr.contains("(pid ") && stderr.contains("install torch for that Python"), "{stderr}");
+        let left: Vec<_> =
+            fs::read_dir(dir.join("out")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+        assert!(left.iter().all(|n| n == "report"), "the hook's note is read and removed: {left:?}");
+    }
+    // A file that is not executable: 126, as a shell says.
+    let o = record(&dir, &small(), &[], &[&s], &[]);
+    assert_eq!(o.status.code(), Some(126));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("permission denied"), "{}", String::from_utf8_lossy(&o.stderr));
+    // An --out that cannot be written: said, and nothing is run.
+    let ran = dir.join("ran");
+    let mark = script(&dir, "mark.py", &format!("open({:?}, 'w').close()\n", ran.display().to_string()));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    let o = c.arg("record").arg("--out").arg(dir.join("train.py/out")).args(["--", "python3", &mark]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot write snapshots into") && stderr.contains("nothing was run"), "{stderr}");
+    assert!(!ran.exists(), "the program must not run where its snapshots cannot be kept");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_full_disk_mid_dump_keeps_the_snapshots_written_and_the_programs_status() {
+    if !python() {
+        return;
+    }
+    let dir = setup("full");
+    // The OOM's dump is written; the one at exit fails half-way: the disk is full.
+    let s = script(
+        &dir,
+        "oom.py",
+        "import torch\ntry:\n    torch.cuda.oom()\nexcept torch.cuda.OutOfMemoryError:\n    print('caught')\nprint('done')\n",
+    );
+    let o = record(&dir, &small(), &[], &["python3", &s], &[("FAKE_TORCH_DISK_FULL", "2".into())]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "caught\ndone\n");
+    assert!(
+        stderr.contains(
+            "vramlab: the recording hook failed to dump the snapshot at exit (OSError: [Errno 28] No space left on \
+             device); the program runs on"
+        ),
+        "{stderr}"
+    );
+    let files = snapshots(&dir);
+    assert_eq!(files.len(), 1, "the OOM's snapshot kept, no piece of the failed one: {files:?}");
+    assert!(files[0].ends_with("-oom1.pickle"));
+    assert!(stderr.contains(&format!("{}: device 0, 26 trace entries", files[0])), "{stderr}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rank_killed_while_dumping_is_named_and_the_other_ranks_are_reported() {
+    if !python() {
+        return;
+    }
+    let dir = setup("killed");
+    let s = script(&dir, "train.py", "import torch\ntorch.cuda.alloc()\n");
+    let launch = script(
+        &dir,
+        "launch.sh",
+        &format!("RANK=0 python3 {s} &\nRANK=1 FAKE_TORCH_KILL_IN_DUMP=1 python3 {s}\nr=$?\nwait\nexit $r\n"),
+    );
+    let o = record(&dir, &small(), &[], &["sh", &launch], &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(137), "rank 1's SIGKILL, as the launcher returned it: {stderr}");
+    let files = snapshots(&dir);
+    assert_eq!(files.len(), 2, "{files:?}");
+    let part = files.iter().find(|f| f.ends_with(".pickle.part")).expect("rank 1's piece");
+    let whole = files.iter().find(|f| f.ends_with(".pickle")).expect("rank 0's snapshot");
+    assert!(part.contains("-rank1-") && whole.contains("-rank0-"), "{files:?}");
+    assert!(
+        stderr.contains(&format!(
+            "{part}: cut short: its process ended while writing it (left as .part), so it is not replayed: "
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("truncated"), "{stderr}");
+    assert!(stderr.contains(&format!("{whole}: device 0, 26 trace entries")), "{stderr}");
+    let stem = whole.trim_end_matches(".pickle");
+    assert!(dir.join("out/report").join(stem).join("index.html").is_file(), "rank 0's page is written");
+    let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
+    assert!(html.contains(&format!("<code>{part}</code>")) && html.contains("cut short"), "{html}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_reaches_the_program_and_its_snapshot_is_replayed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    if !python() {
+        return;
+    }
+    let dir = setup("sigint");
+    let s = script(
+        &dir,
+        "train.py",
+        "import time, torch\ntorch.cuda.alloc()\nprint('ready', flush=True)\ntime.sleep(60)\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("record")
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(["--", "python3", &s])
+        .current_dir(&dir)
+        .env("PYTHONPATH", dir.join("site"))
+        .env("FAKE_TORCH_LOG", dir.join("log.txt"))
+        .env("FAKE_TORCH_SNAPSHOT", small())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // As `kill -INT` (or a scheduler) sends it: to vramlab alone, which passes it on.
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "the program's status, ended by SIGINT: {stderr}");
+    assert!(stderr.contains("KeyboardInterrupt"), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGINT (Ctrl-C) while it ran; the snapshots it wrote are replayed"));
+    let files = snapshots(&dir);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(stderr.contains(&format!("{}: device 0, 26 trace entries", files[0])), "{stderr}");
     let _ = fs::remove_dir_all(&dir);
 }
