@@ -1,5 +1,7 @@
-//! The files of `vramlab record`: the Python hook's temporary folder (its
-//! `sitecustomize.py` written there, the folder removed after the run) and the
+//! The files of `vramlab record`: the check that `--out` can be written, the
+//! hook's notes of Pythons without torch (read and removed), the Python hook's
+//! temporary folder (its `sitecustomize.py` written there, the folder removed
+//! after the run) and the
 //! index page (`templates/record.html`) that lists every snapshot the recorded
 //! command wrote, each row linking to its replay and what-if pages, and, when
 //! several processes wrote snapshots, the ranks side by side (peaks, limit and
@@ -27,6 +29,39 @@ pub fn write_hook(dir: &Path, name: &str, source: &str) -> Result<PathBuf, Repor
 pub fn remove_hook_dir(dir: &Path) -> Result<(), ReportError> {
     fs::remove_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_path_buf(), source })
 }
+
+/// Whether files can be written into `dir` (a probe file written and removed):
+/// `vramlab record` runs nothing where its snapshots could not be kept.
+pub fn check_writable(dir: &Path) -> Result<(), ReportError> {
+    let probe = dir.join(format!(".vramlab-write-test-{}", std::process::id()));
+    write_unsynced(&probe, b"")?;
+    fs::remove_file(&probe).map_err(|source| ReportError::Io { path: probe, source })
+}
+
+/// The hook's notes in `dir` of Pythons that could not import torch
+/// (`.vramlab-no-torch-<pid>`, holding the executable), as "EXECUTABLE (pid P)";
+/// each note is removed once read.
+pub fn take_no_torch_notes(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut notes: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(NO_TORCH_NOTE)))
+        .collect();
+    notes.sort();
+    notes
+        .iter()
+        .filter_map(|p| {
+            let python = fs::read_to_string(p).ok();
+            // A note left behind is harmless: the next run reads and removes it.
+            let _ = fs::remove_file(p);
+            let pid = p.file_name()?.to_str()?.trim_start_matches(NO_TORCH_NOTE).to_owned();
+            Some(format!("{} (pid {pid})", python.unwrap_or_else(|| "python".into())))
+        })
+        .collect()
+}
+
+/// The prefix of the hook's no-torch notes (`record_hook.py` writes them).
+const NO_TORCH_NOTE: &str = ".vramlab-no-torch-";
 
 /// One snapshot of the index page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -171,6 +206,12 @@ mod tests {
         let empty = RecordIndex { rows: vec![], empty_reason: "torch never initialised CUDA".into(), ..index };
         let html = fs::read_to_string(write_record_index(&dir, &empty).unwrap()).unwrap();
         assert!(html.contains("No snapshot was written: torch never initialised CUDA"));
+        // The hook's notes: read, named, removed.
+        fs::write(dir.join(".vramlab-no-torch-42"), "/usr/bin/python3").unwrap();
+        assert_eq!(take_no_torch_notes(&dir), ["/usr/bin/python3 (pid 42)"]);
+        assert!(!dir.join(".vramlab-no-torch-42").exists() && take_no_torch_notes(&dir).is_empty());
+        check_writable(&dir).unwrap();
+        assert!(check_writable(&dir.join("index.html")).is_err(), "a file is no folder to write into");
         let hook = write_hook(&dir.join("hook"), "sitecustomize.py", "print(1)\n").unwrap();
         assert_eq!(fs::read_to_string(&hook).unwrap(), "print(1)\n");
         remove_hook_dir(&dir.join("hook")).unwrap();

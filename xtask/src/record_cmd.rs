@@ -23,7 +23,8 @@ use anyhow::Context;
 use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_replay::OnOom;
 use vramlab_reports::record::{
-    RankSummaryRow, RanksSummary, RecordIndex, RecordRow, remove_hook_dir, write_hook, write_record_index,
+    RankSummaryRow, RanksSummary, RecordIndex, RecordRow, check_writable, remove_hook_dir, take_no_torch_notes,
+    write_hook, write_record_index,
 };
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 use vramlab_reports::units::fmt_bytes;
@@ -45,10 +46,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         .with_context(|| format!("cannot write snapshots into {}; nothing was run", args.out.display()))?;
     let out = args.out.canonicalize().with_context(|| format!("cannot resolve {}", args.out.display()))?;
     // Nothing is run where its snapshots could not be kept.
-    let probe = out.join(format!(".vramlab-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .with_context(|| format!("cannot write snapshots into {}; nothing was run", out.display()))?;
+    check_writable(&out).with_context(|| format!("cannot write snapshots into {}; nothing was run", out.display()))?;
     let before = pickles(&out);
     let started = SystemTime::now();
     let hook_dir = std::env::temp_dir().join(format!("vramlab-record-{}", std::process::id()));
@@ -71,7 +69,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
             return Ok(code);
         }
     };
-    let no_torch = no_torch_notes(&out);
+    let no_torch = take_no_torch_notes(&out);
     let new: Vec<PathBuf> = pickles(&out)
         .into_iter()
         .filter(|p| {
@@ -274,26 +272,6 @@ fn pickles(dir: &Path) -> BTreeSet<PathBuf> {
 /// A `.pickle.part` file: a dump its process never finished.
 fn is_part(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "part")
-}
-
-/// The executables of the Pythons that could not import torch (the hook's
-/// notes in `dir`, removed once read).
-fn no_torch_notes(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut notes: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(".vramlab-no-torch-")))
-        .collect();
-    notes.sort();
-    notes
-        .iter()
-        .filter_map(|p| {
-            let python = std::fs::read_to_string(p).ok();
-            let _ = std::fs::remove_file(p);
-            let pid = p.file_name()?.to_str()?.trim_start_matches(".vramlab-no-torch-").to_owned();
-            Some(format!("{} (pid {pid})", python.unwrap_or_else(|| "python".into())))
-        })
-        .collect()
 }
 
 /// The command as it would be typed (arguments with spaces or quotes quoted).

@@ -130,7 +130,10 @@ pub(crate) fn write_page(
             Fact::new("settings tried", results.len().to_string()),
         ]
         .into_iter()
-        .chain(a.batch.iter().map(|b| Fact::new("smaller batch at the recorded OOM", smaller_batch_lines(b).join(" "))))
+        .chain(a.batch.iter().map(|b| {
+            let text = smaller_batch_lines(b).join(" ");
+            Fact::new("smaller batch at the recorded OOM", text.trim_start_matches("smaller batch: ").to_owned())
+        }))
         .collect(),
         settings: results
             .iter()
