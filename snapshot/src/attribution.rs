@@ -551,30 +551,7 @@ pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<At
     let free_action = free_action(trace);
     let mut classifier =
         Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
-    // Lifetimes: each alloc's free entry, and the entries of backward and optimizer code.
-    let mut free_of: Vec<u32> = vec![u32::MAX; trace.len()];
-    let mut open: HashMap<u64, usize> = HashMap::default();
-    let (mut backward_at, mut optimizer_at) = (Vec::new(), Vec::new());
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::Alloc => {
-                open.insert(e.addr, i);
-                let info = classifier.info(e.frames);
-                if info.backward {
-                    backward_at.push(i);
-                }
-                if info.optimizer {
-                    optimizer_at.push(i);
-                }
-            }
-            a if a == free_action => {
-                if let Some(at) = open.remove(&e.addr) {
-                    free_of[at] = i as u32;
-                }
-            }
-            _ => {}
-        }
-    }
+    let (free_of, backward_at, optimizer_at) = lifetimes(&mut classifier, trace, free_action);
     let start = live_at_start(snapshot, device, free_action);
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by_key(|&k| points[k].applied());
@@ -611,6 +588,81 @@ pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<At
         out[k] = Some(a);
     }
     out.into_iter().map(|a| a.expect("every point attributed")).collect()
+}
+
+/// Each alloc's free entry (`u32::MAX`: never freed), and the entries of
+/// backward and optimizer code.
+fn lifetimes(
+    classifier: &mut Classifier,
+    trace: &[super::model::TraceEntry],
+    free_action: Action,
+) -> (Vec<u32>, Vec<usize>, Vec<usize>) {
+    let mut free_of: Vec<u32> = vec![u32::MAX; trace.len()];
+    let mut open: HashMap<u64, usize> = HashMap::default();
+    let (mut backward_at, mut optimizer_at) = (Vec::new(), Vec::new());
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                open.insert(e.addr, i);
+                let info = classifier.info(e.frames);
+                if info.backward {
+                    backward_at.push(i);
+                }
+                if info.optimizer {
+                    optimizer_at.push(i);
+                }
+            }
+            a if a == free_action => {
+                if let Some(at) = open.remove(&e.addr) {
+                    free_of[at] = i as u32;
+                }
+            }
+            _ => {}
+        }
+    }
+    (free_of, backward_at, optimizer_at)
+}
+
+/// The category of every `alloc` and `oom` entry of `device`'s trace (`None`
+/// for other entries), as [`attribute`] gives it to the blocks at a point.
+/// A failed request (`oom`) was never allocated, so its lifetime cannot tell:
+/// from its frames, a forward-pass request is an activation (or a temporary:
+/// both grow with the batch), a backward-pass one a gradient when its size is
+/// that of a parameter or gradient allocated in the trace (in PyTorch's 512-byte
+/// units: the entry holds the rounded request), else a temporary.
+pub fn entry_categories(snapshot: &Snapshot, device: usize) -> Vec<Option<(Category, CategorySource)>> {
+    let Some(trace) = snapshot.device_traces.get(device) else { return Vec::new() };
+    let free_action = free_action(trace);
+    let mut classifier =
+        Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
+    let (free_of, backward_at, optimizer_at) = lifetimes(&mut classifier, trace, free_action);
+    let ctx = Lifetimes { free_of: &free_of, backward_at: &backward_at, optimizer_at: &optimizer_at };
+    let mut out: Vec<Option<(Category, CategorySource)>> = vec![None; trace.len()];
+    let mut weight_sizes: HashSet<u64> = HashSet::default();
+    for (i, e) in trace.iter().enumerate().filter(|(_, e)| e.action == Action::Alloc) {
+        let info = classifier.info(e.frames);
+        let c = category(&info, &Live { size: e.size, frames: e.frames, alloc: Some(i) }, &ctx);
+        if matches!(c.0, Category::Parameter | Category::Gradient) {
+            weight_sizes.insert(e.size.div_ceil(512));
+        }
+        out[i] = Some(c);
+    }
+    for (i, e) in trace.iter().enumerate().filter(|(_, e)| e.action == Action::Oom) {
+        let info = classifier.info(e.frames);
+        let inferred = |c| (c, CategorySource::Inferred);
+        out[i] = Some(match info {
+            StackInfo { tag: Some(tag), .. } => (tag, CategorySource::Tagged),
+            StackInfo { optimizer_init: true, .. } => inferred(Category::OptimizerState),
+            StackInfo { parameter: true, .. } => inferred(Category::Parameter),
+            StackInfo { backward: true, .. } if weight_sizes.contains(&e.size.div_ceil(512)) => {
+                inferred(Category::Gradient)
+            }
+            StackInfo { backward: true, .. } | StackInfo { optimizer: true, .. } => inferred(Category::Temporary),
+            StackInfo { forward: true, .. } => inferred(Category::Activation),
+            _ => (Category::Unknown, CategorySource::Unknown),
+        });
+    }
+    out
 }
 
 struct Lifetimes<'a> {

@@ -30,7 +30,7 @@ mod whatif;
 
 pub use attribution::{
     Attribution, CallPathGroup, Category, CategoryShare, CategorySource, FailedRequest, FrameKind, FullStack, NoFrames,
-    Point, PointKind, StackFrame, attribute, frame_kind, replay_attribution, requested_peak_index,
+    Point, PointKind, StackFrame, attribute, entry_categories, frame_kind, replay_attribution, requested_peak_index,
 };
 pub use diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
 pub use export::{write_chrome_trace, write_snapshot};
@@ -46,7 +46,10 @@ pub use replay::{
     SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
 };
 pub use underivable::UnderivableStat;
-pub use whatif::{SWEEP_GRID, WhatIf, recommend, what_if, what_if_timelines};
+pub use whatif::{
+    BatchTrial, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, WhatIf, recommend, smaller_batch, what_if,
+    what_if_timelines,
+};
 
 use thiserror::Error;
 

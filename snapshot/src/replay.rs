@@ -75,6 +75,10 @@ pub struct SnapshotReplayOptions {
     /// Record the replay itself as a [`Snapshot`] ([`SnapshotReplay::recording`]),
     /// for export as a pickle or a Chrome trace.
     pub record: bool,
+    /// Bytes to request instead of the trace's, one per entry of the device's
+    /// trace (read for `alloc` and `oom` entries): the smaller-batch what-if's
+    /// scaled requests (`whatif.rs`). `None` replays the trace's own sizes.
+    pub request_sizes: Option<Arc<[u64]>>,
 }
 
 pub use super::rewind::LiveAtStart;
@@ -607,19 +611,20 @@ fn replay(
                     allocator.free(old).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
                 }
                 let stream = streams.id(e.stream)?;
-                match malloc_in(&allocator, e.size, stream, pools.pool_of_entry(i as usize)) {
+                let size = request_size(opts, i, e);
+                match malloc_in(&allocator, size, stream, pools.pool_of_entry(i as usize)) {
                     Ok(a) => {
                         placed = Some((e.addr, a.addr()));
                         handles.insert(e.addr, a);
                     }
                     Err(AllocError::OutOfMemory(err)) => {
                         if let Some(rec) = track.as_deref_mut().and_then(|t| t.recorder.as_mut()) {
-                            rec.oom(&allocator, (i, None, device as u32), e.size, err.to_string());
+                            rec.oom(&allocator, (i, None, device as u32), size, err.to_string());
                         }
                         r.ooms.push(ReplayOom {
                             trace_index: i,
                             time_us: e.time_us,
-                            requested_bytes: e.size,
+                            requested_bytes: size,
                             frames: e.frames,
                             message: err.to_string(),
                         });
@@ -686,6 +691,7 @@ fn replay(
                 r.recorded_ooms += 1;
                 if limited {
                     let stream = streams.id(e.stream)?;
+                    let e = &TraceEntry { size: request_size(opts, i, e), ..*e };
                     let request = oom::replay_request(&allocator, e, i, stream)
                         .map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
                     if let (Some(message), Some(rec)) =
@@ -776,6 +782,11 @@ fn replay(
         let _ = allocator.free(h);
     }
     Ok(r)
+}
+
+/// The bytes entry `i` requests: the trace's, or the scaled size given.
+fn request_size(opts: &SnapshotReplayOptions, i: u64, e: &TraceEntry) -> u64 {
+    opts.request_sizes.as_ref().and_then(|s| s.get(i as usize)).copied().unwrap_or(e.size)
 }
 
 /// The replay as a snapshot: its trace on device `device` and its final segments.

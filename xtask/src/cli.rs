@@ -117,6 +117,7 @@ Examples:
   cargo xtask whatif snapshot.pickle --capacity 24GiB --sweep
   cargo xtask whatif snapshot.pickle --alloc-conf expandable_segments:True --json
   cargo xtask whatif snapshot.pickle --capacity 24GiB --sweep --report target/whatif
+  cargo xtask whatif out/*-rank*.pickle --sweep
 
 Exit status: 0 when the snapshot replayed (out-of-memory is a result); 1 when the file is not a
 readable snapshot; 2 for usage errors and when the --report folder cannot be written.";
@@ -381,6 +382,11 @@ pub struct WhatifArgs {
     /// The PyTorch memory snapshot (a pickle from torch.cuda.memory._dump_snapshot())
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+
+    /// More PyTorch snapshots (the ranks of a job): each rank and device under each setting,
+    /// the recommendation per rank and the rank closest to its capacity
+    #[arg(value_name = "MORE")]
+    pub more: Vec<PathBuf>,
 
     /// Memory of the simulated device, e.g. 24GiB [default: unlimited, or for a snapshot with
     /// recorded OOMs the capacity they imply]

@@ -161,7 +161,7 @@ pub fn rows_of(
 }
 
 /// `R` of a `-rank<R>-` or `-rank<R>.` in the file name.
-fn rank_of(path: &Path) -> Option<String> {
+pub(crate) fn rank_of(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
     let at = name.find("-rank")? + "-rank".len();
     let digits: String = name[at..].chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
@@ -192,10 +192,47 @@ pub fn summarise(rows: Vec<RankRow>) -> RanksDoc {
     RanksDoc { rows, imbalance, closest_to_capacity }
 }
 
-fn label(r: &RankRow) -> String {
+pub fn label(r: &RankRow) -> String {
     match &r.rank {
         Some(rank) => format!("rank {rank}, device {}", r.device),
         None => format!("{}, device {}", r.file, r.device),
+    }
+}
+
+/// "peak reserved 1.20x between rank 1, device 0 (…) and rank 0, device 0 (…): … apart".
+pub fn imbalance_text(doc: &RanksDoc) -> String {
+    match &doc.imbalance {
+        Some(i) => {
+            let (hi, lo) = (&doc.rows[i.max_row], &doc.rows[i.min_row]);
+            format!(
+                "peak reserved {:.2}x between {} ({}) and {} ({}): {} apart",
+                i.ratio,
+                label(hi),
+                fmt_bytes(hi.peak_reserved_bytes),
+                label(lo),
+                fmt_bytes(lo.peak_reserved_bytes),
+                fmt_bytes(i.spread_bytes)
+            )
+        }
+        None => "fewer than two rows replayed".to_owned(),
+    }
+}
+
+/// "rank 1, device 0: peak reserved … of … (93.9%), … headroom", or why it is unknown.
+pub fn closest_text(doc: &RanksDoc) -> String {
+    match doc.closest_to_capacity.map(|i| &doc.rows[i]) {
+        Some(r) => {
+            let limit = r.limit_bytes.unwrap_or(0);
+            format!(
+                "{}: peak reserved {} of {} ({:.1}%), {} headroom",
+                label(r),
+                fmt_bytes(r.peak_reserved_bytes),
+                fmt_bytes(limit),
+                r.peak_reserved_bytes as f64 * 100.0 / limit.max(1) as f64,
+                fmt_bytes(r.headroom_bytes.unwrap_or(0))
+            )
+        }
+        None => "unknown: no --capacity given and no recorded OOM implies one".to_owned(),
     }
 }
 
@@ -228,41 +265,8 @@ pub fn text(doc: &RanksDoc) -> String {
             r.out_of_memory.as_deref().unwrap_or("no")
         );
     }
-    match &doc.imbalance {
-        Some(i) => {
-            let (hi, lo) = (&doc.rows[i.max_row], &doc.rows[i.min_row]);
-            let _ = writeln!(
-                s,
-                "\nimbalance          peak reserved {:.2}x between {} ({}) and {} ({}): {} apart",
-                i.ratio,
-                label(hi),
-                fmt_bytes(hi.peak_reserved_bytes),
-                label(lo),
-                fmt_bytes(lo.peak_reserved_bytes),
-                fmt_bytes(i.spread_bytes)
-            );
-        }
-        None => {
-            let _ = writeln!(s, "\nimbalance          fewer than two rows replayed");
-        }
-    }
-    match doc.closest_to_capacity.map(|i| &doc.rows[i]) {
-        Some(r) => {
-            let limit = r.limit_bytes.unwrap_or(0);
-            let _ = writeln!(
-                s,
-                "closest to capacity {}: peak reserved {} of {} ({:.1}%), {} headroom",
-                label(r),
-                fmt_bytes(r.peak_reserved_bytes),
-                fmt_bytes(limit),
-                r.peak_reserved_bytes as f64 * 100.0 / limit.max(1) as f64,
-                fmt_bytes(r.headroom_bytes.unwrap_or(0))
-            );
-        }
-        None => {
-            let _ = writeln!(s, "closest to capacity unknown: no --capacity given and no recorded OOM implies one");
-        }
-    }
+    let _ = writeln!(s, "\nimbalance          {}", imbalance_text(doc));
+    let _ = writeln!(s, "closest to capacity {}", closest_text(doc));
     let _ = writeln!(s, "drill-down         replay FILE --device D (one row's full report; --report DIR for its page)");
     s
 }

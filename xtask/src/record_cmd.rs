@@ -22,13 +22,17 @@ use std::time::SystemTime;
 use anyhow::Context;
 use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_replay::OnOom;
-use vramlab_reports::record::{RecordIndex, RecordRow, remove_hook_dir, write_hook, write_record_index};
+use vramlab_reports::record::{
+    RankSummaryRow, RanksSummary, RecordIndex, RecordRow, check_writable, remove_hook_dir, take_no_torch_notes,
+    write_hook, write_record_index,
+};
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 use vramlab_reports::units::fmt_bytes;
-use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf, what_if};
+use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
-use crate::cli::RecordArgs;
+use crate::cli::{RecordArgs, WhatifArgs};
 use crate::replay_doc;
+use crate::whatif_cmd;
 
 /// The hook, written as `sitecustomize.py` into the child's `PYTHONPATH`.
 pub const HOOK: &str = include_str!("record_hook.py");
@@ -39,8 +43,10 @@ pub const NOT_RUNNABLE: u8 = 126;
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
     vramlab_reports::prepare_out_dir(&args.out)
-        .with_context(|| format!("cannot write snapshots into {}", args.out.display()))?;
+        .with_context(|| format!("cannot write snapshots into {}; nothing was run", args.out.display()))?;
     let out = args.out.canonicalize().with_context(|| format!("cannot resolve {}", args.out.display()))?;
+    // Nothing is run where its snapshots could not be kept.
+    check_writable(&out).with_context(|| format!("cannot write snapshots into {}; nothing was run", out.display()))?;
     let before = pickles(&out);
     let started = SystemTime::now();
     let hook_dir = std::env::temp_dir().join(format!("vramlab-record-{}", std::process::id()));
@@ -63,6 +69,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
             return Ok(code);
         }
     };
+    let no_torch = take_no_torch_notes(&out);
     let new: Vec<PathBuf> = pickles(&out)
         .into_iter()
         .filter(|p| {
@@ -72,6 +79,11 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         .collect();
     let report_dir = out.join("report");
     let mut text = format!("\nvramlab record: `{shown}` exited with status {code}\n");
+    #[cfg(unix)]
+    if let Some(sig) = forward::received() {
+        let name = if sig == libc::SIGINT { "SIGINT (Ctrl-C)" } else { "SIGTERM" };
+        let _ = writeln!(text, "  interrupted by {name} while it ran; the snapshots it wrote are replayed");
+    }
     let mut rows = Vec::new();
     for path in &new {
         let (row, summary) = replay_one(path, &report_dir);
@@ -80,25 +92,41 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
     }
     // Several processes (the ranks of a job): one row each, the imbalance, the one closest to its capacity.
     let finals: Vec<&PathBuf> = new.iter().filter(|p| !is_oom_dump(p)).collect();
+    let mut ranks_summary = None;
     if finals.len() >= 2 {
         let mut ranks = Vec::new();
         for path in finals {
             ranks.extend(crate::ranks_cmd::rows_of(path, None, None, OnOom::Continue).unwrap_or_default());
         }
+        let doc = crate::ranks_cmd::summarise(ranks);
         text.push('\n');
-        text += &crate::ranks_cmd::text(&crate::ranks_cmd::summarise(ranks));
+        text += &crate::ranks_cmd::text(&doc);
+        ranks_summary = Some(ranks_summary_of(&doc, &rows));
     }
     let empty_reason = if new.is_empty() {
-        let reason = format!(
-            "no process initialised CUDA through torch (torch not imported, CPU only, or not Python), so nothing was recorded into {}",
-            out.display()
-        );
+        let reason = match no_torch.first() {
+            Some(python) => format!(
+                "torch could not be imported by {python}{}, so nothing was recorded into {}: install torch for that \
+                 Python, or run the command with the Python that has it",
+                if no_torch.len() > 1 {
+                    format!(" (and {} more process(es))", no_torch.len() - 1)
+                } else {
+                    String::new()
+                },
+                out.display()
+            ),
+            None => format!(
+                "no process initialised CUDA through torch (torch not imported, CPU only, or not Python), so nothing \
+                 was recorded into {}",
+                out.display()
+            ),
+        };
         let _ = writeln!(text, "  no snapshot: {reason}");
         reason
     } else {
         String::new()
     };
-    let index = RecordIndex { command: shown, exit_status: code, rows, empty_reason };
+    let index = RecordIndex { command: shown, exit_status: code, rows, ranks: ranks_summary, empty_reason };
     match write_record_index(&report_dir, &index) {
         Ok(path) => {
             let _ = writeln!(text, "report: {}", path.display());
@@ -128,7 +156,83 @@ fn run_child(args: &RecordArgs, out: &Path, hook_dir: &Path) -> std::io::Result<
     if let Some(conf) = &args.alloc_conf {
         cmd.env("PYTORCH_CUDA_ALLOC_CONF", conf);
     }
-    cmd.status()
+    #[cfg(unix)]
+    let _forwarding = forward::install();
+    let mut child = cmd.spawn()?;
+    #[cfg(unix)]
+    forward::set_child(child.id());
+    child.wait()
+}
+
+/// SIGINT and SIGTERM while the recorded command runs: vramlab stays to replay
+/// what it wrote. A signal the terminal sent (Ctrl-C) reached the child too,
+/// being in its process group; one a process sent to vramlab alone (`kill`, a
+/// job scheduler) is forwarded to the child. `si_code` tells them apart: at
+/// most 0 for a process's (`SI_USER`, `SI_QUEUE`, `SI_TKILL`), positive for
+/// the kernel's (the terminal's).
+#[cfg(unix)]
+mod forward {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+    static RECEIVED: AtomicI32 = AtomicI32::new(0);
+    const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+    extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        RECEIVED.store(sig, Ordering::SeqCst);
+        // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler; it is only read.
+        let by_process = !info.is_null() && unsafe { (*info).si_code } <= 0;
+        let pid = CHILD.load(Ordering::SeqCst);
+        if by_process && pid > 0 {
+            // SAFETY: kill is async-signal-safe; a child already gone makes it fail harmlessly.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
+    /// The handlers in force while the child runs; the previous ones come back on drop.
+    #[derive(Debug)]
+    pub struct Forwarding {
+        previous: Vec<(libc::c_int, libc::sigaction)>,
+    }
+
+    pub fn install() -> Forwarding {
+        RECEIVED.store(0, Ordering::SeqCst);
+        let mut previous = Vec::new();
+        for sig in SIGNALS {
+            // SAFETY: sigaction with a zeroed struct, an extern "C" handler of the
+            // SA_SIGINFO signature and an empty mask; the old action is kept to restore.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = handler as *const () as libc::sighandler_t;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &action, &mut old) == 0 {
+                    previous.push((sig, old));
+                }
+            }
+        }
+        Forwarding { previous }
+    }
+
+    pub fn set_child(pid: u32) {
+        CHILD.store(i32::try_from(pid).unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// The last signal received while the child ran, if any.
+    pub fn received() -> Option<libc::c_int> {
+        Some(RECEIVED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+    }
+
+    impl Drop for Forwarding {
+        fn drop(&mut self) {
+            CHILD.store(0, Ordering::SeqCst);
+            for (sig, old) in &self.previous {
+                // SAFETY: restores the action sigaction returned for this signal.
+                unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+            }
+        }
+    }
 }
 
 /// The status as a shell reports it: the code, or 128 + the signal that ended it.
@@ -148,19 +252,26 @@ fn exit_code(status: ExitStatus) -> u8 {
 
 /// A dump made at an out-of-memory error (`…-oomN.pickle`), not a process's last.
 fn is_oom_dump(path: &Path) -> bool {
+    let path = if is_part(path) { Path::new(path.file_stem().unwrap_or_default()) } else { path };
     path.file_stem()
         .and_then(|s| s.to_str())
         .and_then(|s| s.rsplit_once("-oom"))
         .is_some_and(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
 
-/// The finished snapshot files in `dir` (not the hook's `.part` files), sorted.
+/// The snapshot files in `dir`, sorted: the finished ones and the hook's
+/// `.pickle.part` files, which a process killed while dumping leaves behind.
 fn pickles(dir: &Path) -> BTreeSet<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return BTreeSet::new() };
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "pickle"))
+        .filter(|p| p.is_file() && p.to_str().is_some_and(|s| s.ends_with(".pickle") || s.ends_with(".pickle.part")))
         .collect()
+}
+
+/// A `.pickle.part` file: a dump its process never finished.
+fn is_part(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "part")
 }
 
 /// The command as it would be typed (arguments with spaces or quotes quoted).
@@ -194,7 +305,9 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
     let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut row = RecordRow {
         file: file.clone(),
+        rank: crate::ranks_cmd::rank_of(path),
         page: None,
+        whatif_page: None,
         peak_allocated: "-".into(),
         peak_reserved: "-".into(),
         ooms: 0,
@@ -203,8 +316,11 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
     let mut text = String::new();
     let result = (|| -> anyhow::Result<()> {
         let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, f))
-            .context("not a readable PyTorch memory snapshot (cut short by a killed process?)")?;
+        let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, f)).context(if is_part(path) {
+            "cut short: its process ended while writing it (left as .part), so it is not replayed"
+        } else {
+            "not a readable PyTorch memory snapshot (cut short by a killed process?)"
+        })?;
         let opts = SnapshotReplayOptions::default();
         let (r, timeline) = snapshot::replay_snapshot_timeline(&snap, &opts, true).context("cannot replay it")?;
         let doc = replay_doc::from_snapshot(&file, &snap, &r, &opts);
@@ -216,20 +332,39 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             "  {file}: device {}, {} trace entries; peak allocated {}, peak reserved {}; {} recorded OOM(s)",
             doc.device, doc.entries, row.peak_allocated, row.peak_reserved, row.ooms
         );
+        // Its what-if page: the recorded settings, expandable segments and max_split_size_mb.
+        let settings = WhatifArgs {
+            file: path.to_path_buf(),
+            more: Vec::new(),
+            capacity: None,
+            fraction: None,
+            sweep: false,
+            alloc_conf: oom_settings().into_iter().flatten().collect(),
+            device: Some(doc.device as usize),
+            from_us: None,
+            to_us: None,
+            top: replay_doc::ATTRIBUTION_ROWS,
+            json: false,
+            report: None,
+        };
+        let a = whatif_cmd::analyse(&settings, &file, &snap, true).context("cannot replay it under other settings")?;
         if let Some(first) = doc.oom_requests.first() {
-            let base = SnapshotReplayOptions { device: Some(doc.device as usize), ..Default::default() };
-            let results = what_if(&snap, &base, &oom_settings()).context("cannot replay it under other settings")?;
             let _ = writeln!(
                 text,
-                "    recorded OOM at entry {}: a request of {}; would another setting have served it?",
+                "    recorded OOM at entry {}: a request of {}; would another setting, or a smaller batch, have served it?",
                 first.trace_index,
                 fmt_bytes(first.requested_bytes)
             );
-            row.whatif = whatif_lines(&results);
+            row.whatif = whatif_lines(&a.results);
+            row.whatif.extend(a.batch.iter().flat_map(whatif_cmd::smaller_batch_lines));
             for line in &row.whatif {
                 let _ = writeln!(text, "      {line}");
             }
         }
+        let whatif_dir = report_dir.join(format!("{stem}-whatif"));
+        whatif_cmd::write_page(&whatif_dir, &settings, &file, &a)
+            .with_context(|| format!("cannot write its what-if page into {}", whatif_dir.display()))?;
+        row.whatif_page = Some(format!("{stem}-whatif/index.html"));
         let mut facts = replay_doc::page_facts(&doc, &timeline);
         facts.extend(row.whatif.iter().map(|l| Fact::new("what-if at the recorded OOM", l.clone())));
         // The chart's x axis in time where the entries have times.
@@ -258,6 +393,54 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
         row.whatif = vec![why];
     }
     (row, text)
+}
+
+/// The index's summary of ranks: each row linked to its file's pages.
+fn ranks_summary_of(doc: &crate::ranks_cmd::RanksDoc, rows: &[RecordRow]) -> RanksSummary {
+    let opt = |b: Option<u64>| b.map(fmt_bytes).unwrap_or_else(|| "-".into());
+    let summary_rows = doc
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let name = Path::new(&r.file).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let pages = rows.iter().find(|row| row.file == name);
+            let mut marks = Vec::new();
+            if let Some(im) = &doc.imbalance {
+                if im.max_row == i {
+                    marks.push("most reserved");
+                }
+                if im.min_row == i {
+                    marks.push("least reserved");
+                }
+            }
+            if doc.closest_to_capacity == Some(i) {
+                marks.push("closest to capacity");
+            }
+            RankSummaryRow {
+                label: crate::ranks_cmd::label(r).replace(&format!("{}, ", r.file), &format!("{name}, ")),
+                file: name.clone(),
+                page: pages.and_then(|p| p.page.clone()),
+                whatif_page: pages.and_then(|p| p.whatif_page.clone()),
+                peak_allocated: fmt_bytes(r.peak_allocated_bytes),
+                peak_reserved: fmt_bytes(r.peak_reserved_bytes),
+                limit: opt(r.limit_bytes),
+                headroom: opt(r.headroom_bytes),
+                oom: match (r.recorded_ooms, &r.out_of_memory) {
+                    (0, None) => "no".to_owned(),
+                    (0, Some(o)) => format!("in the replay {o}"),
+                    (n, _) => format!("{n} recorded"),
+                },
+                marks: marks.join(", "),
+                error: r.error.clone(),
+            }
+        })
+        .collect();
+    RanksSummary {
+        rows: summary_rows,
+        imbalance: crate::ranks_cmd::imbalance_text(doc),
+        closest: crate::ranks_cmd::closest_text(doc),
+    }
 }
 
 /// One line per setting tried: the recorded one first, then whether each
@@ -289,6 +472,8 @@ mod tests {
         assert!(is_oom_dump(Path::new("d/h-rank1-pid4-oom2.pickle")));
         assert!(!is_oom_dump(Path::new("d/h-rank1-pid4.pickle")));
         assert!(!is_oom_dump(Path::new("d/room-pid4.pickle")));
+        assert!(is_oom_dump(Path::new("d/h-pid4-oom2.pickle.part")) && is_part(Path::new("d/h-pid4-oom2.pickle.part")));
+        assert!(!is_oom_dump(Path::new("d/h-pid4.pickle.part")));
     }
 
     #[test]

@@ -6,7 +6,10 @@
 # `import torch`: once torch initialises CUDA it starts
 # torch.cuda.memory._record_memory_history(max_entries=N, stacks=...), and dumps the
 # snapshot on every OOM (PyTorch's out-of-memory observer), on an uncaught exception and
-# at exit, as DIR/<host>[-rank<R>]-pid<P>[-oom<N>].pickle (written as .part, then renamed).
+# at exit, as DIR/<host>[-rank<R>]-pid<P>[-oom<N>].pickle (written as .part, then renamed;
+# a dump that fails, a full disk, leaves no .part and the snapshots already written; SIGINT
+# waits while a dump is written). A Python that cannot import torch leaves a note,
+# DIR/.vramlab-no-torch-<pid> holding its executable, for vramlab to say so.
 # It never changes the program's output, behaviour or exit status: every failure of its
 # own is swallowed with one line on stderr. Settings come from VRAMLAB_RECORD_DIR,
 # VRAMLAB_RECORD_MAX_ENTRIES and VRAMLAB_RECORD_STACKS; without VRAMLAB_RECORD_DIR it
@@ -61,10 +64,14 @@ def _rank():
     return None
 
 
-def _file_name(suffix):
+def _host():
     import socket
 
-    host = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname()) or "host"
+    return "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname()) or "host"
+
+
+def _file_name(suffix):
+    host = _state.get("host") or _host()
     rank = _rank()
     rank = "" if rank is None else "-rank" + "".join(c for c in rank if c.isalnum())
     return "%s%s-pid%d%s.pickle" % (host, rank, _os.getpid(), suffix)
@@ -75,8 +82,52 @@ def _dump(suffix):
 
     path = _os.path.join(_DIR, _file_name(suffix))
     part = path + ".part"
-    torch.cuda.memory._dump_snapshot(part)
-    _os.replace(part, path)
+    # A second Ctrl-C must not cut the snapshot short: SIGINT waits while it is written.
+    previous = _hold_sigint()
+    try:
+        torch.cuda.memory._dump_snapshot(part)
+        _os.replace(part, path)
+    except BaseException:
+        # A disk that filled up mid-write: drop the piece, keep the snapshots already written.
+        try:
+            _os.remove(part)
+        except OSError:
+            pass
+        raise
+    finally:
+        _release_sigint(previous)
+
+
+def _hold_sigint():
+    try:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            return signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except Exception:
+        pass
+    return None
+
+
+def _release_sigint(previous):
+    if previous is not None:
+        try:
+            import signal
+
+            signal.signal(signal.SIGINT, previous)
+        except Exception:
+            pass
+
+
+def _no_torch():
+    """Leaves a note for `vramlab record`: this Python cannot import torch."""
+    try:
+        note = _os.path.join(_DIR, ".vramlab-no-torch-%d" % _os.getpid())
+        with open(note, "w") as f:
+            f.write(_sys.executable or "python")
+    except Exception:
+        pass
 
 
 def _final():
@@ -113,6 +164,13 @@ def _start():
 
         import torch
 
+        # What a dump needs is imported now: a first import inside the exception hook
+        # (socket's) makes Python forget that an uncaught KeyboardInterrupt ends it by
+        # SIGINT (exit status 130), and the program's status must stay its own.
+        import signal  # noqa: F401
+        import threading  # noqa: F401
+
+        _state["host"] = _host()
         _os.makedirs(_DIR, exist_ok=True)
         max_entries = int(_os.environ.get("VRAMLAB_RECORD_MAX_ENTRIES", "1000000"))
         stacks = _os.environ.get("VRAMLAB_RECORD_STACKS", "python")
@@ -166,7 +224,10 @@ class _TorchFinder:
                 spec = find(name, path, target)
                 if spec is not None:
                     break
-            loader = spec.loader if spec is not None else None
+            if spec is None:
+                _no_torch()
+                return None
+            loader = spec.loader
             exec_module = getattr(loader, "exec_module", None)
             if exec_module is None:
                 return spec

@@ -12,8 +12,8 @@ use serde::Serialize;
 use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
-    self as snapshot, Attribution, Point, PointKind, SWEEP_GRID, Snapshot, SnapshotReplayOptions, WhatIf, attribute,
-    recommend, requested_peak_index, what_if, what_if_timelines,
+    self as snapshot, Attribution, Point, PointKind, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, Snapshot,
+    SnapshotReplayOptions, WhatIf, attribute, recommend, requested_peak_index, what_if, what_if_timelines,
 };
 
 use crate::cli::WhatifArgs;
@@ -21,6 +21,9 @@ use crate::replay_cmd::write_stdout;
 use vramlab_reports::units::fmt_bytes;
 
 pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
+    if !args.more.is_empty() {
+        return run_many(args, None);
+    }
     if !crate::replay_cmd::report_dir_ok(args.report.as_deref()) {
         return Ok(crate::replay_cmd::BAD_REPORT_DIR);
     }
@@ -31,68 +34,16 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     }
     let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, file))
         .with_context(|| format!("{name} is not a readable PyTorch memory snapshot"))?;
-    let base = SnapshotReplayOptions {
-        device: args.device,
-        from_us: args.from_us,
-        to_us: args.to_us,
-        capacity_bytes: args.capacity_bytes(),
-        memory_fraction: args.fraction,
-        ..Default::default()
-    };
-    let mut configs: Vec<Option<AllocatorConfig>> = vec![None];
-    configs.extend(args.alloc_conf.iter().cloned().map(Some));
-    if args.sweep {
-        for conf in SWEEP_GRID {
-            let config = AllocatorConfig::parse(conf).with_context(|| format!("the sweep's setting '{conf}'"))?;
-            configs.push(Some(config));
-        }
+    // A snapshot of several devices, none picked: a row per device, as for several files.
+    if args.device.is_none() && args.report.is_none() && devices_with_entries(&snap).len() > 1 {
+        return run_many(args, Some(snap));
     }
-    let (results, timelines) = if args.report.is_some() {
-        let both = what_if_timelines(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?;
-        both.into_iter().unzip()
-    } else {
-        (what_if(&snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?, Vec::new())
+    let a = analyse(args, &name, &snap, args.report.is_some())?;
+    let written = match &args.report {
+        Some(dir) => Some(write_page(dir, args, &name, &a)?),
+        None => None,
     };
-    let best = if args.sweep || configs.len() > 1 { recommend(&results) } else { None };
-    let attribution = holders(&snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
-    let mut written = None;
-    if let Some(dir) = &args.report {
-        let page = WhatifPage {
-            source: name.clone(),
-            unit: "trace entries".into(),
-            facts: vec![
-                Fact::new("device", results[0].replay.device.to_string()),
-                Fact::new("trace entries", results[0].replay.entries.to_string()),
-                Fact::new("simulated device", capacity_text(args, &results[0])),
-                Fact::new("settings tried", results.len().to_string()),
-            ],
-            settings: results
-                .iter()
-                .zip(&timelines)
-                .enumerate()
-                .map(|(i, (w, t))| {
-                    let r = &w.replay;
-                    WhatifSetting {
-                        name: conf_name(w),
-                        recommended: Some(i) == best,
-                        peak_reserved_bytes: r.peak_reserved_bytes,
-                        peak_allocated_bytes: r.peak_allocated_bytes,
-                        fragmentation_at_peak_bytes: r.fragmentation_at_peak_bytes,
-                        largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
-                        segment_allocs: r.segment_allocs,
-                        oom: failure_text(w),
-                        timeline: t,
-                    }
-                })
-                .collect(),
-            recommendation: recommendation(args, &results, best),
-            attribution: &attribution,
-            capacity_bytes: results[0].replay.memory_limit_bytes.or(results[0].replay.capacity_bytes),
-        };
-        let files = replay_page::write_whatif_report(dir, &page)
-            .with_context(|| format!("cannot write the report into {}", dir.display()))?;
-        written = Some(files.index_html);
-    }
+    let Analysis { results, best, batch, attribution, .. } = a;
     let recorded = &results[0];
     let out = if args.json {
         let mut attribution = attribution;
@@ -107,18 +58,109 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
             recommended: best.map(|i| results[i].alloc_conf.as_str()),
             peak_index: attribution.first().and_then(|a| a.trace_index),
             attribution: &attribution,
+            smaller_batch: batch.as_ref(),
         };
         let mut v = serde_json::to_vec_pretty(&json).context("cannot serialize the report")?;
         v.push(b'\n');
         v
     } else {
         let mut text = text(&name, &snap, args, &results, best, &attribution);
+        if let Some(b) = &batch {
+            text.push('\n');
+            for line in smaller_batch_lines(b) {
+                text += &line;
+                text.push('\n');
+            }
+        }
         if let Some(index) = &written {
             text += &format!("\nreport: {}\n", index.display());
         }
         text.into_bytes()
     };
     write_stdout(&out).map(|()| 0)
+}
+
+/// A snapshot under every setting: what the terminal, JSON and page show.
+pub(crate) struct Analysis {
+    pub results: Vec<WhatIf>,
+    /// Each setting's memory over the trace, when asked for (a page).
+    pub timelines: Vec<vramlab_replay::timeline::ReplayTimeline>,
+    pub best: Option<usize>,
+    /// At a recorded OOM: would a smaller batch have fitted (a model)?
+    pub batch: Option<SmallerBatch>,
+    pub attribution: Vec<Attribution>,
+}
+
+/// Replays `snap` under every setting of `args` (the recorded first).
+pub(crate) fn analyse(args: &WhatifArgs, name: &str, snap: &Snapshot, timelines: bool) -> anyhow::Result<Analysis> {
+    let base = base_options(args, args.device);
+    let configs = configs(args)?;
+    let (results, timelines) = if timelines {
+        let both = what_if_timelines(snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?;
+        both.into_iter().unzip()
+    } else {
+        (what_if(snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?, Vec::new())
+    };
+    let best = if args.sweep || configs.len() > 1 { recommend(&results) } else { None };
+    let batch = if results[0].avoids_recorded_oom.is_some() {
+        let base = SnapshotReplayOptions { device: Some(results[0].replay.device), ..base.clone() };
+        Some(snapshot::smaller_batch(snap, &base).with_context(|| format!("cannot replay {name} at a smaller batch"))?)
+    } else {
+        None
+    };
+    let attribution = holders(snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
+    Ok(Analysis { results, timelines, best, batch, attribution })
+}
+
+/// The what-if page of an analysis made with timelines, into `dir`; its index's path.
+pub(crate) fn write_page(
+    dir: &std::path::Path,
+    args: &WhatifArgs,
+    name: &str,
+    a: &Analysis,
+) -> anyhow::Result<std::path::PathBuf> {
+    let results = &a.results;
+    let page = WhatifPage {
+        source: name.to_owned(),
+        unit: "trace entries".into(),
+        facts: vec![
+            Fact::new("device", results[0].replay.device.to_string()),
+            Fact::new("trace entries", results[0].replay.entries.to_string()),
+            Fact::new("simulated device", capacity_text(args, &results[0])),
+            Fact::new("settings tried", results.len().to_string()),
+        ]
+        .into_iter()
+        .chain(a.batch.iter().map(|b| {
+            let text = smaller_batch_lines(b).join(" ");
+            Fact::new("smaller batch at the recorded OOM", text.trim_start_matches("smaller batch: ").to_owned())
+        }))
+        .collect(),
+        settings: results
+            .iter()
+            .zip(&a.timelines)
+            .enumerate()
+            .map(|(i, (w, t))| {
+                let r = &w.replay;
+                WhatifSetting {
+                    name: conf_name(w),
+                    recommended: Some(i) == a.best,
+                    peak_reserved_bytes: r.peak_reserved_bytes,
+                    peak_allocated_bytes: r.peak_allocated_bytes,
+                    fragmentation_at_peak_bytes: r.fragmentation_at_peak_bytes,
+                    largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
+                    segment_allocs: r.segment_allocs,
+                    oom: failure_text(w),
+                    timeline: t,
+                }
+            })
+            .collect(),
+        recommendation: recommendation(args, results, a.best),
+        attribution: &a.attribution,
+        capacity_bytes: results[0].replay.memory_limit_bytes.or(results[0].replay.capacity_bytes),
+    };
+    let files = replay_page::write_whatif_report(dir, &page)
+        .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+    Ok(files.index_html)
 }
 
 /// Who holds the memory at the recording's allocated peak (its live requested
@@ -195,6 +237,77 @@ pub(crate) fn recorded_oom_text(w: &WhatIf) -> String {
             None => "served, but an earlier request fails".to_owned(),
         },
     }
+}
+
+/// The smaller-batch answer at a recorded OOM, as lines: the answer, then
+/// what it is (a model) and what was scaled.
+pub(crate) fn smaller_batch_lines(answer: &SmallerBatch) -> Vec<String> {
+    let SmallerBatch::Modelled {
+        oom_entry,
+        request_bytes,
+        request_category,
+        request_category_from,
+        limit_bytes,
+        live_bytes,
+        scaled_live_bytes,
+        trials,
+        largest_fitting,
+    } = answer
+    else {
+        let SmallerBatch::CannotTell { reason } = answer else { unreachable!("two variants") };
+        return vec![format!("smaller batch: cannot be told: {reason}")];
+    };
+    let limit = fmt_bytes(*limit_bytes);
+    let head = match largest_fitting {
+        Some(b) if b.sixty_fourths == 64 => {
+            format!("smaller batch: not needed: the recorded batch fits under the {limit} limit")
+        }
+        Some(b) => {
+            let above = trials
+                .iter()
+                .filter(|t| t.sixty_fourths > b.sixty_fourths && !t.fits)
+                .min_by_key(|t| t.sixty_fourths)
+                .map(|t| match t.short_bytes {
+                    Some(short) => format!("; {} is {} short", t.fraction_text(), fmt_bytes(short)),
+                    None => match t.first_failure {
+                        Some((i, bytes)) => {
+                            format!("; {} fails at entry {i}, a request of {}", t.fraction_text(), fmt_bytes(bytes))
+                        }
+                        None => format!("; {} fails", t.fraction_text()),
+                    },
+                })
+                .unwrap_or_default();
+            format!(
+                "smaller batch: yes, {} of the recorded batch fits: peak reserved {}, {} to spare under the {limit} limit{above}",
+                b.fraction_text(),
+                fmt_bytes(b.peak_reserved_bytes),
+                fmt_bytes(b.headroom_bytes.unwrap_or(0)),
+            )
+        }
+        None => {
+            let least = trials.iter().map(|t| t.sixty_fourths).min().unwrap_or(64);
+            let least = trials.iter().find(|t| t.sixty_fourths == least).map(|t| t.fraction_text()).unwrap_or_default();
+            format!("smaller batch: no: not even {least} of the recorded batch fits under the {limit} limit")
+        }
+    };
+    let request_was = match request_category_from {
+        Some(i) => format!(
+            "has no frames in the trace and was taken as the allocation before it (entry {i}): {}",
+            request_category.name()
+        ),
+        None => format!("was {}", request_category.name()),
+    };
+    let share = if *live_bytes == 0 { 0.0 } else { *scaled_live_bytes as f64 * 100.0 / *live_bytes as f64 };
+    vec![
+        head,
+        format!(
+            "  ({SMALLER_BATCH_MODEL}. Of the {} live at the OOM, {} ({share:.0}%) was activations and temporaries; \
+             the failed request at entry {oom_entry}, {}, {request_was}.)",
+            fmt_bytes(*live_bytes),
+            fmt_bytes(*scaled_live_bytes),
+            fmt_bytes(*request_bytes),
+        ),
+    ]
 }
 
 /// The recommendation, a headline then its reasons; empty when there is nothing to recommend.
@@ -293,6 +406,9 @@ struct Json<'a> {
     /// Who holds the memory there (and at the recorded settings' first
     /// out-of-memory), by the user's call path; `--top` rows each.
     attribution: &'a [Attribution],
+    /// At a recorded OOM: would a smaller batch have fitted? A model (activation
+    /// and temporary requests scaled; see `answer`).
+    smaller_batch: Option<&'a SmallerBatch>,
 }
 
 fn conf_name(w: &WhatIf) -> String {
@@ -378,5 +494,233 @@ fn text(
         s.push('\n');
         s += &crate::replay_doc::holders_text(a, args.top);
     }
+    s
+}
+
+/// The replay options every setting shares, for `device`.
+fn base_options(args: &WhatifArgs, device: Option<usize>) -> SnapshotReplayOptions {
+    SnapshotReplayOptions {
+        device,
+        from_us: args.from_us,
+        to_us: args.to_us,
+        capacity_bytes: args.capacity_bytes(),
+        memory_fraction: args.fraction,
+        ..Default::default()
+    }
+}
+
+/// The settings to try: the recorded ones, each `--alloc-conf`, the sweep's grid.
+fn configs(args: &WhatifArgs) -> anyhow::Result<Vec<Option<AllocatorConfig>>> {
+    let mut configs: Vec<Option<AllocatorConfig>> = vec![None];
+    configs.extend(args.alloc_conf.iter().cloned().map(Some));
+    if args.sweep {
+        for conf in SWEEP_GRID {
+            let config = AllocatorConfig::parse(conf).with_context(|| format!("the sweep's setting '{conf}'"))?;
+            configs.push(Some(config));
+        }
+    }
+    Ok(configs)
+}
+
+fn devices_with_entries(snap: &Snapshot) -> Vec<usize> {
+    (0..snap.device_traces.len()).filter(|&d| !snap.device_traces[d].is_empty()).collect()
+}
+
+/// One rank and device under every setting tried.
+#[derive(Debug, Serialize)]
+struct RankWhatif {
+    file: String,
+    /// From a `-rank<R>-` in the file name.
+    rank: Option<String>,
+    device: usize,
+    /// The memory it may reserve (the capacity given or the per-process limit, else inferred from a recorded OOM).
+    limit_bytes: Option<u64>,
+    results: Vec<WhatIf>,
+    /// The setting recommended for this rank (`PYTORCH_CUDA_ALLOC_CONF`; "" is PyTorch's defaults).
+    recommended: Option<String>,
+    #[serde(skip)]
+    best: Option<usize>,
+    /// The recommendation in words: a headline, then its reasons.
+    recommendation: Vec<String>,
+    /// At a recorded OOM: would a smaller batch have fitted? A model.
+    smaller_batch: Option<SmallerBatch>,
+    /// Why this file or device could not be replayed (the other rows stand).
+    error: Option<String>,
+}
+
+impl RankWhatif {
+    fn label(&self) -> String {
+        match &self.rank {
+            Some(rank) => format!("rank {rank}, device {}", self.device),
+            None => format!("{}, device {}", self.file, self.device),
+        }
+    }
+
+    /// Peak reserved under the recorded settings over the limit.
+    fn share_of_limit(&self) -> Option<f64> {
+        let limit = self.limit_bytes.filter(|&l| l > 0)?;
+        Some(self.results.first()?.replay.peak_reserved_bytes as f64 / limit as f64)
+    }
+}
+
+/// `whatif A B …` (or one snapshot of several devices): the report.
+#[derive(Debug, Serialize)]
+struct RanksWhatif {
+    rows: Vec<RankWhatif>,
+    /// The row whose peak reserved memory (recorded settings) is the largest share of its limit.
+    closest_to_capacity: Option<usize>,
+}
+
+/// Every rank and device of every file (or of `loaded`, the one file given)
+/// under every setting; exit 1 when a file could not be read or replayed.
+fn run_many(args: &WhatifArgs, loaded: Option<Snapshot>) -> anyhow::Result<u8> {
+    if args.report.is_some() {
+        bail!(
+            "--report applies to one file and device; with several, write each rank's page on its own \
+             (`whatif FILE --device D --report DIR`)"
+        );
+    }
+    let configs = configs(args)?;
+    let mut rows = Vec::new();
+    let files: Vec<&std::path::PathBuf> = std::iter::once(&args.file).chain(&args.more).collect();
+    let mut loaded = loaded;
+    for path in files {
+        let name = path.display().to_string();
+        let row = |device, error: String| RankWhatif {
+            file: name.clone(),
+            rank: crate::ranks_cmd::rank_of(path),
+            device,
+            limit_bytes: None,
+            results: Vec::new(),
+            recommended: None,
+            best: None,
+            recommendation: Vec::new(),
+            smaller_batch: None,
+            error: Some(error),
+        };
+        let snap = match loaded.take() {
+            Some(s) => s,
+            None => {
+                if path.as_os_str() == "-" {
+                    bail!("several files are read from their paths, not standard input");
+                }
+                let read = File::open(path).map_err(|e| format!("cannot open it: {e}")).and_then(|f| {
+                    snapshot::read_snapshot(BufReader::with_capacity(1 << 20, f))
+                        .map_err(|e| format!("not a readable PyTorch memory snapshot (cut short?): {e}"))
+                });
+                match read {
+                    Ok(s) => s,
+                    Err(e) => {
+                        rows.push(row(args.device.unwrap_or(0), e));
+                        continue;
+                    }
+                }
+            }
+        };
+        let devices = match args.device {
+            Some(d) => vec![d],
+            None => devices_with_entries(&snap),
+        };
+        if devices.is_empty() {
+            rows.push(row(0, "no device has trace entries".into()));
+        }
+        for device in devices {
+            let base = base_options(args, Some(device));
+            let results = match what_if(&snap, &base, &configs) {
+                Ok(r) => r,
+                Err(e) => {
+                    rows.push(row(device, format!("cannot replay device {device}: {e}")));
+                    continue;
+                }
+            };
+            let best = if configs.len() > 1 { recommend(&results) } else { None };
+            let smaller_batch = if results[0].avoids_recorded_oom.is_some() {
+                snapshot::smaller_batch(&snap, &base).ok()
+            } else {
+                None
+            };
+            let r0 = &results[0].replay;
+            rows.push(RankWhatif {
+                limit_bytes: r0.memory_limit_bytes.or(r0.capacity_bytes),
+                recommended: best.map(|i| results[i].alloc_conf.clone()),
+                best,
+                recommendation: recommendation(args, &results, best),
+                smaller_batch,
+                error: None,
+                results,
+                ..row(device, String::new())
+            });
+        }
+    }
+    let closest_to_capacity = (0..rows.len())
+        .filter(|&i| rows[i].error.is_none() && rows[i].share_of_limit().is_some())
+        .max_by(|&a, &b| rows[a].share_of_limit().unwrap_or(0.0).total_cmp(&rows[b].share_of_limit().unwrap_or(0.0)));
+    let doc = RanksWhatif { rows, closest_to_capacity };
+    let out = if args.json {
+        let mut v = serde_json::to_vec_pretty(&doc).context("cannot serialize the report")?;
+        v.push(b'\n');
+        v
+    } else {
+        many_text(&doc).into_bytes()
+    };
+    write_stdout(&out)?;
+    Ok(u8::from(doc.rows.iter().any(|r| r.error.is_some())))
+}
+
+fn many_text(doc: &RanksWhatif) -> String {
+    let mut s = format!("vramlab what-if of {} rank(s) and device(s)\n", doc.rows.len());
+    let width = doc.rows.iter().flat_map(|r| r.results.iter().map(|w| conf_name(w).len())).max().unwrap_or(10).max(10);
+    for r in &doc.rows {
+        let file = if r.rank.is_some() { format!(" ({})", r.file) } else { String::new() };
+        let _ = writeln!(s, "\n{}{file}", r.label());
+        if let Some(e) = &r.error {
+            let _ = writeln!(s, "  {e}");
+            continue;
+        }
+        let limit = r.limit_bytes.map_or_else(|| "unlimited".to_owned(), fmt_bytes);
+        let _ = writeln!(
+            s,
+            "  {:width$}  {:>13}  {:>14}  {:>10}  {:28}  out of memory  (limit {limit})",
+            "setting", "peak reserved", "peak allocated", "cudaMalloc", "recorded OOM request"
+        );
+        for (k, w) in r.results.iter().enumerate() {
+            let mark = if r.best == Some(k) { " <- recommended" } else { "" };
+            let _ = writeln!(
+                s,
+                "  {:width$}  {:>13}  {:>14}  {:>10}  {:28}  {}{mark}",
+                conf_name(w),
+                fmt_bytes(w.replay.peak_reserved_bytes),
+                fmt_bytes(w.replay.peak_allocated_bytes),
+                w.replay.segment_allocs,
+                recorded_oom_text(w),
+                failure_text(w).unwrap_or_else(|| "no".to_owned()),
+            );
+        }
+        for (k, line) in r.recommendation.iter().enumerate() {
+            let _ = writeln!(s, "  {}{line}", if k == 0 { "" } else { "  " });
+        }
+        for line in r.smaller_batch.iter().flat_map(smaller_batch_lines) {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    match doc.closest_to_capacity.map(|i| &doc.rows[i]) {
+        Some(r) => {
+            let limit = r.limit_bytes.unwrap_or(0);
+            let peak = r.results[0].replay.peak_reserved_bytes;
+            let _ = writeln!(
+                s,
+                "\nclosest to capacity {}: peak reserved {} of {} ({:.1}%) under the recorded settings",
+                r.label(),
+                fmt_bytes(peak),
+                fmt_bytes(limit),
+                peak as f64 * 100.0 / limit.max(1) as f64,
+            );
+        }
+        None => {
+            let _ = writeln!(s, "\nclosest to capacity unknown: no --capacity given and no recorded OOM implies one");
+        }
+    }
+    let _ =
+        writeln!(s, "drill-down          whatif FILE --device D (one row's full what-if; --report DIR for its page)");
     s
 }

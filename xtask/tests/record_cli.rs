@@ -6,7 +6,12 @@
 //! stand-in's `oom()` calls before raising. Each case checks the program's own
 //! output and exit status, the hook's calls and one stderr line, the files'
 //! names (host, rank, pid, `-oomN`), the chaining to an existing
-//! `sitecustomize`, and the report. Skipped with a note without `python3`.
+//! `sitecustomize`, and the report. Its `_dump_snapshot` can also fail on cue:
+//! a full disk (`FAKE_TORCH_DISK_FULL=N`: the N-th dump writes half, then
+//! raises ENOSPC) or a process killed mid-dump (`FAKE_TORCH_KILL_IN_DUMP`).
+//! The bad inputs: no torch in the child, a command that does not exist or
+//! cannot run, an `--out` that cannot be written, a full disk, a snapshot cut
+//! short by a killed process, Ctrl-C. Skipped with a note without `python3`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -40,13 +45,24 @@ def oom():
     raise OutOfMemoryError('CUDA out of memory. Tried to allocate 1.00 GiB')
 ";
 const TORCH_MEMORY: &str = "\
-import os, shutil
+import os, shutil, signal
+_dumps = [0]
 def _log(line):
     with open(os.environ['FAKE_TORCH_LOG'], 'a') as f:
         f.write(line + '\\n')
 def _record_memory_history(max_entries=None, stacks=None, **kwargs):
     _log('record max_entries=%s stacks=%s' % (max_entries, stacks))
 def _dump_snapshot(path):
+    _dumps[0] += 1
+    data = open(os.environ['FAKE_TORCH_SNAPSHOT'], 'rb').read()
+    if os.environ.get('FAKE_TORCH_DISK_FULL') == str(_dumps[0]):
+        with open(path, 'wb') as f:
+            f.write(data[:len(data) // 2])
+        raise OSError(28, 'No space left on device')
+    if os.environ.get('FAKE_TORCH_KILL_IN_DUMP'):
+        with open(path, 'wb') as f:
+            f.write(data[:len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
     shutil.copyfile(os.environ['FAKE_TORCH_SNAPSHOT'], path)
     _log('dump ' + os.path.basename(path))
 ";
@@ -222,6 +238,12 @@ fn an_oom_is_dumped_when_it_happens_and_answered_by_the_what_if() {
         assert!(stderr.contains("recorded OOM at entry 44: a request of 512.00 MiB"), "{stderr}");
         assert!(stderr.contains("expandable_segments:True"), "{stderr}");
         assert!(stderr.contains("max_split_size_mb:128"), "{stderr}");
+        // The smaller-batch answer: a model, said to be one.
+        assert!(
+            stderr.contains("smaller batch: yes, 43/64 of the recorded batch fits: peak reserved 2.87 GiB"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("(a model, not PyTorch's number: activation and temporary requests scaled by k"));
         let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
         assert!(html.contains("expandable_segments:True"), "{html}");
     } else {
@@ -256,6 +278,21 @@ fn two_ranks_chained_sitecustomize_signals_and_missing_commands() {
     assert!(stderr.contains("imbalance          peak reserved 1.00x between rank "), "{stderr}");
     let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
     assert_eq!(html.matches("index.html\"><code>").count(), 2, "{html}");
+    // The index's summary of ranks: a row each, its drill-down to that rank's replay and what-if pages.
+    assert!(html.contains("<h2>Ranks</h2>"), "{html}");
+    assert!(html.contains("<li><strong>Imbalance</strong>: peak reserved 1.00x between rank "), "{html}");
+    for f in &files {
+        let stem = f.trim_end_matches(".pickle");
+        let rank = if f.contains("-rank0-") { "rank 0" } else { "rank 1" };
+        let row = &html[html.find(&format!("<tr><td>{rank}, device 0</td>")).expect(rank)..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(row.contains("<td class=\"num\">126.00 MiB</td>") && row.contains("<td>no</td>"), "{row}");
+        assert!(row.contains(&format!("<a href=\"{stem}&#x2f;index.html\">replay</a>")), "{row}");
+        assert!(row.contains(&format!("<a href=\"{stem}-whatif&#x2f;index.html\">what-if</a>")), "{row}");
+        let whatif = fs::read_to_string(dir.join("out/report").join(format!("{stem}-whatif/index.html"))).unwrap();
+        assert!(whatif.contains("expandable_segments:True") && whatif.contains("max_split_size_mb:512"));
+        assert!(dir.join("out/report").join(stem).join("index.html").is_file());
+    }
     let check = script(&dir, "check.py", "import os\nprint(os.environ.get('USER_SITECUSTOMIZE'))\n");
     let o = record(&dir, &small(), &[], &["python3", &check], &[("PYTHONPATH", path)]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n", "{}", String::from_utf8_lossy(&o.stderr));
@@ -265,5 +302,210 @@ fn two_ranks_chained_sitecustomize_signals_and_missing_commands() {
     let o = record(&dir, &small(), &[], &["no-such-command-vramlab"], &[]);
     assert_eq!(o.status.code(), Some(127));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot run `no-such-command-vramlab`: command not found"));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn whatif_of_several_ranks_and_devices_has_a_row_each_a_recommendation_each_and_the_closest() {
+    let dir = std::env::temp_dir().join(format!("vramlab-whatif-ranks-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let data = root().join("tests/data/snapshots");
+    let (r0, r1, r2) =
+        (dir.join("h-rank0-pid1.pickle"), dir.join("h-rank1-pid2.pickle"), dir.join("h-rank2-pid3.pickle"));
+    fs::copy(data.join("small_p5.pickle"), &r0).unwrap();
+    fs::copy(data.join("medium_p5.pickle"), &r1).unwrap();
+    // Rank 2 was killed while dumping: cut short.
+    fs::write(&r2, &fs::read(data.join("medium_p5.pickle")).unwrap()[..3000]).unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_xtask")).arg("whatif").args(args).output().unwrap()
+    };
+    let (a, b, c) = (r0.as_os_str(), r1.as_os_str(), r2.as_os_str());
+    let conf = ["--capacity", "1GiB", "--alloc-conf", "expandable_segments:True"].map(std::ffi::OsStr::new);
+    let o = run(&[&[a, b, c][..], &conf[..]].concat());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "a file cut short is bad input: {text}");
+    assert!(text.starts_with("vramlab what-if of 3 rank(s) and device(s)"), "{text}");
+    // Each rank's own recommendation: rank 0 keeps its settings, rank 1 saves 52 MiB with expandable segments.
+    let rank0 = &text[text.find("rank 0, device 0").unwrap()..text.find("rank 1, device 0").unwrap()];
+    assert!(
+        rank0.contains("recorded: PyTorch defaults     126.00 MiB") && rank0.contains("already the best"),
+        "{rank0}"
+    );
+    let rank1 = &text[text.find("rank 1, device 0").unwrap()..text.find("rank 2, device 0").unwrap()];
+    assert!(rank1.contains("expandable_segments:True       910.00 MiB"), "{rank1}");
+    assert!(rank1.contains("Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), "{rank1}");
+    assert!(text.contains("h-rank2-pid3.pickle)\n  not a readable PyTorch memory snapshot (cut short?)"), "{text}");
+    assert!(text.contains("the file is truncated"), "{text}");
+    assert!(
+        text.contains("closest to capacity rank 1, device 0: peak reserved 962.00 MiB of 1.00 GiB (93.9%)"),
+        "{text}"
+    );
+    // The same as JSON, and a multi-device snapshot: a row per device.
+    let multi = data.join("multi_device_p4.pickle");
+    let o = run(&[multi.as_os_str(), a, std::ffi::OsStr::new("--json")]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    let ids: Vec<(Option<&str>, u64)> =
+        rows.iter().map(|r| (r["rank"].as_str(), r["device"].as_u64().unwrap())).collect();
+    assert_eq!(ids, [(None, 0), (None, 1), (Some("0"), 0)]);
+    assert_eq!(rows[1]["results"][0]["replay"]["peak_reserved_bytes"], 22 << 20);
+    assert!(json["closest_to_capacity"].is_null(), "no capacity: unknown");
+    // One multi-device file on its own is a row per device too.
+    let o = run(&[multi.as_os_str()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("device 0") && text.contains("device 1") && text.contains("of 2 rank(s) and device(s)"),
+        "{text}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_torch_a_command_that_cannot_run_and_an_out_that_cannot_be_written_are_said_clearly() {
+    if !python() {
+        return;
+    }
+    let dir = setup("bad");
+    // No torch for this Python (the stand-in is not on its path).
+    let s = script(&dir, "train.py", "print('start')\nimport torch\n");
+    let empty = dir.join("empty");
+    fs::create_dir_all(&empty).unwrap();
+    let o = record(&dir, &small(), &[], &["python3", &s], &[("PYTHONPATH", empty.display().to_string())]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if !stderr.contains("No module named 'torch'") {
+        eprintln!("note: a real torch is installed for python3: the no-torch case is not checked");
+    } else {
+        assert_eq!(o.status.code(), Some(1), "the program's own status: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "start\n");
+        assert!(stderr.contains("no snapshot: torch could not be imported by /"), "{stderr}");
+        assert!(stderr.contains("(pid ") && stderr.contains("install torch for that Python"), "{stderr}");
+        let left: Vec<_> =
+            fs::read_dir(dir.join("out")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+        assert!(left.iter().all(|n| n == "report"), "the hook's note is read and removed: {left:?}");
+    }
+    // A file that is not executable: 126, as a shell says.
+    let o = record(&dir, &small(), &[], &[&s], &[]);
+    assert_eq!(o.status.code(), Some(126));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("permission denied"), "{}", String::from_utf8_lossy(&o.stderr));
+    // An --out that cannot be written: said, and nothing is run.
+    let ran = dir.join("ran");
+    let mark = script(&dir, "mark.py", &format!("open({:?}, 'w').close()\n", ran.display().to_string()));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    let o = c.arg("record").arg("--out").arg(dir.join("train.py/out")).args(["--", "python3", &mark]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot write snapshots into") && stderr.contains("nothing was run"), "{stderr}");
+    assert!(!ran.exists(), "the program must not run where its snapshots cannot be kept");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_full_disk_mid_dump_keeps_the_snapshots_written_and_the_programs_status() {
+    if !python() {
+        return;
+    }
+    let dir = setup("full");
+    // The OOM's dump is written; the one at exit fails half-way: the disk is full.
+    let s = script(
+        &dir,
+        "oom.py",
+        "import torch\ntry:\n    torch.cuda.oom()\nexcept torch.cuda.OutOfMemoryError:\n    print('caught')\nprint('done')\n",
+    );
+    let o = record(&dir, &small(), &[], &["python3", &s], &[("FAKE_TORCH_DISK_FULL", "2".into())]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "caught\ndone\n");
+    assert!(
+        stderr.contains(
+            "vramlab: the recording hook failed to dump the snapshot at exit (OSError: [Errno 28] No space left on \
+             device); the program runs on"
+        ),
+        "{stderr}"
+    );
+    let files = snapshots(&dir);
+    assert_eq!(files.len(), 1, "the OOM's snapshot kept, no piece of the failed one: {files:?}");
+    assert!(files[0].ends_with("-oom1.pickle"));
+    assert!(stderr.contains(&format!("{}: device 0, 26 trace entries", files[0])), "{stderr}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_rank_killed_while_dumping_is_named_and_the_other_ranks_are_reported() {
+    if !python() {
+        return;
+    }
+    let dir = setup("killed");
+    let s = script(&dir, "train.py", "import torch\ntorch.cuda.alloc()\n");
+    let launch = script(
+        &dir,
+        "launch.sh",
+        &format!("RANK=0 python3 {s} &\nRANK=1 FAKE_TORCH_KILL_IN_DUMP=1 python3 {s}\nr=$?\nwait\nexit $r\n"),
+    );
+    let o = record(&dir, &small(), &[], &["sh", &launch], &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(137), "rank 1's SIGKILL, as the launcher returned it: {stderr}");
+    let files = snapshots(&dir);
+    assert_eq!(files.len(), 2, "{files:?}");
+    let part = files.iter().find(|f| f.ends_with(".pickle.part")).expect("rank 1's piece");
+    let whole = files.iter().find(|f| f.ends_with(".pickle")).expect("rank 0's snapshot");
+    assert!(part.contains("-rank1-") && whole.contains("-rank0-"), "{files:?}");
+    assert!(
+        stderr.contains(&format!(
+            "{part}: cut short: its process ended while writing it (left as .part), so it is not replayed: "
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("truncated"), "{stderr}");
+    assert!(stderr.contains(&format!("{whole}: device 0, 26 trace entries")), "{stderr}");
+    let stem = whole.trim_end_matches(".pickle");
+    assert!(dir.join("out/report").join(stem).join("index.html").is_file(), "rank 0's page is written");
+    let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
+    assert!(html.contains(&format!("<code>{part}</code>")) && html.contains("cut short"), "{html}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_reaches_the_program_and_its_snapshot_is_replayed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    if !python() {
+        return;
+    }
+    let dir = setup("sigint");
+    let s = script(
+        &dir,
+        "train.py",
+        "import time, torch\ntorch.cuda.alloc()\nprint('ready', flush=True)\ntime.sleep(60)\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("record")
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(["--", "python3", &s])
+        .current_dir(&dir)
+        .env("PYTHONPATH", dir.join("site"))
+        .env("FAKE_TORCH_LOG", dir.join("log.txt"))
+        .env("FAKE_TORCH_SNAPSHOT", small())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // As `kill -INT` (or a scheduler) sends it: to vramlab alone, which passes it on.
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "the program's status, ended by SIGINT: {stderr}");
+    assert!(stderr.contains("KeyboardInterrupt"), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGINT (Ctrl-C) while it ran; the snapshots it wrote are replayed"));
+    let files = snapshots(&dir);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(stderr.contains(&format!("{}: device 0, 26 trace entries", files[0])), "{stderr}");
     let _ = fs::remove_dir_all(&dir);
 }
