@@ -551,14 +551,21 @@ pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<At
     let free_action = free_action(trace);
     let mut classifier =
         Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
-    // Lifetimes: each alloc's free entry, and the entries of backward and optimizer code.
+    // Lifetimes: each alloc's free entry, and the entries of backward and
+    // optimizer code; and in the same pass the blocks live before the first
+    // entry (as `live_at_start` finds them): by address, the alloc still open
+    // there, or whether the address was allocated and freed since, or freed
+    // before any alloc.
+    const CLOSED: u32 = u32::MAX;
+    const FREED_FIRST: u32 = u32::MAX - 1;
     let mut free_of: Vec<u32> = vec![u32::MAX; trace.len()];
-    let mut open: HashMap<u64, usize> = HashMap::default();
+    let mut seen: HashMap<u64, u32> = HashMap::default();
+    let mut start: HashMap<u64, Live> = HashMap::default();
     let (mut backward_at, mut optimizer_at) = (Vec::new(), Vec::new());
     for (i, e) in trace.iter().enumerate() {
         match e.action {
             Action::Alloc => {
-                open.insert(e.addr, i);
+                seen.insert(e.addr, i as u32);
                 let info = classifier.info(e.frames);
                 if info.backward {
                     backward_at.push(i);
@@ -567,15 +574,28 @@ pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<At
                     optimizer_at.push(i);
                 }
             }
-            a if a == free_action => {
-                if let Some(at) = open.remove(&e.addr) {
-                    free_of[at] = i as u32;
+            a if a == free_action => match seen.get_mut(&e.addr) {
+                Some(at) if *at < FREED_FIRST => {
+                    free_of[*at as usize] = i as u32;
+                    *at = CLOSED;
                 }
-            }
+                Some(_) => {}
+                None => {
+                    start.insert(e.addr, Live { size: e.size, frames: e.frames, alloc: None });
+                    seen.insert(e.addr, FREED_FIRST);
+                }
+            },
             _ => {}
         }
     }
-    let start = live_at_start(snapshot, device, free_action);
+    for seg in snapshot.segments.iter().filter(|s| s.device == device as i64) {
+        for b in seg.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
+            if seen.get(&b.address).is_none_or(|&at| at == FREED_FIRST) {
+                start.insert(b.address, Live { size: b.requested_size, frames: b.frames, alloc: None });
+            }
+        }
+    }
+    drop(seen);
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by_key(|&k| points[k].applied());
     let mut live = start;
