@@ -1,6 +1,6 @@
 //! Import plus replay of a 2-million-entry PyTorch memory snapshot (a ~115 MB
 //! protocol-4 pickle written by scripts/make_snapshot_fixtures.py --big), the
-//! fidelity check included. The target (issue 14): under 1 s on the 2-core CI
+//! fidelity check included; the import alone and the replay alone. The target (issue 14): under 1 s on the 2-core CI
 //! machine, under 512 MiB peak resident memory (measured with /usr/bin/time -v
 //! on `xtask replay`, see ARCHITECTURE.md).
 //!
@@ -60,6 +60,12 @@ fn snapshot_bench(c: &mut Criterion) {
                 .segments
                 .len()
         })
+    });
+    // The replay alone (the rewind, pool plan, OOM and release passes and the
+    // fidelity check included), the snapshot read once.
+    let snap = read_snapshot(BufReader::with_capacity(1 << 20, File::open(&path).expect("open"))).expect("valid");
+    group.bench_function("replay_only_2m_entries", |b| {
+        b.iter(|| replay_snapshot(&snap, &opts).expect("replays").peak_reserved_bytes)
     });
     group.finish();
 }
