@@ -551,8 +551,7 @@ pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<At
     let free_action = free_action(trace);
     let mut classifier =
         Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
-    let (free_of, backward_at, optimizer_at) = lifetimes(&mut classifier, trace, free_action);
-    let start = live_at_start(snapshot, device, free_action);
+    let (free_of, backward_at, optimizer_at, start) = lifetimes(&mut classifier, snapshot, device, free_action);
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by_key(|&k| points[k].applied());
     let mut live = start;
@@ -590,20 +589,28 @@ pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<At
     out.into_iter().map(|a| a.expect("every point attributed")).collect()
 }
 
-/// Each alloc's free entry (`u32::MAX`: never freed), and the entries of
-/// backward and optimizer code.
+/// Each alloc's free entry (`u32::MAX`: never freed), the entries of backward
+/// and optimizer code, and, in the same pass, the blocks live before the first
+/// entry (as [`live_at_start`] finds them): by address, the alloc still open
+/// there, or whether the address was allocated and freed since, or freed
+/// before any alloc.
 fn lifetimes(
     classifier: &mut Classifier,
-    trace: &[super::model::TraceEntry],
+    snapshot: &Snapshot,
+    device: usize,
     free_action: Action,
-) -> (Vec<u32>, Vec<usize>, Vec<usize>) {
+) -> (Vec<u32>, Vec<usize>, Vec<usize>, HashMap<u64, Live>) {
+    const CLOSED: u32 = u32::MAX;
+    const FREED_FIRST: u32 = u32::MAX - 1;
+    let trace = &snapshot.device_traces[device];
     let mut free_of: Vec<u32> = vec![u32::MAX; trace.len()];
-    let mut open: HashMap<u64, usize> = HashMap::default();
+    let mut seen: HashMap<u64, u32> = HashMap::default();
+    let mut start: HashMap<u64, Live> = HashMap::default();
     let (mut backward_at, mut optimizer_at) = (Vec::new(), Vec::new());
     for (i, e) in trace.iter().enumerate() {
         match e.action {
             Action::Alloc => {
-                open.insert(e.addr, i);
+                seen.insert(e.addr, i as u32);
                 let info = classifier.info(e.frames);
                 if info.backward {
                     backward_at.push(i);
@@ -612,15 +619,28 @@ fn lifetimes(
                     optimizer_at.push(i);
                 }
             }
-            a if a == free_action => {
-                if let Some(at) = open.remove(&e.addr) {
-                    free_of[at] = i as u32;
+            a if a == free_action => match seen.get_mut(&e.addr) {
+                Some(at) if *at < FREED_FIRST => {
+                    free_of[*at as usize] = i as u32;
+                    *at = CLOSED;
                 }
-            }
+                Some(_) => {}
+                None => {
+                    start.insert(e.addr, Live { size: e.size, frames: e.frames, alloc: None });
+                    seen.insert(e.addr, FREED_FIRST);
+                }
+            },
             _ => {}
         }
     }
-    (free_of, backward_at, optimizer_at)
+    for seg in snapshot.segments.iter().filter(|s| s.device == device as i64) {
+        for b in seg.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
+            if seen.get(&b.address).is_none_or(|&at| at == FREED_FIRST) {
+                start.insert(b.address, Live { size: b.requested_size, frames: b.frames, alloc: None });
+            }
+        }
+    }
+    (free_of, backward_at, optimizer_at, start)
 }
 
 /// The category of every `alloc` and `oom` entry of `device`'s trace (`None`
@@ -635,7 +655,7 @@ pub fn entry_categories(snapshot: &Snapshot, device: usize) -> Vec<Option<(Categ
     let free_action = free_action(trace);
     let mut classifier =
         Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
-    let (free_of, backward_at, optimizer_at) = lifetimes(&mut classifier, trace, free_action);
+    let (free_of, backward_at, optimizer_at, _) = lifetimes(&mut classifier, snapshot, device, free_action);
     let ctx = Lifetimes { free_of: &free_of, backward_at: &backward_at, optimizer_at: &optimizer_at };
     let mut out: Vec<Option<(Category, CategorySource)>> = vec![None; trace.len()];
     let mut weight_sizes: HashSet<u64> = HashSet::default();

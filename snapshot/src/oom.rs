@@ -9,7 +9,7 @@
 //! it ran into; [`infer_capacity`] works the limit out from the trace, so that
 //! the replay can make the same request and fail the same way.
 //!
-//! A run of segment frees is a release of cached blocks. [`classify_releases`]
+//! A run of segment frees is a release of cached blocks. [`classify_run`]
 //! tells whose: the program's `empty_cache()` (its frames name `empty_cache`
 //! or c10's `emptyCache`, as cuDNN's benchmark calls it), the allocator's own
 //! release before an OOM (the `oom` entry follows), the allocator's own release
@@ -119,18 +119,6 @@ impl ReleaseSummary {
     }
 }
 
-/// The releases of one device's trace, by the index of each run's first entry.
-pub(crate) struct ReleasePlan {
-    runs: rustc_hash::FxHashMap<u64, ReleaseKind>,
-}
-
-impl ReleasePlan {
-    /// The kind of the run starting at trace index `i`, if one does.
-    pub(crate) fn run_at(&self, i: u64) -> Option<ReleaseKind> {
-        self.runs.get(&i).copied()
-    }
-}
-
 /// Whether a stack names a call of `empty_cache` (Python) or c10's `emptyCache`.
 fn names_empty_cache(frames: &FrameTable, stack: StackId) -> bool {
     frames.stack(stack).any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache"))
@@ -146,39 +134,28 @@ fn names_allocator_release(frames: &FrameTable, stack: StackId) -> bool {
     })
 }
 
-/// Classifies every run of segment frees (or unmaps) among the entries `keep` selects.
-pub(crate) fn classify_releases(
+/// Whose release the run of segment frees (or unmaps) starting at trace index
+/// `start` was: the entries from `start` with its action that `keep` selects,
+/// up to the first that is not. The replay asks at each run's first entry, so
+/// the trace is not walked ahead of it for runs.
+pub(crate) fn classify_run(
     trace: &[TraceEntry],
+    start: usize,
     frames: &FrameTable,
     keep: impl Fn(&TraceEntry) -> bool,
-) -> ReleasePlan {
-    // One pass over the trace, looking only at runs of segment frees.
-    let releases = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
-    let mut runs = rustc_hash::FxHashMap::default();
-    let mut i = 0;
-    while i < trace.len() {
-        let action = trace[i].action;
-        if !releases(action) || !keep(&trace[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < trace.len() && trace[i].action == action && keep(&trace[i]) {
-            i += 1;
-        }
-        let run = &trace[start..i];
-        let kind = if run.iter().any(|e| names_empty_cache(frames, e.frames)) {
-            ReleaseKind::Program
-        } else if trace.get(i).is_some_and(|e| e.action == Action::Oom && keep(e)) {
-            ReleaseKind::RetryBeforeOom
-        } else if run.iter().any(|e| names_allocator_release(frames, e.frames)) {
-            ReleaseKind::Allocator
-        } else {
-            ReleaseKind::Unattributed
-        };
-        runs.insert(start as u64, kind);
+) -> ReleaseKind {
+    let action = trace[start].action;
+    let end = start + trace[start..].iter().take_while(|e| e.action == action && keep(e)).count();
+    let run = &trace[start..end];
+    if run.iter().any(|e| names_empty_cache(frames, e.frames)) {
+        ReleaseKind::Program
+    } else if trace.get(end).is_some_and(|e| e.action == Action::Oom && keep(e)) {
+        ReleaseKind::RetryBeforeOom
+    } else if run.iter().any(|e| names_allocator_release(frames, e.frames)) {
+        ReleaseKind::Allocator
+    } else {
+        ReleaseKind::Unattributed
     }
-    ReleasePlan { runs }
 }
 
 /// What kind of limit a recorded OOM ran into.
@@ -260,14 +237,18 @@ pub(crate) fn allocation_size(rounded: u64, config: &AllocatorConfig) -> u64 {
 
 /// The capacity the recorded OOMs of `trace` (device `device`, the whole
 /// trace) imply under the recorded settings `config`: `Ok(None)` when the trace
-/// has no `oom` entry, `Err(why)` when no single limit explains it.
+/// has no `oom` entry, `Err(why)` when no single limit explains it. `marks`:
+/// the indices of the trace's segment events and `oom` entries, in order (the
+/// only entries this looks at).
 pub(crate) fn infer_capacity(
     snapshot: &Snapshot,
     device: usize,
+    marks: &[usize],
     config: &AllocatorConfig,
 ) -> Result<Option<InferredCapacity>, String> {
     let trace = &snapshot.device_traces[device];
-    if !trace.iter().any(|e| e.action == Action::Oom) {
+    let marked = || marks.iter().map(|&i| (i, &trace[i]));
+    if !marked().any(|(_, e)| e.action == Action::Oom) {
         return Ok(None);
     }
     // Reserved bytes before the first entry: the final segments, less what the
@@ -275,7 +256,7 @@ pub(crate) fn infer_capacity(
     let final_reserved: u64 =
         snapshot.segments.iter().filter(|s| s.device == device as i64).map(|s| s.total_size).sum();
     let (mut grown, mut shrunk) = (0u64, 0u64);
-    for e in trace {
+    for (_, e) in marked() {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => grown += e.size,
             Action::SegmentFree | Action::SegmentUnmap => shrunk += e.size,
@@ -286,7 +267,7 @@ pub(crate) fn infer_capacity(
     let mut at_least = reserved;
     // Per oom entry: (index, reserved then, segment needed, device free).
     let mut ooms: Vec<(u64, u64, u64, u64)> = Vec::new();
-    for (i, e) in trace.iter().enumerate() {
+    for (i, e) in marked() {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => {
                 reserved += e.size;

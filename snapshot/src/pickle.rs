@@ -99,7 +99,17 @@ pub struct Heap {
     /// The first trace entry whose `frames` was not a list of frame dicts.
     pub bad_frames: Option<(u64, String)>,
     keys: Keys,
+    /// Emptied dicts and lists (a trace entry's, its frames list's), kept for
+    /// the next ones: millions of entries, no allocation each.
+    spare_dicts: Vec<Vec<(Value, Value)>>,
+    spare_lists: Vec<Vec<Value>>,
+    /// The frame ids of the stack being interned.
+    scratch: Vec<u32>,
 }
+
+/// How many emptied containers [`Heap`] keeps for reuse, and up to what capacity.
+const SPARES: usize = 64;
+const SPARE_CAPACITY: usize = 256;
 
 #[derive(Debug, Default)]
 struct Keys {
@@ -174,33 +184,59 @@ impl Heap {
         if len == 0 {
             return Ok(0);
         }
-        let mut ids = Vec::with_capacity(len);
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
         for k in 0..len {
             let item = match frames {
                 Value::List(l) => self.lists[l as usize][k],
                 Value::Tuple(t) => self.tuples[t as usize][k],
                 _ => Value::None,
             };
-            ids.push(self.frame_of(item)?);
+            match self.frame_of(item) {
+                Ok(f) => ids.push(f),
+                Err(e) => {
+                    self.scratch = ids;
+                    return Err(e);
+                }
+            }
         }
         let id = match self.stack_ids.get(ids.as_slice()) {
             Some(&id) => id,
             None => {
                 let id = self.stacks.len() as u32;
-                let ids: Box<[u32]> = ids.into();
-                self.stacks.push(ids.clone());
-                self.stack_ids.insert(ids, id);
+                let boxed: Box<[u32]> = ids.as_slice().into();
+                self.stacks.push(boxed.clone());
+                self.stack_ids.insert(boxed, id);
                 id
             }
         };
+        self.scratch = ids;
         if let Value::List(l) = frames {
             if self.stack_of_list.len() <= l as usize {
                 self.stack_of_list.resize(self.lists.len().max(l as usize + 1), 0);
             }
             self.stack_of_list[l as usize] = id + 1;
-            self.lists[l as usize] = Vec::new();
+            let list = std::mem::take(&mut self.lists[l as usize]);
+            self.spare_list(list);
         }
         Ok(id)
+    }
+
+    /// A new empty list, from the spares when there is one.
+    fn new_list(&mut self) -> Vec<Value> {
+        self.spare_lists.pop().unwrap_or_default()
+    }
+
+    /// A new empty dict, from the spares when there is one.
+    fn new_dict(&mut self) -> Vec<(Value, Value)> {
+        self.spare_dicts.pop().unwrap_or_default()
+    }
+
+    fn spare_list(&mut self, mut list: Vec<Value>) {
+        if self.spare_lists.len() < SPARES && list.capacity() <= SPARE_CAPACITY {
+            list.clear();
+            self.spare_lists.push(list);
+        }
     }
 
     fn frame_of(&mut self, v: Value) -> Result<u32, String> {
@@ -302,8 +338,12 @@ impl Heap {
                 }
             }
         }
-        // The dict is not needed any more: free it.
-        self.dicts[dict as usize] = Vec::new();
+        // The dict is not needed any more: free it (for the next entry's).
+        let mut items = std::mem::take(&mut self.dicts[dict as usize]);
+        if self.spare_dicts.len() < SPARES && items.capacity() <= SPARE_CAPACITY {
+            items.clear();
+            self.spare_dicts.push(items);
+        }
         let id = self.entries.len() as u32;
         self.entries.push(e);
         Ok(Some(id))
@@ -370,7 +410,14 @@ impl<R: Read> Input<R> {
         Ok(self.take(1, what)?[0])
     }
 
+    #[inline]
     fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
+        if let Some(b) = self.buf.get(self.pos..self.pos + 4)
+            && self.pos + 4 <= self.end
+        {
+            self.pos += 4;
+            return Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        }
         Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap_or_default()))
     }
 
@@ -546,11 +593,13 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
                 }
             }
             b']' => {
-                heap.lists.push(Vec::new());
+                let list = heap.new_list();
+                heap.lists.push(list);
                 Value::List(heap.lists.len() as u32 - 1)
             }
             b'}' => {
-                heap.dicts.push(Vec::new());
+                let dict = heap.new_dict();
+                heap.dicts.push(dict);
                 Value::Dict(heap.dicts.len() as u32 - 1)
             }
             b')' => {

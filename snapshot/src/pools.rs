@@ -84,12 +84,13 @@ pub(crate) struct PoolPlan {
     pub inference: PoolInference,
 }
 
-/// The segment lifetimes of `trace`, in the order their events appear.
-fn open_lives(trace: &[TraceEntry]) -> Vec<Life> {
+/// The segment lifetimes of `trace`, in the order their events appear
+/// (`marks`: the indices of its segment events, in order, and maybe others).
+fn open_lives(trace: &[TraceEntry], marks: &[usize]) -> Vec<Life> {
     let mut lives: Vec<Life> = Vec::new();
     // Live lifetimes by base address: (end address, lifetime index).
     let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-    for (i, e) in trace.iter().enumerate() {
+    for (i, e) in marks.iter().map(|&i| (i, &trace[i])) {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => {
                 lives.push(Life {
@@ -169,8 +170,9 @@ fn walk_allocs(trace: &[TraceEntry], lives: &[Life], mut on_alloc: impl FnMut(us
 }
 
 impl PoolPlan {
-    /// The plan for `device`'s trace of `snapshot`.
-    pub(crate) fn new(snapshot: &Snapshot, device: usize) -> PoolPlan {
+    /// The plan for `device`'s trace of `snapshot`; `marks`: the indices of
+    /// its segment events, in order (other entries among them are ignored).
+    pub(crate) fn new(snapshot: &Snapshot, device: usize, marks: &[usize]) -> PoolPlan {
         let trace = &snapshot.device_traces[device];
         let finals: Vec<(u64, u64, MempoolId)> = {
             let mut v: Vec<_> = snapshot
@@ -191,7 +193,7 @@ impl PoolPlan {
         };
 
         // Pass 1: the lifetimes the segment events open and close.
-        let mut lives = open_lives(trace);
+        let mut lives = open_lives(trace, marks);
         // Lifetimes kept to the dump take the final segment's pool; final segments
         // no lifetime covers were reserved before the first entry and kept.
         let mut covered = vec![false; finals.len()];

@@ -36,7 +36,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
-use super::oom::{self, InferredCapacity, OomRequest, ReleaseKind, ReleaseSummary};
+use super::oom::{self, InferredCapacity, OomRequest, ReleaseSummary};
 use super::pools::{PoolInference, PoolPlan};
 use super::rewind;
 use super::two_step::PendingFrees;
@@ -360,7 +360,7 @@ pub fn replay_snapshot(
     snapshot: &Snapshot,
     opts: &SnapshotReplayOptions,
 ) -> Result<SnapshotReplay, SnapshotReplayError> {
-    replay(snapshot, opts, None)
+    replay(snapshot, opts, None, Start::AssumeWhereSegmentsSay)
 }
 
 /// [`replay_snapshot`], and the device's memory over the replay: allocated and
@@ -375,14 +375,14 @@ pub fn replay_snapshot_timeline(
     peak_segments: bool,
 ) -> Result<(SnapshotReplay, ReplayTimeline), SnapshotReplayError> {
     let mut track = Track { recorder: None, stop_after_ops: None, peak: None };
-    let r = replay(snapshot, opts, Some(&mut track))?;
+    let r = replay(snapshot, opts, Some(&mut track), Start::AssumeWhereSegmentsSay)?;
     let recorder = track.recorder.take().expect("the replay starts it");
     let peak_ops = recorder.peak_ops;
     let mut timeline = recorder.finish();
     if let (true, Some(ops)) = (peak_segments, peak_ops) {
         let mut again = Track { recorder: None, stop_after_ops: Some(ops), peak: None };
         let quiet = SnapshotReplayOptions { record: false, ..opts.clone() };
-        replay(snapshot, &quiet, Some(&mut again))?;
+        replay(snapshot, &quiet, Some(&mut again), Start::AssumeWhereSegmentsSay)?;
         timeline.peak = again.peak;
     }
     Ok((r, timeline))
@@ -397,10 +397,22 @@ struct Track {
     peak: Option<PeakState>,
 }
 
+/// How [`replay`] finds the state at the first entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Empty where the segment events account for every segment (checked
+    /// during the replay, which starts again rewound where it does not hold).
+    AssumeWhereSegmentsSay,
+    /// Always rewound (the tests compare the two).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Rewind,
+}
+
 fn replay(
     snapshot: &Snapshot,
     opts: &SnapshotReplayOptions,
     mut track: Option<&mut Track>,
+    how: Start,
 ) -> Result<SnapshotReplay, SnapshotReplayError> {
     let (device, device_chosen) = match opts.device {
         Some(d) if d < snapshot.device_traces.len() => (d, false),
@@ -427,15 +439,30 @@ fn replay(
     {
         return Err(SnapshotReplayError::InvalidFraction(f));
     }
+    // One pass over the trace for what the passes before the replay need: the
+    // indices of its segment events and `oom` entries (a few in millions), and
+    // whether frees complete apart from their requests.
+    let mut marks: Vec<usize> = Vec::new();
+    let mut free_on_completed = false;
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap | Action::Oom => {
+                marks.push(i)
+            }
+            Action::FreeCompleted => free_on_completed = true,
+            _ => {}
+        }
+    }
+    let marked = || marks.iter().map(|&i| &trace[i]);
     // Without a capacity, the one the recorded OOMs imply (under the recorded settings).
     let (capacity_inferred, capacity_not_inferred) = if opts.capacity_bytes.is_some() || opts.no_capacity_inference {
         (None, None)
     } else if windowed {
-        let has_oom = trace.iter().any(|e| in_window(e) && e.action == Action::Oom);
+        let has_oom = marked().any(|e| in_window(e) && e.action == Action::Oom);
         (None, has_oom.then(|| "a time window was given: the reserved memory at the OOM is not known".to_owned()))
     } else {
         let recorded = snapshot.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default();
-        match oom::infer_capacity(snapshot, device, &recorded) {
+        match oom::infer_capacity(snapshot, device, &marks, &recorded) {
             Ok(c) => (c, None),
             Err(why) => (None, Some(why)),
         }
@@ -450,28 +477,118 @@ fn replay(
         (Some(c), None) => c.bytes,
         (None, None) => MAX_BYTES,
     };
-    let free_on_completed = trace.iter().any(|e| e.action == Action::FreeCompleted);
-    let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
-    // Pass 1: the state at the first entry (of the window), rewound from the final segments.
     let first = opts.from_us.map_or(0, |f| trace.iter().position(|e| e.time_us >= f).unwrap_or(trace.len()));
-    let mut start = rewind::rewind(snapshot, device, &trace[first..], &config, free_on_completed);
-    let pools = PoolPlan::new(snapshot, device);
-    if first == 0 {
-        // Segments reserved before the trace and freed in it: their pool is the
-        // plan's (known from a final segment, or inferred), not the address's.
-        for seg in start.segments.iter_mut().filter(|s| s.pool_id == (0, 0)) {
-            if let Some((a, b)) = pools.pool_at_start(seg.address) {
-                seg.pool_id = (a as i64, b as i64);
+    let pools = PoolPlan::new(snapshot, device, &marks);
+    // The state at the first entry (of the window), rewound from the final segments.
+    let rewound = || {
+        let mut start = rewind::rewind(snapshot, device, &trace[first..], &config, free_on_completed);
+        if first == 0 {
+            // Segments reserved before the trace and freed in it: their pool is the
+            // plan's (known from a final segment, or inferred), not the address's.
+            for seg in start.segments.iter_mut().filter(|s| s.pool_id == (0, 0)) {
+                if let Some((a, b)) = pools.pool_at_start(seg.address) {
+                    seg.pool_id = (a as i64, b as i64);
+                }
             }
         }
+        start
+    };
+    let setup = Setup {
+        device,
+        device_chosen,
+        windowed,
+        config: &config,
+        settings_from_snapshot,
+        capacity_inferred,
+        capacity_not_inferred,
+        device_bytes,
+        free_on_completed,
+        pools: &pools,
+        marks: &marks,
+    };
+    // Most recordings hold everything from the process's first allocation:
+    // then nothing is live at the first entry and the rewind (a walk over the
+    // whole trace) finds nothing. Where the segment events account for every
+    // segment, that start is assumed and the replay checks the blocks as it
+    // goes (each alloc at an address not live, each free of a live one, the
+    // final segments' blocks live at the end); where they do not, the replay
+    // starts again from the rewound state, so the outcome is always the
+    // rewound start's.
+    if how == Start::AssumeWhereSegmentsSay
+        && !windowed
+        && rewind::segments_start_empty(snapshot, device, trace, &marks)
+    {
+        match replay_from(snapshot, opts, track.as_deref_mut(), &setup, rewind::StartState::default(), true) {
+            Ok(Run { replay, start_confirmed: true }) => return Ok(replay),
+            Ok(_) => {}
+            Err(e) if rewind::blocks_start_empty(snapshot, device, trace, free_on_completed) => return Err(e),
+            Err(_) => {}
+        }
+        if let Some(t) = track.as_deref_mut() {
+            t.recorder = None;
+            t.peak = None;
+        }
     }
+    replay_from(snapshot, opts, track, &setup, rewound(), false).map(|run| run.replay)
+}
+
+/// What [`replay`] works out before the replay itself.
+struct Setup<'a> {
+    device: usize,
+    device_chosen: bool,
+    windowed: bool,
+    config: &'a AllocatorConfig,
+    settings_from_snapshot: bool,
+    capacity_inferred: Option<InferredCapacity>,
+    capacity_not_inferred: Option<String>,
+    device_bytes: u64,
+    free_on_completed: bool,
+    pools: &'a PoolPlan,
+    /// Indices of the trace's segment events and `oom` entries.
+    marks: &'a [usize],
+}
+
+/// A replay, and whether the empty start it assumed held (always, for a
+/// rewound start).
+struct Run {
+    replay: SnapshotReplay,
+    start_confirmed: bool,
+}
+
+/// The replay from `start`. `assumed`: `start` is empty without a rewind,
+/// and the replay stops early, unconfirmed, at the first entry that says
+/// otherwise (see [`replay`]).
+fn replay_from(
+    snapshot: &Snapshot,
+    opts: &SnapshotReplayOptions,
+    mut track: Option<&mut Track>,
+    setup: &Setup,
+    start: rewind::StartState,
+    assumed: bool,
+) -> Result<Run, SnapshotReplayError> {
+    let Setup {
+        device, device_chosen, windowed, config, settings_from_snapshot, device_bytes, free_on_completed, ..
+    } = *setup;
+    let (pools, marks) = (setup.pools, setup.marks);
+    let capacity_inferred = setup.capacity_inferred.clone();
+    let capacity_not_inferred = setup.capacity_not_inferred.clone();
+    let trace = &snapshot.device_traces[device];
+    let in_window =
+        |e: &TraceEntry| opts.from_us.is_none_or(|f| e.time_us >= f) && opts.to_us.is_none_or(|t| e.time_us <= t);
+    let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
     // The recording's segment addresses, in order (the start's segments, then
     // the trace's): PyTorch breaks ties between free blocks of one size by
     // address, so the replay must place its segments where the recording's
     // were to choose the same block.
     let plan = start
         .address_plan()
-        .chain(trace.iter().filter(|e| in_window(e) && e.action == Action::SegmentAlloc).map(|e| (e.size, e.addr)))
+        .chain(
+            marks
+                .iter()
+                .map(|&i| &trace[i])
+                .filter(|e| in_window(e) && e.action == Action::SegmentAlloc)
+                .map(|e| (e.size, e.addr)),
+        )
         .collect();
     let raw = Arc::new(SimulatedMemory::with_address_plan(device_bytes, plan));
     // Stream events wait for the trace's free_completed (two_step.rs).
@@ -494,7 +611,6 @@ fn replay(
     // and the recorded (unknown) limit; elsewhere the allocator releases by itself.
     let own_releases_replayed =
         settings_from_snapshot && opts.capacity_bytes.is_none() && opts.memory_fraction.is_none();
-    let release_plan = oom::classify_releases(trace, &snapshot.frames, in_window);
     for &pool in &pools.pools {
         allocator.create_or_incref_pool(pool).map_err(SnapshotReplayError::Setup)?;
     }
@@ -521,7 +637,6 @@ fn replay(
         v.clear();
     }
 
-    // Pass 2: the replay.
     let mut r = SnapshotReplay {
         device,
         device_chosen,
@@ -582,6 +697,10 @@ fn replay(
         ));
     }
     let mut peak_allocated_seen = allocator.memory_allocated();
+    // An assumed empty start: whether an entry contradicted it, and whether
+    // the loop went through every entry (else the rest is checked apart).
+    let mut contradicted = false;
+    let mut saw_every_entry = true;
     let skip = |r: &mut SnapshotReplay, what: String| {
         r.skipped_entries += 1;
         if r.first_skipped.is_none() {
@@ -600,7 +719,18 @@ fn replay(
         match e.action {
             Action::Alloc => {
                 r.allocs += 1;
+                // An alloc at an address live already (or whose free is still
+                // waiting, or whose alloc failed and was not freed) contradicts
+                // an assumed empty start.
+                if assumed && ((!failed.is_empty() && failed.contains_key(&e.addr)) || frees.holds(e.addr)) {
+                    contradicted = true;
+                    break;
+                }
                 if let Some(old) = handles.remove(&e.addr) {
+                    if assumed {
+                        contradicted = true;
+                        break;
+                    }
                     skip(
                         &mut r,
                         format!(
@@ -631,6 +761,7 @@ fn replay(
                         failed.insert(e.addr, ());
                         if opts.on_oom == OnOom::Stop {
                             r.stopped_early = true;
+                            saw_every_entry = false;
                             break;
                         }
                     }
@@ -654,6 +785,10 @@ fn replay(
                 } else if let Some(h) = handles.remove(&e.addr) {
                     allocator.free(h).map_err(|source| SnapshotReplayError::Allocator { index: i, source })?
                 } else if failed.remove(&e.addr).is_none() {
+                    if assumed {
+                        contradicted = true;
+                        break;
+                    }
                     skip(&mut r, format!("entry {i}: {} of {:#x}, which is not live", a.as_str(), e.addr));
                 }
             }
@@ -664,7 +799,7 @@ fn replay(
                 // program's empty_cache() is made where it was recorded, the
                 // allocator's own are left to the replayed allocator.
                 if prev_action != e.action {
-                    let kind = release_plan.run_at(i).unwrap_or(ReleaseKind::Unattributed);
+                    let kind = oom::classify_run(trace, i as usize, &snapshot.frames, in_window);
                     if r.releases.count(kind, limited, own_releases_replayed) {
                         // Pools whose segments this run frees were freeable then.
                         let run = trace[i as usize..].iter().take_while(|x| x.action == e.action).count();
@@ -750,8 +885,23 @@ fn replay(
             }
             if t.stop_after_ops == Some(i + 1) {
                 t.peak = Some(peak_state(&allocator, i + 1));
+                saw_every_entry = false;
                 break;
             }
+        }
+    }
+    if assumed {
+        let confirmed = !contradicted
+            && if saw_every_entry {
+                let live = handles.len() + failed.len() + frees.len();
+                rewind::final_blocks_match(snapshot, device, live, |a| {
+                    handles.contains_key(&a) || failed.contains_key(&a) || frees.holds(a)
+                })
+            } else {
+                rewind::blocks_start_empty(snapshot, device, trace, free_on_completed)
+            };
+        if !confirmed {
+            return Ok(Run { replay: r, start_confirmed: false });
         }
     }
     r.peak_allocated_bytes = allocator.max_memory_allocated();
@@ -776,12 +926,12 @@ fn replay(
         r.fidelity = Some(report);
     }
     if let Some(rec) = recorder {
-        r.recording = Some(recording(snapshot, device, &allocator, &config, rec));
+        r.recording = Some(recording(snapshot, device, &allocator, config, rec));
     }
     for (_, h) in handles.drain() {
         let _ = allocator.free(h);
     }
-    Ok(r)
+    Ok(Run { replay: r, start_confirmed: true })
 }
 
 /// The bytes entry `i` requests: the trace's, or the scaled size given.
@@ -939,5 +1089,140 @@ fn fidelity(
         replayed_allocated_bytes: allocator.memory_allocated(),
         recorded_reserved_bytes: rec_iter().map(|s| s.total_size).sum(),
         replayed_reserved_bytes: allocator.memory_reserved(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The replay from an assumed empty start (checked as it goes) against the
+    //! replay from the rewound start: equal on every trace, clean or not.
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::model::FrameTable;
+    use vramlab_allocator::consts::MIB;
+
+    fn snapshot(trace: Vec<TraceEntry>, segments: Vec<Segment>) -> Snapshot {
+        Snapshot {
+            protocol: 2,
+            segments,
+            device_traces: vec![trace],
+            frames: FrameTable::default(),
+            allocator_settings: None,
+            legacy_layout: false,
+            host_segments: 0,
+            host_trace_entries: 0,
+            external_annotations: 0,
+            other_keys: Vec::new(),
+        }
+    }
+
+    /// A program of allocs (size), frees (of the live allocation at an index)
+    /// and `empty_cache()`s (`None`), recorded by a replay: real addresses,
+    /// segment events and final segments.
+    fn recorded(ops: &[(Option<u64>, usize)]) -> Snapshot {
+        let mut trace = Vec::new();
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut next = 1u64 << 40;
+        let entry =
+            |action, addr, size, t: usize| TraceEntry { action, addr, size, stream: 0, time_us: t as i64, frames: 0 };
+        for &(size, at) in ops {
+            let t = trace.len();
+            match size {
+                Some(size) if at % 3 != 0 || live.is_empty() => {
+                    next += 1 << 30;
+                    live.push((next, size));
+                    trace.push(entry(Action::Alloc, next, size, t));
+                }
+                Some(_) => {
+                    let (addr, size) = live.remove(at % live.len());
+                    trace.push(entry(Action::FreeRequested, addr, size, t));
+                    trace.push(entry(Action::FreeCompleted, addr, size, t + 1));
+                }
+                None => trace.push(entry(Action::SegmentFree, 0, 0, t)),
+            }
+        }
+        let opts = SnapshotReplayOptions { record: true, ..Default::default() };
+        replay_snapshot(&snapshot(trace, Vec::new()), &opts).unwrap().recording.unwrap()
+    }
+
+    /// Both starts, with the timeline stopping at `stop` entries when given.
+    fn both(s: &Snapshot, opts: &SnapshotReplayOptions, stop: Option<u64>) {
+        let run = |how| {
+            let mut track = Track { recorder: None, stop_after_ops: stop, peak: None };
+            let r = replay(s, opts, Some(&mut track), how);
+            let timeline = track.recorder.map(|t| t.finish());
+            (r.map_err(|e| e.to_string()), timeline, track.peak)
+        };
+        let assumed = run(Start::AssumeWhereSegmentsSay);
+        let rewound = run(Start::Rewind);
+        assert_eq!(assumed, rewound);
+    }
+
+    fn op() -> impl Strategy<Value = (Option<u64>, usize)> {
+        let size = prop_oneof![1u64..MIB, MIB..(10 * MIB), (10 * MIB)..(60 * MIB)];
+        (prop_oneof![12 => size.prop_map(Some), 1 => Just(None)], any::<usize>())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// A recorded trace as it is, with its start cut off, an entry dropped or
+        /// doubled, or a live block added to its final segments: the same replay,
+        /// on an unlimited device and a small one, to the end or stopped.
+        #[test]
+        fn an_assumed_empty_start_replays_as_the_rewound_one(
+            ops in proptest::collection::vec(op(), 1..80),
+            change in 0usize..5,
+            at in any::<usize>(),
+            capacity in prop_oneof![Just(None), (40u64..200).prop_map(|m| Some(m * MIB))],
+            stop_on_oom in any::<bool>(),
+            stop in prop_oneof![Just(None), (0u64..100).prop_map(Some)],
+        ) {
+            let mut s = recorded(&ops);
+            let trace = &mut s.device_traces[0];
+            let k = at % trace.len().max(1);
+            match change {
+                1 => { trace.drain(..k); }
+                2 if !trace.is_empty() => { trace.remove(k); }
+                3 if !trace.is_empty() => { let e = trace[k]; trace.insert(k, e); }
+                4 => {
+                    if let Some(b) = s.segments.iter_mut().flat_map(|g| &mut g.blocks).find(|b| b.state == BlockState::Inactive) {
+                        b.state = BlockState::ActiveAllocated;
+                        b.requested_size = b.size;
+                    }
+                }
+                _ => {}
+            }
+            // Without expandable segments, the two checks hold exactly when the
+            // rewind finds nothing at the start (and nothing it cannot undo).
+            let trace = &s.device_traces[0];
+            let completes = trace.iter().any(|e| e.action == Action::FreeCompleted);
+            let all: Vec<usize> = (0..trace.len()).collect();
+            let nothing = rewind::rewind(&s, 0, trace, &AllocatorConfig::default(), completes)
+                == rewind::StartState::default();
+            let checks = rewind::segments_start_empty(&s, 0, trace, &all)
+                && rewind::blocks_start_empty(&s, 0, trace, completes);
+            prop_assert_eq!(nothing, checks);
+            let on_oom = if stop_on_oom { OnOom::Stop } else { OnOom::Continue };
+            let opts = SnapshotReplayOptions { capacity_bytes: capacity, on_oom, record: true, ..Default::default() };
+            both(&s, &opts, stop);
+        }
+    }
+
+    #[test]
+    fn a_clean_recording_is_assumed_to_start_empty_and_one_cut_is_not() {
+        let ops: Vec<(Option<u64>, usize)> = (0..40u64).map(|k| (Some((k % 7 + 1) * MIB), (k * 5) as usize)).collect();
+        let s = recorded(&ops);
+        let trace = &s.device_traces[0];
+        let marks: Vec<usize> = (0..trace.len()).filter(|&i| trace[i].action != Action::Alloc).collect();
+        assert!(rewind::segments_start_empty(&s, 0, trace, &marks));
+        assert!(rewind::blocks_start_empty(&s, 0, trace, true));
+        let cut = &trace[trace.len() / 2..];
+        let marks: Vec<usize> = (0..cut.len()).collect();
+        assert!(!rewind::segments_start_empty(&s, 0, cut, &marks) || !rewind::blocks_start_empty(&s, 0, cut, true));
+        let r = replay_snapshot(&s, &SnapshotReplayOptions::default()).unwrap();
+        assert!(r.fidelity.unwrap().agrees());
+        assert_eq!(r.live_at_start, LiveAtStart::default());
     }
 }

@@ -36,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::Serialize;
 
@@ -328,6 +328,77 @@ pub(crate) fn rewind(
     counts.blocks_bytes =
         segments.iter().flat_map(|s| &s.blocks).chain(outside.iter().map(|(_, b)| b)).map(|b| b.size).sum();
     StartState { segments, outside, live_at_start: counts }
+}
+
+/// Whether the segment events of `undo` (the entries at `marks`, in order;
+/// other entries among them are ignored) account for every segment: from
+/// nothing reserved, each `segment_alloc` takes an address where no live
+/// segment starts, each `segment_free` (of some bytes) ends a live one, there
+/// is no expandable map or unmap, and what is left is the final segments. Then
+/// [`rewind`] finds no segment at the start, and it finds nothing at all when
+/// [`blocks_start_empty`] (or [`final_blocks_match`] at the end of a replay that
+/// saw every entry undone cleanly) holds too: the backward walk undoes exactly
+/// the forward steps from an empty start, each of them cleanly.
+pub(crate) fn segments_start_empty(snapshot: &Snapshot, device: usize, undo: &[TraceEntry], marks: &[usize]) -> bool {
+    let mut segs: FxHashSet<u64> = FxHashSet::default();
+    for e in marks.iter().map(|&i| &undo[i]) {
+        let clean = match e.action {
+            Action::SegmentAlloc => segs.insert(e.addr),
+            Action::SegmentFree => e.size != 0 && segs.remove(&e.addr),
+            Action::SegmentMap | Action::SegmentUnmap => false,
+            _ => true,
+        };
+        if !clean {
+            return false;
+        }
+    }
+    let finals: FxHashSet<u64> =
+        snapshot.segments.iter().filter(|s| s.device == device as i64).map(|s| s.address).collect();
+    finals == segs
+}
+
+/// Whether the allocs and frees of `undo` account for every block: from
+/// nothing allocated, each `alloc` takes an address not live, each free (at
+/// `free_completed`, or `free_requested` without completions) ends a live
+/// block, and what is left live is the final segments' allocated blocks.
+pub(crate) fn blocks_start_empty(
+    snapshot: &Snapshot,
+    device: usize,
+    undo: &[TraceEntry],
+    free_on_completed: bool,
+) -> bool {
+    let free = if free_on_completed { Action::FreeCompleted } else { Action::FreeRequested };
+    let mut live: FxHashSet<u64> = FxHashSet::default();
+    for e in undo {
+        let clean = match e.action {
+            Action::Alloc => live.insert(e.addr),
+            a if a == free => live.remove(&e.addr),
+            _ => true,
+        };
+        if !clean {
+            return false;
+        }
+    }
+    final_blocks_match(snapshot, device, live.len(), |addr| live.contains(&addr))
+}
+
+/// Whether the final segments' allocated blocks on `device` are, by address,
+/// exactly a set of `count` addresses of which `holds` says whether it has one.
+pub(crate) fn final_blocks_match(
+    snapshot: &Snapshot,
+    device: usize,
+    count: usize,
+    holds: impl Fn(u64) -> bool,
+) -> bool {
+    let finals: FxHashSet<u64> = snapshot
+        .segments
+        .iter()
+        .filter(|s| s.device == device as i64)
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state != BlockState::Inactive)
+        .map(|b| b.address)
+        .collect();
+    finals.len() == count && finals.iter().all(|&a| holds(a))
 }
 
 /// For each live block freed in the trace, the lowest address above it that

@@ -84,6 +84,16 @@ impl PendingFrees {
         }
     }
 
+    /// Whether the free of the block at `addr` is requested and not completed.
+    pub(crate) fn holds(&self, addr: u64) -> bool {
+        self.immediate == Some(addr) || (!self.requested.is_empty() && self.requested.contains_key(&addr))
+    }
+
+    /// How many frees are requested and not completed.
+    pub(crate) fn len(&self) -> usize {
+        self.requested.len() + usize::from(self.immediate.is_some())
+    }
+
     /// Blocks whose free waits for other streams still (at the dump, once the
     /// trace is replayed).
     pub(crate) fn waiting(&self) -> u64 {

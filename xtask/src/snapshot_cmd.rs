@@ -5,18 +5,43 @@
 
 use std::fmt::Write as _;
 use std::io::Read;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vramlab_reports::replay_page::{self, ReplayPage};
 use vramlab_snapshot::{self as snapshot, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;
 use crate::replay_doc;
 
-/// Replays a snapshot read from `input` (named `name` in messages).
-pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result<Vec<u8>> {
-    let snap =
-        snapshot::read_snapshot(input).with_context(|| format!("{name} is not a readable PyTorch memory snapshot"))?;
+/// Files from this size on show their progress on stderr (where it is a
+/// terminal): the bytes read, then the replay (about 1 s per 100 MB).
+const PROGRESS_FROM_BYTES: u64 = 32 << 20;
+
+/// Replays a snapshot read from `input` (named `name` in messages; `len`, its
+/// size where known, for the progress bar of large files).
+pub fn replay(args: &ReplayArgs, name: &str, input: impl Read, len: Option<u64>) -> anyhow::Result<Vec<u8>> {
+    let bar = len.filter(|&n| n >= PROGRESS_FROM_BYTES).map(|n| {
+        let style = ProgressStyle::with_template("{prefix:>9} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
+            .expect("a valid template")
+            .progress_chars("=> ");
+        ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()).with_style(style).with_prefix("reading")
+    });
+    let read = match &bar {
+        Some(bar) => snapshot::read_snapshot(bar.wrap_read(input)),
+        None => snapshot::read_snapshot(input),
+    };
+    let snap = read.with_context(|| format!("{name} is not a readable PyTorch memory snapshot"))?;
+    if let Some(bar) = &bar {
+        let entries: usize = snap.device_traces.iter().map(Vec::len).sum();
+        bar.set_style(ProgressStyle::with_template("{prefix:>9} {spinner} {msg} {elapsed}").expect("a valid template"));
+        bar.set_prefix("replaying");
+        bar.set_message(format!("{entries} trace entries"));
+        bar.enable_steady_tick(Duration::from_millis(100));
+    }
+    // Cleared however the replay ends.
+    let _clear = ClearOnDrop(bar.clone());
     if let (Some(from), Some(to)) = (args.from_us, args.to_us)
         && from > to
     {
@@ -90,4 +115,15 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read) -> anyhow::Result
         }
     }
     Ok(out)
+}
+
+/// Clears a progress bar when dropped.
+struct ClearOnDrop(Option<ProgressBar>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
 }

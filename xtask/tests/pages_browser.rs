@@ -231,7 +231,7 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert!(attr(&dom, "bands").parse::<u32>().unwrap() >= 2, "bands by call path");
                 // Round ticks: y from 0 in equal steps of 1, 2 or 5 of one unit; every label inside the chart.
                 let yticks = attr(&dom, "yticks");
-                assert_round_steps(&yticks, "{name} at {width} px: y ticks");
+                assert_round_steps(yticks, &format!("{name} at {width} px: y ticks"));
                 assert!(attr(&dom, "xticks").split('|').count() >= 2, "{name} at {width} px: x ticks");
                 assert_eq!(attr(&dom, "ticks-inside"), "true", "{name} at {width} px: a tick label leaves the chart");
                 // The wheel zooms in (the span shrinks), the pinch further.
