@@ -265,6 +265,19 @@ struct AddressPlan {
     next: std::collections::VecDeque<(u64, u64)>,
     /// Whether allocations take their address from the plan yet.
     armed: bool,
+    /// The planned segments still held (address → size): a planned address
+    /// that overlaps one of them (a malformed recording, say one with a
+    /// `segment_alloc` written twice) ends the plan rather than hand out
+    /// memory that is in use.
+    held: std::collections::BTreeMap<u64, u64>,
+}
+
+impl AddressPlan {
+    /// Whether [addr, addr + size) overlaps a held planned segment.
+    fn overlaps_held(&self, addr: u64, size: u64) -> bool {
+        let end = addr.saturating_add(size);
+        self.held.range(..end).next_back().is_some_and(|(&a, &s)| a.saturating_add(s) > addr)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -302,7 +315,8 @@ impl SimulatedMemory {
         let base = above.max(SIM_BASE).div_ceil(2 * MIB).saturating_mul(2 * MIB);
         let m = SimulatedMemory::with_capacity(capacity_bytes);
         m.next_addr.store(base, Ordering::Relaxed);
-        *m.plan.lock().unwrap_or_else(|e| e.into_inner()) = AddressPlan { next: plan.into(), armed: false };
+        *m.plan.lock().unwrap_or_else(|e| e.into_inner()) =
+            AddressPlan { next: plan.into(), armed: false, held: Default::default() };
         m
     }
 
@@ -312,14 +326,18 @@ impl SimulatedMemory {
     }
 
     /// The planned address for a segment of `size`, if the plan is armed and
-    /// plans this size next; any other size ends the plan.
+    /// plans this size next at an address no held planned segment overlaps;
+    /// any other size, or an overlap, ends the plan.
     fn planned_address(&self, size: u64) -> Option<u64> {
         let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
         if !plan.armed {
             return None;
         }
         match plan.next.pop_front() {
-            Some((planned, addr)) if planned == size => Some(addr),
+            Some((planned, addr)) if planned == size && !plan.overlaps_held(addr, size) => {
+                plan.held.insert(addr, size);
+                Some(addr)
+            }
             Some(_) => {
                 plan.next.clear();
                 None
@@ -372,7 +390,8 @@ impl RawAllocator for SimulatedMemory {
         Ok(self.planned_address(size).unwrap_or_else(|| self.take_addresses(size)))
     }
 
-    fn free(&self, _addr: u64, size: u64) {
+    fn free(&self, addr: u64, size: u64) {
+        self.plan.lock().unwrap_or_else(|e| e.into_inner()).held.remove(&addr);
         self.budget.give(size);
     }
 
@@ -468,5 +487,25 @@ mod tests {
         let b = sim.malloc(2 * MIB).unwrap();
         assert!(b >= a + 20 * MIB);
         assert_eq!(sim.malloc(GIB), Err(RawError::OutOfMemory));
+    }
+
+    #[test]
+    fn a_planned_address_still_in_use_ends_the_plan() {
+        // A recording with one segment_alloc written twice plans the same
+        // address twice: the second must not get memory that is in use.
+        let plan = vec![(20 * MIB, SIM_BASE), (20 * MIB, SIM_BASE), (2 * MIB, SIM_BASE + 30 * MIB)];
+        let sim = SimulatedMemory::with_address_plan(GIB, plan);
+        sim.arm_address_plan();
+        let a = sim.malloc(20 * MIB).unwrap();
+        assert_eq!(a, SIM_BASE);
+        let b = sim.malloc(20 * MIB).unwrap();
+        assert!(b >= SIM_BASE + 32 * MIB, "a fresh address above every planned range, not {b:#x}");
+        assert_ne!(sim.malloc(2 * MIB).unwrap(), SIM_BASE + 30 * MIB, "the plan ended");
+        // Freed, a planned address can be planned again.
+        let sim = SimulatedMemory::with_address_plan(GIB, vec![(4 * MIB, SIM_BASE), (4 * MIB, SIM_BASE)]);
+        sim.arm_address_plan();
+        let a = sim.malloc(4 * MIB).unwrap();
+        sim.free(a, 4 * MIB);
+        assert_eq!(sim.malloc(4 * MIB).unwrap(), SIM_BASE);
     }
 }
