@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The time gate's acceptance figures (README, "Regression checks in CI"): five
+# pairs of independent runs (a baseline of 3 runs, then 2 runs compared with it)
+# of one build against itself (A/A) and of the test-slowdown build against it
+# (planted: `add` does 20 % more work), then two A/B sittings of 5 pairs of each;
+# on the cpu-vs-gpu quick suite, where the planted kernel runs. Prints each
+# comparison's regressions and the `add` cases' verdicts and intervals.
+#
+#   cargo build --release -p xtask && cp target/release/xtask /tmp/base
+#   cargo build --release -p xtask --features test-slowdown && cp target/release/xtask /tmp/slow
+#   scripts/time_gate_acceptance.sh /tmp/base /tmp/slow /tmp/acceptance
+set -u
+B=${1:?usage: $0 BASE_BIN SLOW_BIN OUT_DIR}
+S=${2:?usage: $0 BASE_BIN SLOW_BIN OUT_DIR}
+OUT=${3:?usage: $0 BASE_BIN SLOW_BIN OUT_DIR}
+B=$(realpath "$B"); S=$(realpath "$S")
+rm -rf "$OUT" && mkdir -p "$OUT" && cd "$OUT" || exit 2
+Q="--quick --suite cpu-vs-gpu --device cpu --baseline-dir baselines"
+uptime > load.txt
+for i in 1 2 3 4 5; do
+  "$B" bench $Q --repeat 3 --save-baseline aa$i --out base$i > base$i.log 2>&1 || exit 2
+  "$B" bench $Q --repeat 2 --baseline aa$i --out aa$i --json > aa$i.json 2> aa$i.err
+  "$S" bench $Q --repeat 2 --baseline aa$i --out planted$i --json > planted$i.json 2> planted$i.err
+  uptime >> load.txt
+done
+AB="--quick --suite cpu-vs-gpu --device cpu --pairs 5"
+for i in 1 2; do
+  "$B" check --ab "$B" --candidate "$B" $AB --out ab-aa$i --json > ab-aa$i.json 2> ab-aa$i.err
+  "$B" check --ab "$B" --candidate "$S" $AB --out ab-planted$i --json > ab-planted$i.json 2> ab-planted$i.err
+  uptime >> load.txt
+done
+python3 - <<'PY'
+import glob, json
+for f in sorted(glob.glob('*.json')):
+    c = json.load(open(f))
+    t = [r for r in c['rows'] if r['kind'] == 'time']
+    reg = [r['case']['case'] for r in t if r['status'] == 'regression']
+    add = [(r['case']['case'], r['status'], [round(x, 3) for x in (r['ratio_interval'] or [])])
+           for r in t if r['case']['case'].startswith('add/cpu')]
+    mem = sum(1 for r in c['rows'] if r['kind'] == 'memory' and r['status'] != 'no_change')
+    print(f"{f}: {len(t)} times, regressions {reg}; memory changed {mem}; add {add}")
+PY
+echo "load averages during the run:"; cat load.txt
