@@ -13,9 +13,8 @@ use serde::Serialize;
 use vramlab_snapshot::{DiffSide, SnapshotDiff};
 
 use crate::replay_page::Fact;
-use crate::report::INDEX_HTML;
 use crate::units::fmt_bytes;
-use crate::{ReportError, prepare_out_dir, write_unsynced};
+use crate::{ReportError, prepare_out_dir};
 
 /// Call-path rows on the page (the rest are counted; `--json` has them all).
 pub const MAX_PATH_ROWS: usize = 50;
@@ -220,13 +219,7 @@ pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, Report
         sizes => sizes,
         css => crate::html::CSS,
     };
-    let html = crate::html::environment()
-        .get_template("diff.html")
-        .and_then(|t| t.render(ctx))
-        .map_err(|e| ReportError::Template { reason: format!("{e:#}") })?;
-    let index_html = dir.join(INDEX_HTML);
-    write_unsynced(&index_html, html.as_bytes())?;
-    Ok(index_html)
+    crate::html::write_index(dir, "diff.html", ctx)
 }
 
 #[cfg(test)]

@@ -336,6 +336,26 @@ pub(crate) fn environment() -> Environment<'static> {
     env
 }
 
+/// Renders page template `template` (see [`environment`]) with `ctx`.
+pub(crate) fn render(template: &str, ctx: minijinja::Value) -> Result<String, crate::ReportError> {
+    environment()
+        .get_template(template)
+        .and_then(|t| t.render(ctx))
+        .map_err(|e| crate::ReportError::Template { reason: format!("{e:#}") })
+}
+
+/// Renders `template` with `ctx` into `dir/index.html`; its path.
+pub(crate) fn write_index(
+    dir: &std::path::Path,
+    template: &str,
+    ctx: minijinja::Value,
+) -> Result<std::path::PathBuf, crate::ReportError> {
+    let html = render(template, ctx)?;
+    let index_html = dir.join(crate::report::INDEX_HTML);
+    crate::write_unsynced(&index_html, html.as_bytes())?;
+    Ok(index_html)
+}
+
 /// Renders the page. `extras` holds one entry per suite of `results`, in order.
 pub fn render_index(
     results: &RunResults,

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::report::INDEX_HTML;
 use crate::{ReportError, prepare_out_dir, write_unsynced};
 
 /// Writes `source` as `dir/name` (the hook's `sitecustomize.py`), creating
@@ -140,13 +139,7 @@ pub fn write_record_index(dir: &Path, index: &RecordIndex) -> Result<PathBuf, Re
         empty_reason => &index.empty_reason,
         css => crate::html::CSS,
     };
-    let html = crate::html::environment()
-        .get_template("record.html")
-        .and_then(|t| t.render(ctx))
-        .map_err(|e| ReportError::Template { reason: format!("{e:#}") })?;
-    let path = dir.join(INDEX_HTML);
-    write_unsynced(&path, html.as_bytes())?;
-    Ok(path)
+    crate::html::write_index(dir, "record.html", ctx)
 }
 
 #[cfg(test)]

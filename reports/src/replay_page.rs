@@ -501,13 +501,6 @@ struct SettingRow {
     oom: Option<String>,
 }
 
-fn render(template: &str, ctx: minijinja::Value) -> Result<String, ReportError> {
-    crate::html::environment()
-        .get_template(template)
-        .and_then(|t| t.render(ctx))
-        .map_err(|e| ReportError::Template { reason: format!("{e:#}") })
-}
-
 fn segment_row(s: &SegmentInfo) -> SegmentRow {
     let free: Vec<u64> = s.blocks.iter().filter(|b| b.state == BlockState::Inactive).map(|b| b.size).collect();
     SegmentRow {
@@ -854,7 +847,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         trace => TRACE_JSON,
         css => crate::html::CSS,
     };
-    let html = render("replay.html", ctx)?;
+    let html = crate::html::render("replay.html", ctx)?;
     let index_html = dir.join(INDEX_HTML);
     let trace_json = dir.join(TRACE_JSON);
     write_unsynced(&trace_json, trace::replay_trace(&page.unit, &[(page.source.as_str(), t)]).as_bytes())?;
@@ -985,7 +978,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         trace => TRACE_JSON,
         css => crate::html::CSS,
     };
-    let html = render("whatif.html", ctx)?;
+    let html = crate::html::render("whatif.html", ctx)?;
     let runs: Vec<(&str, &ReplayTimeline)> = page.settings.iter().map(|s| (s.name.as_str(), s.timeline)).collect();
     let index_html = dir.join(INDEX_HTML);
     let trace_json = dir.join(TRACE_JSON);

@@ -14,9 +14,8 @@ use vramlab_suites::{CaseResult, Outcome, RunResults};
 
 use crate::diff_page::{fmt_change, fmt_relative};
 use crate::replay_page::Fact;
-use crate::report::INDEX_HTML;
 use crate::units::fmt_bytes;
-use crate::{ReportError, prepare_out_dir, write_unsynced};
+use crate::{ReportError, prepare_out_dir};
 
 /// One side of the comparison.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -324,13 +323,7 @@ pub fn write_results_diff_report(dir: &Path, d: &ResultsDiff) -> Result<PathBuf,
         only_after => &d.only_after,
         css => crate::html::CSS,
     };
-    let html = crate::html::environment()
-        .get_template("results_diff.html")
-        .and_then(|t| t.render(ctx))
-        .map_err(|e| ReportError::Template { reason: format!("{e:#}") })?;
-    let index_html = dir.join(INDEX_HTML);
-    write_unsynced(&index_html, html.as_bytes())?;
-    Ok(index_html)
+    crate::html::write_index(dir, "results_diff.html", ctx)
 }
 
 #[cfg(test)]

@@ -128,14 +128,25 @@ fn run_results(args: &DiffArgs, a_name: &str, b_name: &str) -> anyhow::Result<u8
         ),
         None => None,
     };
-    let out = if args.json {
-        let doc = ResultsDiffDoc { schema_version: SCHEMA_VERSION, kind: "results", diff: &d };
-        let mut v = serde_json::to_vec_pretty(&doc).context("cannot serialize the diff")?;
+    let doc = ResultsDiffDoc { schema_version: SCHEMA_VERSION, kind: "results", diff: &d };
+    print_diff(args.json, &doc, || results_text(&d), written.as_deref())
+}
+
+/// Prints a diff: its JSON document with `--json`, else its text and the
+/// report's path when one was written. Exit status 0.
+fn print_diff(
+    json: bool,
+    doc: &impl Serialize,
+    text: impl FnOnce() -> String,
+    written: Option<&Path>,
+) -> anyhow::Result<u8> {
+    let out = if json {
+        let mut v = serde_json::to_vec_pretty(doc).context("cannot serialize the diff")?;
         v.push(b'\n');
         v
     } else {
-        let mut text = results_text(&d);
-        if let Some(index) = &written {
+        let mut text = text();
+        if let Some(index) = written {
             let _ = writeln!(text, "\nreport: {}", index.display());
         }
         text.into_bytes()
@@ -218,21 +229,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<u8> {
         ),
         None => None,
     };
-    let out = if args.json {
-        let mut v = serde_json::to_vec_pretty(&DiffDoc { schema_version: SCHEMA_VERSION, diff: &d })
-            .context("cannot serialize the diff")?;
-        v.push(b'\n');
-        v
-    } else {
-        let mut text = text(&d);
-        if let Some(index) = &written {
-            let _ = writeln!(text, "\nreport: {}", index.display());
-        }
-        text.into_bytes()
-    };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&out).and_then(|()| stdout.flush()).context("cannot write to standard output")?;
-    Ok(0)
+    print_diff(args.json, &DiffDoc { schema_version: SCHEMA_VERSION, diff: &d }, || text(&d), written.as_deref())
 }
 
 /// The terminal report.
