@@ -139,10 +139,12 @@ fn proofread_with_labels(text: &str, sentence: bool, labels: &[&str]) -> Vec<Str
         }
     }
     for (i, pair) in words.windows(2).enumerate() {
-        // "1 cases" (but "1 of 2 cases", "1 ms", "1 process" read well).
-        let noun = pair[1].trim_end_matches(|c: char| !c.is_alphanumeric());
+        // "1 cases" and "(1 more claims" (but "1 of 2 cases", "1 ms", "1 process" read well).
+        let one = pair[0].trim_start_matches(|c: char| !c.is_alphanumeric());
+        let more = matches!(pair[1], "more" | "other") && i + 2 < words.len();
+        let noun = (if more { words[i + 2] } else { pair[1] }).trim_end_matches(|c: char| !c.is_alphanumeric());
         let after_of = i > 0 && words[i - 1] == "of";
-        if pair[0] == "1"
+        if one == "1"
             && !after_of
             && noun.len() > 2
             && noun.ends_with('s')
@@ -257,6 +259,7 @@ fn the_proofreader_catches_what_reads_wrong_and_passes_what_reads_well() {
     for (bad, why) in [
         ("beyond 0 workers more stop helping the the loop.", "doubled word"),
         ("Measured 1 workers at 3.00 MiB.", "\"1 workers\""),
+        ("Two hold (1 more claims below).", "\"1 claims\""),
         ("It took 5ms.", "unit not spaced"),
         ("It waited 50% of the time.", "unit not spaced"),
         ("A ratio of NaN here.", "\"NaN\""),
@@ -274,6 +277,7 @@ fn the_proofreader_catches_what_reads_wrong_and_passes_what_reads_well() {
         "no_grad saves memory: 50 % less.",
         "cudnn.benchmark chose gemm_1x1 (120.5 µs), 1.05x faster; 1 process.",
         "Had 2, 2 of them ran; batch 2312270 fits.",
+        "Two hold (1 more claim below); 1 other case failed.",
         "Faster than the CPU (CPU time ÷ GPU time).",
     ] {
         assert_eq!(proofread(good, true), Vec::<String>::new(), "{good:?}");
