@@ -934,18 +934,7 @@ mod tests {
     }
 
     fn snapshot(trace: Vec<TraceEntry>, segments: Vec<Segment>) -> Snapshot {
-        Snapshot {
-            protocol: 4,
-            segments,
-            device_traces: vec![trace],
-            frames: frames(),
-            allocator_settings: None,
-            legacy_layout: false,
-            host_segments: 0,
-            host_trace_entries: 0,
-            external_annotations: 0,
-            other_keys: Vec::new(),
-        }
+        Snapshot::of_one_device(trace, segments, frames())
     }
 
     #[test]

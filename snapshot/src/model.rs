@@ -198,6 +198,24 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// A snapshot of one device (index 0): its trace, its final segments and the
+    /// stacks the entries name, as PyTorch 2.2 and later write it (protocol 4,
+    /// no allocator settings, nothing else). For tests and generated snapshots.
+    pub fn of_one_device(trace: Vec<TraceEntry>, segments: Vec<Segment>, frames: FrameTable) -> Snapshot {
+        Snapshot {
+            protocol: 4,
+            segments,
+            device_traces: vec![trace],
+            frames,
+            allocator_settings: None,
+            legacy_layout: false,
+            host_segments: 0,
+            host_trace_entries: 0,
+            external_annotations: 0,
+            other_keys: Vec::new(),
+        }
+    }
+
     /// The device with the most trace entries (the lowest index on ties), if any has one.
     pub fn busiest_device(&self) -> Option<usize> {
         let (device, trace) = self.device_traces.iter().enumerate().max_by_key(|(i, t)| (t.len(), usize::MAX - i))?;

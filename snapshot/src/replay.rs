@@ -1103,18 +1103,7 @@ mod tests {
     use vramlab_allocator::consts::MIB;
 
     fn snapshot(trace: Vec<TraceEntry>, segments: Vec<Segment>) -> Snapshot {
-        Snapshot {
-            protocol: 2,
-            segments,
-            device_traces: vec![trace],
-            frames: FrameTable::default(),
-            allocator_settings: None,
-            legacy_layout: false,
-            host_segments: 0,
-            host_trace_entries: 0,
-            external_annotations: 0,
-            other_keys: Vec::new(),
-        }
+        Snapshot::of_one_device(trace, segments, FrameTable::default())
     }
 
     /// A program of allocs (size), frees (of the live allocation at an index)

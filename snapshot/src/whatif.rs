@@ -421,18 +421,7 @@ mod tests {
     }
 
     fn snapshot(trace: Vec<TraceEntry>) -> Snapshot {
-        Snapshot {
-            protocol: 4,
-            segments: Vec::new(),
-            device_traces: vec![trace],
-            frames: frames(),
-            allocator_settings: None,
-            legacy_layout: false,
-            host_segments: 0,
-            host_trace_entries: 0,
-            external_annotations: 0,
-            other_keys: Vec::new(),
-        }
+        Snapshot::of_one_device(trace, Vec::new(), frames())
     }
 
     fn limited(mib: u64) -> SnapshotReplayOptions {

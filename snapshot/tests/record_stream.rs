@@ -55,18 +55,7 @@ fn record_stream_snapshot() -> Snapshot {
             block(1536, 2 * MIB - 1536, BlockState::Inactive),
         ],
     };
-    Snapshot {
-        protocol: 4,
-        segments: vec![segment],
-        device_traces: vec![trace],
-        frames: FrameTable::default(),
-        allocator_settings: None,
-        legacy_layout: false,
-        host_segments: 0,
-        host_trace_entries: 0,
-        external_annotations: 0,
-        other_keys: Vec::new(),
-    }
+    Snapshot::of_one_device(trace, vec![segment], FrameTable::default())
 }
 
 #[test]

@@ -112,18 +112,7 @@ fn entry(action: Action, addr: u64, size: u64, frames: u32) -> TraceEntry {
 /// A snapshot of one device's trace, with no final segments (everything freed,
 /// or left live by allocs in the trace), `frames` its stacks.
 fn snapshot_of(trace: Vec<TraceEntry>, frames: FrameTable) -> Snapshot {
-    Snapshot {
-        protocol: 4,
-        segments: Vec::new(),
-        device_traces: vec![trace],
-        frames,
-        allocator_settings: None,
-        legacy_layout: false,
-        host_segments: 0,
-        host_trace_entries: 0,
-        external_annotations: 0,
-        other_keys: Vec::new(),
-    }
+    Snapshot::of_one_device(trace, Vec::new(), frames)
 }
 
 /// Stack 1 is `torch.cuda.empty_cache()`'s.
