@@ -33,11 +33,13 @@ pub const MAX_TIMELINES_PER_SUITE: usize = 6;
 /// column of the chart (min/max decimation keeps every peak), where more
 /// would only make the SVG and PNG bigger.
 pub const DRAWN_POINTS: usize = crate::charts::WIDTH as usize;
-/// Times of a category stack drawn as a file: one per two pixel columns (min/max
-/// decimation of the total keeps every peak). A stack's SVG holds each band's
-/// top and bottom edge, so at one point per column the six largest stacks of a
-/// full CPU run made the page 2.28 MB alone (1.56 MB of them stacks).
-pub const STACK_POINTS: usize = crate::charts::WIDTH as usize / 2;
+/// Times of a category stack drawn as a file: one per four pixel columns
+/// (min/max decimation of the total keeps every peak). A stack's SVG holds each
+/// band's top and bottom edge: at one point per column a full CPU run's page was
+/// 2.28 MB (1.56 MB of it six stacks), and at one per two columns a run on a
+/// quiet machine, whose longer stacks all reached the limit, still 2.19 MB
+/// (eight stacks of about 100 KB).
+pub const STACK_POINTS: usize = crate::charts::WIDTH as usize / 4;
 /// Points per series of an interactive timeline's data in the page: enough to
 /// zoom into, few enough for the page to stay small with dozens of timelines.
 pub const PAGE_POINTS: usize = 1000;
