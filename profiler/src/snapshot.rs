@@ -201,6 +201,7 @@ impl Profile {
             protocol: 2,
             segments: end,
             device_traces: vec![trace],
+            skipped_entries: Vec::new(),
             frames: names.table,
             allocator_settings: config.map(|c| AllocatorSettings {
                 alloc_conf: c.to_string(),

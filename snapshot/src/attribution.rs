@@ -789,7 +789,15 @@ fn group(classifier: &mut Classifier, live: &HashMap<u64, Live>, lifetimes: &Lif
         .map(|(key, acc)| {
             let (label, user_frames) = describe_key(&key);
             let mut stacks: Vec<(StackId, u64, u64)> = acc.by_stack.into_iter().map(|(s, (b, n))| (s, b, n)).collect();
-            stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            // The most bytes first, then the most blocks; ties by the frames
+            // themselves, not by stack ids (which depend on the order a reader
+            // met the stacks in).
+            let frame_key = |f: &Frame| (f.filename.clone(), f.line, f.name.clone());
+            stacks.sort_by(|a, b| {
+                (b.1, b.2)
+                    .cmp(&(a.1, a.2))
+                    .then_with(|| frames.stack(a.0).map(frame_key).cmp(frames.stack(b.0).map(frame_key)))
+            });
             let largest = stacks.first().map_or(0, |s| s.0);
             let largest_frames: Vec<&Frame> = frames.stack(largest).collect();
             let first_user = largest_frames.iter().position(|f| frame_kind(f) == FrameKind::User && !is_tag(f));

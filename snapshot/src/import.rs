@@ -9,8 +9,8 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::SnapshotError;
-use super::model::{Action, AllocatorSettings, Block, FrameTable, Segment, SegmentType, Snapshot, TraceEntry};
-use super::pickle::{self, HAS_ADDR, HAS_DEVICE_FREE, HAS_SIZE, Heap, Pickle, Value};
+use super::model::{AllocatorSettings, Block, FrameTable, Segment, SegmentType, Snapshot, TraceEntry};
+use super::pickle::{self, Heap, Pickle, ProblemKind, ReadOptions, Value};
 use vramlab_allocator::{BlockState, ROUNDUP_BUCKETS};
 use vramlab_replay::MAX_BYTES;
 
@@ -27,7 +27,18 @@ pub fn read_snapshot_file(path: &Path) -> Result<Snapshot, SnapshotError> {
 
 /// Reads a snapshot pickle.
 pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
-    let Pickle { protocol, top, mut heap } = pickle::read(input)?;
+    read_snapshot_with(input, ReadOptions::default())
+}
+
+/// Reads a snapshot pickle, the leading trace entries before
+/// `opts.from_us` dropped as they are read ([`Snapshot::skipped_entries`]
+/// counts them).
+pub fn read_snapshot_with<R: Read>(input: R, opts: ReadOptions) -> Result<Snapshot, SnapshotError> {
+    snapshot_of(pickle::read_with(input, opts)?)
+}
+
+fn snapshot_of(pickle: Pickle) -> Result<Snapshot, SnapshotError> {
+    let Pickle { protocol, top, mut heap } = pickle;
     let top_dict = match top {
         Value::Dict(d) => d,
         // `torch.cuda.memory_snapshot()` pickled directly: the segment list only.
@@ -37,6 +48,7 @@ pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
                 protocol,
                 segments,
                 device_traces: Vec::new(),
+                skipped_entries: Vec::new(),
                 frames: frame_table(&mut heap),
                 allocator_settings: None,
                 legacy_layout: true,
@@ -83,9 +95,9 @@ pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
     })?;
     let legacy_layout = is_legacy(&heap, segs);
     let segments = segments(&mut heap, segs, "segments")?;
-    let device_traces = match traces {
-        None => Vec::new(),
-        Some(t) => device_traces(&heap, t)?,
+    let (device_traces, skipped_entries) = match traces {
+        None => (Vec::new(), Vec::new()),
+        Some(t) => device_traces(&mut heap, t)?,
     };
     let allocator_settings = match settings {
         None | Some(Value::None) => None,
@@ -95,6 +107,7 @@ pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
         protocol,
         segments,
         device_traces,
+        skipped_entries,
         frames: frame_table(&mut heap),
         allocator_settings,
         legacy_layout,
@@ -135,7 +148,7 @@ fn keys_text(heap: &Heap, dict: u32) -> String {
 
 fn len_of(heap: &Heap, v: Value) -> u64 {
     match v {
-        Value::List(l) => heap.lists[l as usize].len() as u64,
+        Value::List(l) => heap.list_len(l) as u64,
         Value::Tuple(t) => heap.tuples[t as usize].len() as u64,
         _ => 0,
     }
@@ -143,9 +156,7 @@ fn len_of(heap: &Heap, v: Value) -> u64 {
 
 fn count_entries(heap: &Heap, v: Value) -> u64 {
     match v {
-        Value::List(l) => {
-            heap.lists[l as usize].iter().map(|&x| len_of(heap, x).max(matches!(x, Value::Entry(_)) as u64)).sum()
-        }
+        Value::List(l) => heap.lists[l as usize].iter().map(|&x| len_of(heap, x)).sum(),
         _ => 0,
     }
 }
@@ -321,61 +332,43 @@ fn need(heap: &Heap, d: u32, name: &'static str, path: &str) -> Result<Value, Sn
     })
 }
 
-fn device_traces(heap: &Heap, v: Value) -> Result<Vec<Vec<TraceEntry>>, SnapshotError> {
+/// Each device's trace, and how many leading entries the read dropped.
+#[allow(clippy::type_complexity)]
+fn device_traces(heap: &mut Heap, v: Value) -> Result<(Vec<Vec<TraceEntry>>, Vec<u64>), SnapshotError> {
     let devices = items(heap, v, "device_traces", "a list with one list of trace entries per device")?;
-    let mut out = Vec::with_capacity(devices.len());
+    let (mut out, mut skipped) = (Vec::with_capacity(devices.len()), Vec::with_capacity(devices.len()));
     for (dev, t) in devices.into_iter().enumerate() {
         let p = format!("device_traces[{dev}]");
-        let entries = match t {
-            Value::List(l) => &heap.lists[l as usize],
+        let l = match t {
+            Value::List(l) => l,
             other => return Err(shape(p, "a list of trace entries", heap, other)),
         };
-        let mut trace = Vec::with_capacity(entries.len());
-        for (i, &e) in entries.iter().enumerate() {
-            let Value::Entry(id) = e else {
-                return Err(shape(format!("{p}[{i}]"), "a trace entry (a dict with an 'action')", heap, e));
-            };
-            let raw = &heap.entries[id as usize];
-            let action = Action::from_name(heap.str(raw.action));
-            let path =
-                |field: &str| format!("{p}[{i}].{field} (the '{}' entry at byte {})", heap.str(raw.action), raw.offset);
-            let size = match (raw.has & HAS_SIZE != 0).then_some(raw.size) {
-                Some(s) if (0..=MAX_BYTES as i64).contains(&s) => s as u64,
-                Some(s) => return Err(SnapshotError::AbsurdSize { path: path("size"), value: s as i128 }),
-                None if action == Action::Other || action == Action::Snapshot => 0,
-                None => {
-                    return Err(SnapshotError::Shape {
-                        path: format!("{p}[{i}]"),
-                        expected: "a 'size' key in the trace entry",
-                        found: format!("a '{}' entry without one", heap.str(raw.action)),
-                    });
-                }
-            };
-            let addr = match (action, raw.has & (HAS_ADDR | HAS_DEVICE_FREE) != 0) {
-                (Action::Oom, true) => raw.addr.max(0) as u64,
-                (_, true) if raw.addr >= 0 => raw.addr as u64,
-                (_, true) => return Err(SnapshotError::AbsurdSize { path: path("addr"), value: raw.addr as i128 }),
-                (
-                    Action::Alloc
-                    | Action::FreeRequested
-                    | Action::FreeCompleted
-                    | Action::SegmentAlloc
-                    | Action::SegmentFree,
-                    false,
-                ) => {
-                    return Err(SnapshotError::Shape {
-                        path: format!("{p}[{i}]"),
-                        expected: "an 'addr' key in the trace entry",
-                        found: format!("a '{}' entry without one", heap.str(raw.action)),
-                    });
-                }
-                _ => 0,
-            };
-            trace.push(TraceEntry { action, addr, size, stream: raw.stream, time_us: raw.time_us, frames: raw.frames });
+        let list = heap.entry_lists.remove(&l).unwrap_or_default();
+        if let Some(&other) = heap.lists[l as usize].first() {
+            return Err(shape(p, "only trace entries (dicts with an 'action')", heap, other));
         }
-        out.push(trace);
+        if let Some(problem) = list.problem {
+            let i = problem.index;
+            let path = |field: &str| {
+                format!("{p}[{i}].{field} (the '{}' entry at byte {})", problem.action, problem.offset)
+            };
+            return Err(match problem.kind {
+                ProblemKind::Absurd { field, value } => SnapshotError::AbsurdSize { path: path(field), value },
+                ProblemKind::Missing { field } => SnapshotError::Shape {
+                    path: format!("{p}[{i}]"),
+                    expected: if field == "size" {
+                        "a 'size' key in the trace entry"
+                    } else {
+                        "an 'addr' key in the trace entry"
+                    },
+                    found: format!("a '{}' entry without one", problem.action),
+                },
+            });
+        }
+        skipped.push(list.skipped);
+        out.push(list.entries);
     }
-    Ok(out)
+    Ok((out, skipped))
 }
 
 fn allocator_settings(heap: &Heap, v: Value) -> Result<AllocatorSettings, SnapshotError> {
@@ -413,4 +406,85 @@ fn allocator_settings(heap: &Heap, v: Value) -> Result<AllocatorSettings, Snapsh
         expandable_segments,
         roundup_power2_divisions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every snapshot pickle under `dir`, recursively.
+    fn pickles(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                pickles(&path, out);
+            } else if std::fs::read(&path).is_ok_and(|b| is_pickle(&b)) {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The snapshot with every stack id replaced by its frames (the readers
+    /// number stacks in the order they meet them).
+    fn resolved(s: &Snapshot) -> (Snapshot, Vec<Vec<super::super::model::Frame>>) {
+        let mut s = s.clone();
+        let mut stacks = Vec::new();
+        let frames = std::mem::take(&mut s.frames);
+        let mut resolve = |id: &mut u32| {
+            stacks.push(frames.stack(*id).cloned().collect::<Vec<_>>());
+            *id = 0;
+        };
+        for seg in &mut s.segments {
+            resolve(&mut seg.frames);
+            seg.blocks.iter_mut().for_each(|b| resolve(&mut b.frames));
+        }
+        s.device_traces.iter_mut().flatten().for_each(|e| resolve(&mut e.frames));
+        (s, stacks)
+    }
+
+    /// The entry reader (trace entries read straight from the buffer) and the
+    /// general machine give the same snapshot, and the same errors, on every
+    /// recorded and written snapshot the tests have, whole, cut short, and
+    /// windowed.
+    #[test]
+    fn the_entry_reader_agrees_with_the_general_machine() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        pickles(&root.join("../tests/data"), &mut files);
+        pickles(&root.join("../../shared/fixtures"), &mut files);
+        assert!(files.len() >= 5, "snapshot fixtures not found: {files:?}");
+        let mut entries = 0;
+        for path in &files {
+            let bytes = std::fs::read(path).unwrap();
+            let whole = snapshot_of(pickle::read_with(&bytes[..], ReadOptions::default()).unwrap());
+            let general = snapshot_of(pickle::read_general(&bytes[..], ReadOptions::default()).unwrap());
+            match (&whole, &general) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(resolved(a), resolved(b), "{}", path.display());
+                    entries += a.device_traces.iter().map(Vec::len).sum::<usize>();
+                    // A window from the middle of the busiest trace.
+                    if let Some(d) = a.busiest_device() {
+                        let t = &a.device_traces[d];
+                        let from_us = Some(t[t.len() / 2].time_us);
+                        let opts = ReadOptions { from_us };
+                        let w = snapshot_of(pickle::read_with(&bytes[..], opts).unwrap()).unwrap();
+                        let g = snapshot_of(pickle::read_general(&bytes[..], opts).unwrap()).unwrap();
+                        assert_eq!(resolved(&w), resolved(&g), "{} windowed", path.display());
+                        let skipped = w.skipped_entries[d] as usize;
+                        assert_eq!(&t[skipped..], &w.device_traces[d][..], "{} windowed", path.display());
+                        assert!(t[..skipped].iter().all(|e| e.time_us < from_us.unwrap()));
+                    }
+                }
+                (a, b) => assert_eq!(a.as_ref().err().map(|e| e.to_string()), b.as_ref().err().map(|e| e.to_string())),
+            }
+            // Cut short anywhere: the same error either way.
+            for cut in [bytes.len() / 3, bytes.len() / 2 + 7, bytes.len() - 1] {
+                let a = pickle::read_with(&bytes[..cut], ReadOptions::default()).map(|_| ()).map_err(|e| e.to_string());
+                let b = pickle::read_general(&bytes[..cut], ReadOptions::default()).map(|_| ()).map_err(|e| e.to_string());
+                assert_eq!(a, b, "{} cut at {cut}", path.display());
+            }
+        }
+        assert!(entries > 1000, "too few trace entries to compare: {entries}");
+    }
 }

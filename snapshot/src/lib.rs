@@ -34,7 +34,8 @@ pub use attribution::{
 };
 pub use diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
 pub use export::{write_chrome_trace, write_snapshot};
-pub use import::{is_pickle, read_snapshot, read_snapshot_file};
+pub use import::{is_pickle, read_snapshot, read_snapshot_file, read_snapshot_with};
+pub use pickle::ReadOptions;
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };

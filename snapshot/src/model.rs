@@ -184,6 +184,10 @@ pub struct Snapshot {
     pub segments: Vec<Segment>,
     /// One trace per device index (empty for devices that recorded nothing).
     pub device_traces: Vec<Vec<TraceEntry>>,
+    /// Per device, the leading entries a windowed read dropped (empty, or
+    /// all 0, for a whole read): entry `i` of a trace is the recording's
+    /// entry `skipped_entries[device] + i`.
+    pub skipped_entries: Vec<u64>,
     pub frames: FrameTable,
     /// Absent in snapshots from PyTorch before 2.2.
     pub allocator_settings: Option<AllocatorSettings>,
@@ -206,6 +210,7 @@ impl Snapshot {
             protocol: 4,
             segments,
             device_traces: vec![trace],
+            skipped_entries: Vec::new(),
             frames,
             allocator_settings: None,
             legacy_layout: false,

@@ -1,10 +1,21 @@
 //! A streaming reader of the pickle subset that memory snapshots use (protocols
 //! 2 to 5: dicts, lists, tuples, strings, integers, floats, booleans, None, the
 //! memo, framing). It runs the pickle machine over a [`Read`] with a small
-//! buffer; values are 16-byte handles into a [`Heap`]; strings are interned; and
-//! every dict appended to a list that has an `action` key (a trace entry) is
-//! turned into a compact [`RawEntry`] at once and its dict freed, so a
-//! 2-million-entry trace never exists as a tree of dicts. Classes, reductions and
+//! buffer; values are 16-byte handles into a [`Heap`]; strings are interned.
+//!
+//! Trace entries never become dicts. Where a dict starts, [`Machine::entry`]
+//! reads its keys and values straight from the buffer when they are what a
+//! trace entry holds (memoized keys, integers, an action string, a frames list
+//! of frames already seen) and writes a finished [`TraceEntry`]; anything else
+//! (a frame seen for the first time, an unknown value type, the buffer's end)
+//! sends that dict through the general machine instead, which ends in the same
+//! conversion ([`Heap::entry_of`]). Entries appended to a list go into that
+//! list's [`EntryList`]. The memo keeps 4 bytes a slot, and an entry or a
+//! frames list read this way leaves no container behind, so the memory a trace
+//! costs is its entries' (40 bytes each) and two memo slots each.
+//!
+//! A time window ([`ReadOptions::from_us`]) is applied as entries are appended:
+//! the leading entries before it are counted, not kept. Classes, reductions and
 //! out-of-band buffers are refused: a snapshot has none.
 
 use rustc_hash::FxHashMap as HashMap;
@@ -12,15 +23,24 @@ use std::io::{ErrorKind, Read};
 use std::sync::Arc;
 
 use super::SnapshotError;
-use super::model::Frame;
+use super::model::{Action, Frame, TraceEntry};
+use vramlab_replay::MAX_BYTES;
 
 /// The longest string or bytes object accepted (a frame name, a conf string…).
 const MAX_STRING_BYTES: u64 = 64 << 20;
 /// The most memo slots a `BINPUT`/`LONG_BINPUT` index may name.
 const MAX_MEMO: u64 = 1 << 32;
+/// The input buffer: reads this large bypass a caller's `BufReader` (1 MiB
+/// in vramlab's commands) instead of being copied through it.
+const INPUT_BUFFER: usize = 2 << 20;
+/// How many bytes the entry reader wants in the buffer before it tries a dict
+/// (an entry with a 40-frame stack is well under 1 KiB).
+const ENTRY_LOOKAHEAD: usize = 4096;
 
-/// A value on the pickle machine's stack: a handle, cheap to copy.
+/// A value on the pickle machine's stack: a handle, cheap to copy. Laid out
+/// as two words (tag, payload) so that copies are whole-word moves.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(u64)]
 pub enum Value {
     None,
     Bool(bool),
@@ -34,8 +54,10 @@ pub enum Value {
     Dict(u32),
     Tuple(u32),
     Set(u32),
-    /// A trace entry, converted: an index into [`Heap::entries`].
+    /// A finished trace entry not yet appended: its serial number (see [`Heap::append_entries`]).
     Entry(u32),
+    /// A frames list already interned as a stack id.
+    Stack(u32),
 }
 
 impl Value {
@@ -47,7 +69,7 @@ impl Value {
             Value::Float(_) => "float",
             Value::Str(_) => "str",
             Value::Bytes => "bytes",
-            Value::List(_) => "list",
+            Value::List(_) | Value::Stack(_) => "list",
             Value::Dict(_) => "dict",
             Value::Tuple(_) => "tuple",
             Value::Set(_) => "set",
@@ -56,28 +78,68 @@ impl Value {
     }
 }
 
-/// A trace entry as read, before its fields are checked against the snapshot's rules.
-#[derive(Debug, Clone, Copy)]
-pub struct RawEntry {
-    pub action: u32,
-    /// Which of `addr`, `size` and `device_free` the entry has ([`HAS_ADDR`]…).
-    pub has: u8,
-    /// The address, or for `oom` entries the device's free bytes. Integers
-    /// beyond 64 bits are saturated (and then fail the range checks).
-    pub addr: i64,
-    pub size: i64,
-    pub stream: i64,
-    pub time_us: i64,
-    pub frames: u32,
-    /// Byte offset of the list append that completed it, for messages.
+/// What is wrong with a trace entry, found as it is read and reported when the
+/// list holding it turns out to be a device's trace (the error names it by path).
+#[derive(Debug, Clone)]
+pub struct EntryProblem {
+    /// The entry's position in its list.
+    pub index: usize,
+    /// Byte offset where the entry was completed.
     pub offset: u64,
+    /// The entry's action, as written.
+    pub action: Arc<str>,
+    pub kind: ProblemKind,
 }
 
-pub const HAS_ADDR: u8 = 1;
-pub const HAS_SIZE: u8 = 2;
-pub const HAS_DEVICE_FREE: u8 = 4;
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProblemKind {
+    /// `size`, `addr` out of range.
+    Absurd { field: &'static str, value: i128 },
+    /// A key the action needs is absent.
+    Missing { field: &'static str },
+}
 
-/// Containers, interned strings, converted trace entries and interned frames.
+/// The trace entries appended to one list, in order.
+#[derive(Debug, Default)]
+pub struct EntryList {
+    pub entries: Vec<TraceEntry>,
+    /// The first entry that does not pass the checks.
+    pub problem: Option<Box<EntryProblem>>,
+    /// Entries before [`ReadOptions::from_us`], counted and dropped.
+    pub skipped: u64,
+}
+
+/// What [`read_with`] does besides reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReadOptions {
+    /// Drop the leading entries of each trace whose `time_us` is before this.
+    pub from_us: Option<i64>,
+}
+
+/// A trace entry's fields as read, before the checks.
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    /// The action string's id (`u32::MAX`: none).
+    action: u32,
+    has: u8,
+    /// The address, or for `oom` entries the device's free bytes. Integers
+    /// beyond 64 bits are saturated (and then fail the range checks).
+    addr: i64,
+    size: i64,
+    stream: i64,
+    time_us: i64,
+    frames: u32,
+}
+
+const HAS_ADDR: u8 = 1;
+const HAS_SIZE: u8 = 2;
+const HAS_DEVICE_FREE: u8 = 4;
+
+impl Fields {
+    const EMPTY: Fields = Fields { action: u32::MAX, has: 0, addr: 0, size: 0, stream: 0, time_us: 0, frames: 0 };
+}
+
+/// Containers, interned strings, frames and stacks, and the trace entries read.
 #[derive(Debug, Default)]
 pub struct Heap {
     pub strings: Vec<Arc<str>>,
@@ -85,7 +147,16 @@ pub struct Heap {
     pub lists: Vec<Vec<Value>>,
     pub dicts: Vec<Vec<(Value, Value)>>,
     pub tuples: Vec<Box<[Value]>>,
-    pub entries: Vec<RawEntry>,
+    /// The entries appended to each list that received any, by list index.
+    pub entry_lists: HashMap<u32, EntryList>,
+    /// Finished entries not yet appended to a list (`None` once appended).
+    /// Finished entries not yet appended to a list, in the order they were
+    /// read (serial numbers `fresh_base..`), and the problems among them.
+    fresh: Vec<TraceEntry>,
+    fresh_problems: Vec<(u64, Box<EntryProblem>)>,
+    fresh_base: u64,
+    /// How many of `fresh` are appended already (they are appended in order).
+    appended: usize,
     pub frames: Vec<Frame>,
     frame_ids: HashMap<(u32, i64, u32), u32>,
     /// Frame id + 1 of a frame dict already seen (PyTorch shares frame dicts), by dict index.
@@ -99,17 +170,29 @@ pub struct Heap {
     /// The first trace entry whose `frames` was not a list of frame dicts.
     pub bad_frames: Option<(u64, String)>,
     keys: Keys,
+    /// The action of each action string seen, by string id (`None`: not yet looked up).
+    actions: Vec<Option<Action>>,
     /// Emptied dicts and lists (a trace entry's, its frames list's), kept for
-    /// the next ones: millions of entries, no allocation each.
+    /// the next ones: no allocation each.
     spare_dicts: Vec<Vec<(Value, Value)>>,
     spare_lists: Vec<Vec<Value>>,
     /// The frame ids of the stack being interned.
     scratch: Vec<u32>,
+    from_us: Option<i64>,
 }
 
 /// How many emptied containers [`Heap`] keeps for reuse, and up to what capacity.
 const SPARES: usize = 64;
 const SPARE_CAPACITY: usize = 256;
+
+/// The ids of the keys [`Heap::new`] interns first, in that order.
+const K_ACTION: u32 = 0;
+const K_ADDR: u32 = 1;
+const K_SIZE: u32 = 2;
+const K_STREAM: u32 = 3;
+const K_TIME_US: u32 = 4;
+const K_FRAMES: u32 = 5;
+const K_DEVICE_FREE: u32 = 6;
 
 #[derive(Debug, Default)]
 struct Keys {
@@ -126,8 +209,8 @@ struct Keys {
 }
 
 impl Heap {
-    fn new() -> Heap {
-        let mut heap = Heap::default();
+    fn new(opts: ReadOptions) -> Heap {
+        let mut heap = Heap { from_us: opts.from_us, ..Heap::default() };
         heap.keys = Keys {
             action: heap.intern("action"),
             addr: heap.intern("addr"),
@@ -140,6 +223,10 @@ impl Heap {
             line: heap.intern("line"),
             name: heap.intern("name"),
         };
+        debug_assert_eq!(
+            [K_ACTION, K_ADDR, K_SIZE, K_STREAM, K_TIME_US, K_FRAMES, K_DEVICE_FREE],
+            [heap.keys.action, heap.keys.addr, heap.keys.size, heap.keys.stream, heap.keys.time_us, heap.keys.frames, heap.keys.device_free]
+        );
         heap.empty = heap.intern("");
         heap.stacks.push(Box::new([]));
         heap.stack_ids.insert(Box::new([]), 0);
@@ -167,8 +254,16 @@ impl Heap {
         self.dicts[dict as usize].iter().find(|(k, _)| *k == Value::Str(id)).map(|(_, v)| *v)
     }
 
+    /// How many items a list holds, trace entries included.
+    pub fn list_len(&self, list: u32) -> usize {
+        self.lists[list as usize].len() + self.entry_lists.get(&list).map_or(0, |e| e.entries.len())
+    }
+
     /// Interns a frames list (a list or tuple of frame dicts) as a stack id.
     pub fn stack_of(&mut self, frames: Value) -> Result<u32, String> {
+        if let Value::Stack(id) = frames {
+            return Ok(id);
+        }
         if let Value::List(l) = frames
             && let Some(&id) = self.stack_of_list.get(l as usize)
             && id != 0
@@ -181,9 +276,6 @@ impl Heap {
             Value::None => return Ok(0),
             other => return Err(format!("'frames' is a {}, expected a list of frame dicts", other.type_name())),
         };
-        if len == 0 {
-            return Ok(0);
-        }
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         for k in 0..len {
@@ -200,16 +292,7 @@ impl Heap {
                 }
             }
         }
-        let id = match self.stack_ids.get(ids.as_slice()) {
-            Some(&id) => id,
-            None => {
-                let id = self.stacks.len() as u32;
-                let boxed: Box<[u32]> = ids.as_slice().into();
-                self.stacks.push(boxed.clone());
-                self.stack_ids.insert(boxed, id);
-                id
-            }
-        };
+        let id = self.intern_stack(&ids);
         self.scratch = ids;
         if let Value::List(l) = frames {
             if self.stack_of_list.len() <= l as usize {
@@ -220,6 +303,23 @@ impl Heap {
             self.spare_list(list);
         }
         Ok(id)
+    }
+
+    /// The stack id of these frame ids, innermost first.
+    fn intern_stack(&mut self, ids: &[u32]) -> u32 {
+        if ids.is_empty() {
+            return 0;
+        }
+        match self.stack_ids.get(ids) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.len() as u32;
+                let boxed: Box<[u32]> = ids.into();
+                self.stacks.push(boxed.clone());
+                self.stack_ids.insert(boxed, id);
+                id
+            }
+        }
     }
 
     /// A new empty list, from the spares when there is one.
@@ -239,6 +339,7 @@ impl Heap {
         }
     }
 
+    /// The frame id of a frame dict (computed once per dict).
     fn frame_of(&mut self, v: Value) -> Result<u32, String> {
         let Value::Dict(d) = v else {
             return Err(format!("a frame is a {}, expected a dict with filename, line and name", v.type_name()));
@@ -280,57 +381,37 @@ impl Heap {
         id
     }
 
-    /// Turns a completed dict with an `action` key into a [`RawEntry`]; `None`
-    /// when it is not a trace entry.
-    fn entry_of(&mut self, dict: u32, offset: u64) -> Result<Option<u32>, SnapshotError> {
-        let keys = &self.keys;
-        let items = &self.dicts[dict as usize];
-        let Some(action) = items.iter().find_map(|(k, v)| match (k, v) {
-            (Value::Str(k), Value::Str(a)) if *k == keys.action => Some(*a),
-            _ => None,
-        }) else {
-            return Ok(None);
-        };
-        let mut e = RawEntry { action, has: 0, addr: 0, size: 0, stream: 0, time_us: 0, frames: 0, offset };
+    /// Turns a completed dict with an `action` key into a trace entry; `None`
+    /// when it is not a trace entry. The general machine's way; the entry
+    /// reader ([`Machine::entry`]) gets to the same entry without the dict.
+    #[allow(clippy::type_complexity)]
+    fn entry_of(
+        &mut self,
+        dict: u32,
+        offset: u64,
+    ) -> Result<Option<(TraceEntry, Option<Box<EntryProblem>>)>, SnapshotError> {
+        let items = std::mem::take(&mut self.dicts[dict as usize]);
+        let mut f = Fields::EMPTY;
         let mut frames = None;
-        let bad = |key: &str, v: &Value| SnapshotError::Malformed {
-            offset,
-            what: format!("a trace entry's '{key}' is a {}, expected an integer", v.type_name()),
-        };
-        for &(k, v) in items {
+        for &(k, v) in &items {
             let Value::Str(k) = k else { continue };
-            let int = |v: &Value| match v {
-                Value::Int(n) => Some(*n),
-                Value::BigInt(neg) => Some(if *neg { i64::MIN } else { i64::MAX }),
-                Value::Bool(b) => Some(*b as i64),
-                _ => None,
-            };
-            if k == keys.addr {
-                if e.has & HAS_DEVICE_FREE == 0 {
-                    e.addr = int(&v).ok_or_else(|| bad("addr", &v))?;
-                }
-                e.has |= HAS_ADDR;
-            } else if k == keys.size {
-                e.size = int(&v).ok_or_else(|| bad("size", &v))?;
-                e.has |= HAS_SIZE;
-            } else if k == keys.device_free {
-                e.addr = int(&v).ok_or_else(|| bad("device_free", &v))?;
-                e.has |= HAS_DEVICE_FREE;
-            } else if k == keys.stream {
-                e.stream = int(&v).ok_or_else(|| bad("stream", &v))?;
-            } else if k == keys.time_us {
-                // Integral or not, a time is a time.
-                e.time_us = match v {
-                    Value::Float(f) => f as i64,
-                    v => int(&v).ok_or_else(|| bad("time_us", &v))?.max(0),
-                };
-            } else if k == keys.frames {
+            if k == self.keys.frames {
                 frames = Some(v);
+            } else if k == self.keys.action {
+                if let Value::Str(a) = v {
+                    f.action = a;
+                }
+            } else {
+                self.set_field(&mut f, k, v, offset)?;
             }
+        }
+        if f.action == u32::MAX {
+            self.dicts[dict as usize] = items;
+            return Ok(None);
         }
         if let Some(frames) = frames {
             match self.stack_of(frames) {
-                Ok(id) => e.frames = id,
+                Ok(id) => f.frames = id,
                 Err(what) => {
                     if self.bad_frames.is_none() {
                         self.bad_frames = Some((offset, what));
@@ -338,15 +419,246 @@ impl Heap {
                 }
             }
         }
-        // The dict is not needed any more: free it (for the next entry's).
-        let mut items = std::mem::take(&mut self.dicts[dict as usize]);
+        // The dict is not needed any more: keep its storage for the next one.
         if self.spare_dicts.len() < SPARES && items.capacity() <= SPARE_CAPACITY {
+            let mut items = items;
             items.clear();
             self.spare_dicts.push(items);
         }
-        let id = self.entries.len() as u32;
-        self.entries.push(e);
-        Ok(Some(id))
+        Ok(Some(self.checked(&f, offset)))
+    }
+
+    /// Sets the field named by string `key` from `v` (unknown keys are ignored).
+    fn set_field(&self, f: &mut Fields, key: u32, v: Value, offset: u64) -> Result<(), SnapshotError> {
+        let keys = &self.keys;
+        let int = |name: &str| match v {
+            Value::Int(n) => Ok(n),
+            Value::BigInt(neg) => Ok(if neg { i64::MIN } else { i64::MAX }),
+            Value::Bool(b) => Ok(b as i64),
+            _ => Err(SnapshotError::Malformed {
+                offset,
+                what: format!("a trace entry's '{name}' is a {}, expected an integer", v.type_name()),
+            }),
+        };
+        if key == keys.addr {
+            if f.has & HAS_DEVICE_FREE == 0 {
+                f.addr = int("addr")?;
+            }
+            f.has |= HAS_ADDR;
+        } else if key == keys.size {
+            f.size = int("size")?;
+            f.has |= HAS_SIZE;
+        } else if key == keys.device_free {
+            f.addr = int("device_free")?;
+            f.has |= HAS_DEVICE_FREE;
+        } else if key == keys.stream {
+            f.stream = int("stream")?;
+        } else if key == keys.time_us {
+            // Integral or not, a time is a time.
+            f.time_us = match v {
+                Value::Float(x) => x as i64,
+                _ => int("time_us")?.max(0),
+            };
+        }
+        Ok(())
+    }
+
+    /// The checked entry, waiting for its list ([`Heap::append_entries`]).
+    #[inline]
+    fn finish(&mut self, f: &Fields, offset: u64) -> Value {
+        let (entry, problem) = self.checked(f, offset);
+        let serial = self.fresh_base + self.fresh.len() as u64;
+        if let Some(p) = problem {
+            self.fresh_problems.push((serial, p));
+        }
+        self.fresh.push(entry);
+        Value::Entry(serial as u32)
+    }
+
+    /// The entry the fields make, and what is wrong with it.
+    #[inline]
+    fn checked(&mut self, f: &Fields, offset: u64) -> (TraceEntry, Option<Box<EntryProblem>>) {
+        let action = match self.actions.get(f.action as usize) {
+            Some(&Some(a)) => a,
+            _ => {
+                let a = Action::from_name(self.str(f.action));
+                if self.actions.len() <= f.action as usize {
+                    self.actions.resize(f.action as usize + 1, None);
+                }
+                self.actions[f.action as usize] = Some(a);
+                a
+            }
+        };
+        let mut problem = None;
+        let size = match (f.has & HAS_SIZE != 0).then_some(f.size) {
+            Some(s) if (0..=MAX_BYTES as i64).contains(&s) => s as u64,
+            Some(s) => {
+                problem = Some(ProblemKind::Absurd { field: "size", value: s as i128 });
+                0
+            }
+            None if action == Action::Other || action == Action::Snapshot => 0,
+            None => {
+                problem = Some(ProblemKind::Missing { field: "size" });
+                0
+            }
+        };
+        let addr = match (action, f.has & (HAS_ADDR | HAS_DEVICE_FREE) != 0) {
+            (Action::Oom, true) => f.addr.max(0) as u64,
+            (_, true) if f.addr >= 0 => f.addr as u64,
+            (_, true) => {
+                problem.get_or_insert(ProblemKind::Absurd { field: "addr", value: f.addr as i128 });
+                0
+            }
+            (
+                Action::Alloc | Action::FreeRequested | Action::FreeCompleted | Action::SegmentAlloc | Action::SegmentFree,
+                false,
+            ) => {
+                problem.get_or_insert(ProblemKind::Missing { field: "addr" });
+                0
+            }
+            _ => 0,
+        };
+        let entry = TraceEntry { action, addr, size, stream: f.stream, time_us: f.time_us, frames: f.frames };
+        let problem = problem.map(|kind| {
+            Box::new(EntryProblem { index: 0, offset, action: self.strings[f.action as usize].clone(), kind })
+        });
+        (entry, problem)
+    }
+
+    /// Appends an entry the general machine made (from a dict) to list `list`.
+    fn push_entry(&mut self, list: u32, entry: TraceEntry, problem: Option<Box<EntryProblem>>) {
+        let from_us = self.from_us;
+        let target = self.entry_lists.entry(list).or_default();
+        if target.entries.is_empty() && from_us.is_some_and(|f| entry.time_us < f) {
+            target.skipped += 1;
+            return;
+        }
+        if let Some(mut p) = problem
+            && target.problem.is_none()
+        {
+            p.index = target.entries.len();
+            target.problem = Some(p);
+        }
+        target.entries.push(entry);
+    }
+
+    /// Appends the `n` entries from serial number `first` to list `list`:
+    /// entries are appended in the order they were read (Python's pickler
+    /// writes a list's items right after building them), and each once.
+    fn append_entries(&mut self, list: u32, first: u32, n: usize, at: u64) -> Result<(), SnapshotError> {
+        let next = self.fresh_base + self.appended as u64;
+        if first as u64 != next as u32 as u64 || self.appended + n > self.fresh.len() {
+            return Err(SnapshotError::Malformed {
+                offset: at,
+                what: "a trace entry appended twice, or out of the order it was read in".to_owned(),
+            });
+        }
+        let from_us = self.from_us;
+        let target = self.entry_lists.entry(list).or_default();
+        let mut batch = &self.fresh[self.appended..self.appended + n];
+        let mut serial = next;
+        if let Some(f) = from_us
+            && target.entries.is_empty()
+        {
+            let before = batch.iter().take_while(|e| e.time_us < f).count();
+            target.skipped += before as u64;
+            batch = &batch[before..];
+            serial += before as u64;
+        }
+        if target.problem.is_none()
+            && let Some((s, p)) = self.fresh_problems.iter().find(|(s, _)| (serial..next + n as u64).contains(s))
+        {
+            let mut p = p.clone();
+            p.index = target.entries.len() + (s - serial) as usize;
+            target.problem = Some(p);
+        }
+        target.entries.extend_from_slice(batch);
+        self.appended += n;
+        if self.appended == self.fresh.len() {
+            self.fresh_base += self.fresh.len() as u64;
+            self.fresh.clear();
+            self.fresh_problems.clear();
+            self.appended = 0;
+        }
+        Ok(())
+    }
+}
+
+/// The memo: 4 bytes a slot (a tag and a 28-bit index), values that do not
+/// fit that (numbers, which Python never memoizes) in a side table, and
+/// indices far beyond the slots' end in a sparse table.
+#[derive(Debug, Default)]
+struct Memo {
+    slots: Vec<u32>,
+    others: HashMap<u64, Value>,
+}
+
+const TAG_BITS: u32 = 28;
+const ID_MASK: u32 = (1 << TAG_BITS) - 1;
+const T_EMPTY: u32 = 0;
+const T_STR: u32 = 1;
+const T_LIST: u32 = 2;
+const T_DICT: u32 = 3;
+const T_TUPLE: u32 = 4;
+const T_SET: u32 = 5;
+const T_STACK: u32 = 6;
+/// A trace entry, appended where it was read: it cannot be fetched again.
+const T_ENTRY: u32 = 7;
+const T_OTHER: u32 = 8;
+
+impl Memo {
+    fn pack(v: Value) -> Option<u32> {
+        let (tag, id) = match v {
+            Value::Str(i) => (T_STR, i),
+            Value::List(i) => (T_LIST, i),
+            Value::Dict(i) => (T_DICT, i),
+            Value::Tuple(i) => (T_TUPLE, i),
+            Value::Set(i) => (T_SET, i),
+            Value::Stack(i) => (T_STACK, i),
+            Value::Entry(_) => (T_ENTRY, 0),
+            _ => return None,
+        };
+        (id <= ID_MASK).then_some(tag << TAG_BITS | id)
+    }
+
+    fn put(&mut self, index: u64, v: Value) {
+        let slot = match Memo::pack(v) {
+            Some(s) => s,
+            None => {
+                self.others.insert(index, v);
+                T_OTHER << TAG_BITS
+            }
+        };
+        match (index as usize).cmp(&self.slots.len()) {
+            std::cmp::Ordering::Less => self.slots[index as usize] = slot,
+            std::cmp::Ordering::Equal => self.slots.push(slot),
+            // Python numbers its memo slots in order; any other index goes
+            // to the side table, so a stray index cannot make the table huge.
+            std::cmp::Ordering::Greater => {
+                self.others.insert(index, v);
+            }
+        }
+    }
+
+    /// The slot's packed value (`T_OTHER` and beyond-the-end slots: [`Memo::get`]).
+    #[inline]
+    fn raw(&self, index: u64) -> u32 {
+        self.slots.get(index as usize).copied().unwrap_or(T_EMPTY)
+    }
+
+    fn get(&self, index: u64) -> Result<Value, &'static str> {
+        let slot = self.raw(index);
+        let id = slot & ID_MASK;
+        Ok(match slot >> TAG_BITS {
+            T_STR => Value::Str(id),
+            T_LIST => Value::List(id),
+            T_DICT => Value::Dict(id),
+            T_TUPLE => Value::Tuple(id),
+            T_SET => Value::Set(id),
+            T_STACK => Value::Stack(id),
+            T_ENTRY => return Err("a trace entry already read"),
+            _ => return self.others.get(&index).copied().ok_or("never put"),
+        })
     }
 }
 
@@ -412,9 +724,8 @@ impl<R: Read> Input<R> {
 
     #[inline]
     fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
-        if let Some(b) = self.buf.get(self.pos..self.pos + 4)
-            && self.pos + 4 <= self.end
-        {
+        if self.pos + 4 <= self.end {
+            let b = &self.buf[self.pos..self.pos + 4];
             self.pos += 4;
             return Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         }
@@ -458,7 +769,23 @@ enum Slot {
 
 /// Runs the pickle in `input` to its STOP opcode.
 pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
-    let mut inp = Input { inner: input, buf: vec![0; 1 << 16], pos: 0, end: 0, base: 0 };
+    read_with(input, ReadOptions::default())
+}
+
+/// [`read`], with a time window applied to the trace entries as they are read.
+pub fn read_with<R: Read>(input: R, opts: ReadOptions) -> Result<Pickle, SnapshotError> {
+    run_machine(input, opts, true)
+}
+
+/// [`read_with`] without the entry reader: every dict through the general
+/// machine (what the entry reader must agree with).
+#[cfg(test)]
+pub(crate) fn read_general<R: Read>(input: R, opts: ReadOptions) -> Result<Pickle, SnapshotError> {
+    run_machine(input, opts, false)
+}
+
+fn run_machine<R: Read>(input: R, opts: ReadOptions, entry_reader: bool) -> Result<Pickle, SnapshotError> {
+    let mut inp = Input { inner: input, buf: vec![0; INPUT_BUFFER], pos: 0, end: 0, base: 0 };
     if !inp.fill(2)? {
         let found = if inp.end == 0 { "nothing (the file is empty)".to_owned() } else { "1 byte".to_owned() };
         return Err(SnapshotError::NotAPickle { found });
@@ -475,351 +802,703 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
         return Err(SnapshotError::Protocol { protocol });
     }
     inp.pos = 2;
-    let mut heap = Heap::new();
-    let mut stack: Vec<Slot> = Vec::with_capacity(256);
-    let mut memo: Vec<Option<Value>> = Vec::new();
-    let mut sparse_memo: HashMap<u64, Value> = HashMap::default();
-    let mut sbuf: Vec<u8> = Vec::new();
+    let mut m = Machine { inp, heap: Heap::new(opts), memo: Memo::default(), undo: Vec::new(), entry_reader };
+    let top = m.run()?;
+    Ok(Pickle { protocol, top, heap: m.heap })
+}
 
-    macro_rules! malformed {
-        ($off:expr, $($t:tt)*) => {
-            return Err(SnapshotError::Malformed { offset: $off, what: format!($($t)*) })
+/// The pickle machine's state besides its stack.
+struct Machine<R> {
+    inp: Input<R>,
+    heap: Heap,
+    memo: Memo,
+    /// The entry reader's memo puts (index, the slot before), to undo them
+    /// when the dict is left to the general machine.
+    undo: Vec<(u64, Option<u32>)>,
+    /// Whether dicts are tried as trace entries first ([`Machine::entry`]).
+    entry_reader: bool,
+}
+
+/// A memo put opcode at `b[*i]`, if there is one: its index.
+#[inline]
+fn put_at(b: &[u8], i: &mut usize, memo_len: u64) -> Option<Option<u64>> {
+    match *b.get(*i)? {
+        0x94 => {
+            *i += 1;
+            Some(Some(memo_len))
+        }
+        b'q' => {
+            let n = *b.get(*i + 1)?;
+            *i += 2;
+            Some(Some(n as u64))
+        }
+        b'r' => {
+            let n = u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
+            *i += 5;
+            Some(Some(n as u64))
+        }
+        _ => Some(None),
+    }
+}
+
+impl<R: Read> Machine<R> {
+    /// A string at `b[*i]`: a memo get of one, or a short one written out
+    /// (interned, its memo put queued).
+    #[inline]
+    fn entry_str(&mut self, b: &[u8], i: &mut usize) -> Option<u32> {
+        let index = match *b.get(*i)? {
+            b'h' => {
+                *i += 2;
+                *b.get(*i - 1)? as u64
+            }
+            b'j' => {
+                let n = u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
+                *i += 5;
+                n as u64
+            }
+            0x8c | b'X' => {
+                let (len, head) = if b[*i] == 0x8c {
+                    (*b.get(*i + 1)? as usize, 2)
+                } else {
+                    (u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?) as usize, 5)
+                };
+                let s = std::str::from_utf8(b.get(*i + head..*i + head + len)?).ok()?;
+                let id = self.heap.intern(s);
+                *i += head + len;
+                if let Some(index) = put_at(b, i, self.memo.slots.len() as u64)? {
+                    self.entry_put(index, Value::Str(id));
+                }
+                return Some(id);
+            }
+            _ => return None,
         };
+        let slot = self.memo.raw(index);
+        (slot >> TAG_BITS == T_STR).then_some(slot & ID_MASK)
     }
 
-    loop {
-        let at = inp.offset();
-        let op = inp.byte("an opcode")?;
-        let pop = |stack: &mut Vec<Slot>, what: &str| -> Result<Value, SnapshotError> {
-            match stack.pop() {
-                Some(Slot::V(v)) => Ok(v),
-                Some(Slot::Mark) => Err(SnapshotError::Malformed { offset: at, what: format!("{what}: found a mark") }),
-                None => Err(SnapshotError::Malformed { offset: at, what: format!("{what}: the stack is empty") }),
+    /// An integer at `b[*i]`.
+    #[inline]
+    fn entry_int(b: &[u8], i: &mut usize) -> Option<Value> {
+        let v = match *b.get(*i)? {
+            b'K' => {
+                *i += 2;
+                Value::Int(*b.get(*i - 1)? as i64)
             }
-        };
-        // Index of the topmost mark.
-        let mark = |stack: &Vec<Slot>| -> Result<usize, SnapshotError> {
-            stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or_else(|| SnapshotError::Malformed {
-                offset: at,
-                what: format!("opcode {op:#04x} needs a mark and there is none"),
-            })
-        };
-        let v = match op {
-            b'.' => {
-                let top = pop(&mut stack, "STOP with nothing to return")?;
-                return Ok(Pickle { protocol, top, heap });
-            }
-            0x95 => {
-                inp.u64("a FRAME length")?;
-                continue;
-            }
-            0x80 => {
-                inp.byte("a PROTO version")?;
-                continue;
-            }
-            b'N' => Value::None,
-            0x88 => Value::Bool(true),
-            0x89 => Value::Bool(false),
-            b'K' => Value::Int(inp.byte("a BININT1")? as i64),
             b'M' => {
-                let b = inp.take(2, "a BININT2")?;
-                Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                let n = u16::from_le_bytes(b.get(*i + 1..*i + 3)?.try_into().ok()?);
+                *i += 3;
+                Value::Int(n as i64)
             }
-            b'J' => Value::Int(inp.u32("a BININT")? as i32 as i64),
-            0x8a | 0x8b => {
-                let n = if op == 0x8a { inp.byte("a LONG1 length")? as u64 } else { inp.u32("a LONG4 length")? as u64 };
-                if n > MAX_STRING_BYTES {
-                    return Err(SnapshotError::TooLong {
-                        offset: at,
-                        what: "an integer",
-                        bytes: n,
-                        limit: MAX_STRING_BYTES,
-                    });
-                }
-                let b = inp.take(n as usize, "a long integer")?;
-                long_value(b)
+            b'J' => {
+                let n = i32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
+                *i += 5;
+                Value::Int(n as i64)
             }
-            b'I' | b'L' => {
-                let line = inp.line("an INT or LONG")?;
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim_end_matches('L');
-                match text {
-                    "00" => Value::Bool(false),
-                    "01" => Value::Bool(true),
-                    t => match t.parse::<i64>() {
-                        Ok(n) => Value::Int(n),
-                        Err(_) if t.parse::<i128>().is_ok() || t.bytes().skip(1).all(|c| c.is_ascii_digit()) => {
-                            Value::BigInt(t.starts_with('-'))
-                        }
-                        Err(_) => malformed!(at, "INT opcode with '{t}', not an integer"),
-                    },
-                }
-            }
-            b'G' => Value::Float(f64::from_be_bytes(inp.take(8, "a BINFLOAT")?.try_into().unwrap_or_default())),
-            b'F' => {
-                let line = inp.line("a FLOAT")?;
-                match String::from_utf8_lossy(&line).parse::<f64>() {
-                    Ok(f) => Value::Float(f),
-                    Err(_) => malformed!(at, "FLOAT opcode without a number"),
-                }
-            }
-            b'X' | 0x8c | 0x8d | b'U' | b'T' | b'B' | b'C' | 0x8e | 0x96 => {
-                let n = match op {
-                    0x8c | b'U' | b'C' => inp.byte("a string length")? as u64,
-                    0x8d | 0x8e | 0x96 => inp.u64("a string length")?,
-                    _ => inp.u32("a string length")? as u64,
-                };
-                if n > MAX_STRING_BYTES {
-                    return Err(SnapshotError::TooLong {
-                        offset: at,
-                        what: "a string",
-                        bytes: n,
-                        limit: MAX_STRING_BYTES,
-                    });
-                }
-                let bytes = inp.take(n as usize, "a string")?;
-                match op {
-                    b'X' | 0x8c | 0x8d => match std::str::from_utf8(bytes) {
-                        Ok(s) => Value::Str(heap.intern(s)),
-                        Err(_) => malformed!(at, "a str that is not UTF-8"),
-                    },
-                    // Python 2 strings read as text where they are text.
-                    b'U' | b'T' => {
-                        sbuf.clear();
-                        sbuf.extend_from_slice(bytes);
-                        Value::Str(heap.intern(&String::from_utf8_lossy(&sbuf)))
+            0x8a => {
+                let n = *b.get(*i + 1)? as usize;
+                let v = match b.get(*i + 2..*i + 10) {
+                    // One 8-byte load, the bytes past the number shifted out.
+                    Some(word) if (1..=8).contains(&n) => {
+                        let shift = 64 - 8 * n as u32;
+                        Value::Int((i64::from_le_bytes(word.try_into().ok()?) << shift) >> shift)
                     }
-                    _ => Value::Bytes,
+                    _ => long_value(b.get(*i + 2..*i + 2 + n)?),
+                };
+                *i += 2 + n;
+                v
+            }
+            b'G' => {
+                let x = f64::from_be_bytes(b.get(*i + 1..*i + 9)?.try_into().ok()?);
+                *i += 9;
+                Value::Float(x)
+            }
+            b'N' => {
+                *i += 1;
+                Value::None
+            }
+            0x88 | 0x89 => {
+                *i += 1;
+                Value::Bool(b[*i - 1] == 0x88)
+            }
+            _ => return None,
+        };
+        Some(v)
+    }
+
+    /// A frame dict fetched from the memo at `b[*i]`: its frame id.
+    #[inline]
+    fn entry_frame(&mut self, b: &[u8], i: &mut usize) -> Option<u32> {
+        let index = match *b.get(*i)? {
+            b'h' => {
+                *i += 2;
+                *b.get(*i - 1)? as u64
+            }
+            b'j' => {
+                let n = u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
+                *i += 5;
+                n as u64
+            }
+            _ => return None,
+        };
+        let slot = self.memo.raw(index);
+        if slot >> TAG_BITS != T_DICT {
+            return None;
+        }
+        self.heap.frame_of(Value::Dict(slot & ID_MASK)).ok()
+    }
+
+    /// A frames list at `b[*i]`: fetched from the memo, or written out with
+    /// frames already seen. Its stack id.
+    fn entry_frames(&mut self, b: &[u8], i: &mut usize) -> Option<u32> {
+        match *b.get(*i)? {
+            b'h' | b'j' => {
+                let index = if b[*i] == b'h' {
+                    *i += 2;
+                    *b.get(*i - 1)? as u64
+                } else {
+                    let n = u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
+                    *i += 5;
+                    n as u64
+                };
+                let slot = self.memo.raw(index);
+                match slot >> TAG_BITS {
+                    T_STACK => Some(slot & ID_MASK),
+                    T_LIST => self.heap.stack_of(Value::List(slot & ID_MASK)).ok(),
+                    _ => None,
                 }
+            }
+            b'N' => {
+                *i += 1;
+                Some(0)
             }
             b']' => {
-                let list = heap.new_list();
-                heap.lists.push(list);
-                Value::List(heap.lists.len() as u32 - 1)
-            }
-            b'}' => {
-                let dict = heap.new_dict();
-                heap.dicts.push(dict);
-                Value::Dict(heap.dicts.len() as u32 - 1)
-            }
-            b')' => {
-                heap.tuples.push(Box::new([]));
-                Value::Tuple(heap.tuples.len() as u32 - 1)
-            }
-            0x8f => {
-                heap.lists.push(Vec::new());
-                Value::Set(heap.lists.len() as u32 - 1)
-            }
-            0x85..=0x87 => {
-                let n = (op - 0x84) as usize;
-                let mut items = vec![Value::None; n];
-                for i in (0..n).rev() {
-                    items[i] = pop(&mut stack, "TUPLE with too few items")?;
+                *i += 1;
+                let put = put_at(b, i, self.memo.slots.len() as u64)?;
+                let mut ids = std::mem::take(&mut self.heap.scratch);
+                ids.clear();
+                let ok = match *b.get(*i)? {
+                    b'(' => {
+                        *i += 1;
+                        loop {
+                            if *b.get(*i)? == b'e' {
+                                *i += 1;
+                                break true;
+                            }
+                            match self.entry_frame(b, i) {
+                                Some(f) => ids.push(f),
+                                None => break false,
+                            }
+                        }
+                    }
+                    b'h' | b'j' => match self.entry_frame(b, i) {
+                        Some(f) if b.get(*i) == Some(&b'a') => {
+                            *i += 1;
+                            ids.push(f);
+                            true
+                        }
+                        _ => false,
+                    },
+                    // An empty list.
+                    _ => true,
+                };
+                let id = ok.then(|| self.heap.intern_stack(&ids));
+                self.heap.scratch = ids;
+                let id = id?;
+                if let Some(index) = put {
+                    self.entry_put(index, Value::Stack(id));
                 }
-                heap.tuples.push(items.into());
-                Value::Tuple(heap.tuples.len() as u32 - 1)
+                Some(id)
             }
-            b'(' => {
-                stack.push(Slot::Mark);
-                continue;
+            _ => None,
+        }
+    }
+
+    /// A memo put by the entry reader, undone if the entry is left to the
+    /// general machine.
+    #[inline]
+    fn entry_put(&mut self, index: u64, v: Value) {
+        self.undo.push((index, self.memo.slots.get(index as usize).copied()));
+        self.memo.put(index, v);
+    }
+
+    /// At an EMPTY_DICT (already consumed): the trace entry it starts, read
+    /// straight from the buffer, or `None` (nothing consumed, nothing changed
+    /// but interned strings and frames) for the general machine to read it.
+    fn entry(&mut self, at: u64) -> Result<Option<Value>, SnapshotError> {
+        self.inp.fill(ENTRY_LOOKAHEAD)?;
+        // The buffer is moved out for the reading (no fill happens meanwhile).
+        let buf = std::mem::take(&mut self.inp.buf);
+        let b = &buf[self.inp.pos..self.inp.end];
+        self.undo.clear();
+        let mut i = 0;
+        let read = self.entry_fields(b, &mut i);
+        self.inp.buf = buf;
+        match read {
+            Some(f) => {
+                self.inp.pos += i;
+                Ok(Some(self.heap.finish(&f, at)))
             }
-            b't' | b'l' | b'd' | 0x91 => {
-                let m = mark(&stack)?;
-                let items: Vec<Value> = stack
-                    .drain(m..)
-                    .skip(1)
-                    .map(|s| match s {
-                        Slot::V(v) => v,
-                        Slot::Mark => Value::None,
-                    })
-                    .collect();
-                match op {
-                    b't' => {
-                        heap.tuples.push(items.into());
-                        Value::Tuple(heap.tuples.len() as u32 - 1)
-                    }
-                    b'l' | 0x91 => {
-                        heap.lists.push(items);
-                        if op == b'l' {
-                            Value::List(heap.lists.len() as u32 - 1)
-                        } else {
-                            Value::Set(heap.lists.len() as u32 - 1)
+            None => {
+                // Undo the memo puts, last first.
+                while let Some((index, old)) = self.undo.pop() {
+                    match old {
+                        Some(slot) => self.memo.slots[index as usize] = slot,
+                        None if index as usize + 1 == self.memo.slots.len() => {
+                            self.memo.slots.pop();
+                        }
+                        None => {
+                            self.memo.others.remove(&index);
                         }
                     }
-                    _ => {
-                        if !items.len().is_multiple_of(2) {
-                            malformed!(at, "DICT with an odd number of items");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The fields of the entry in `b` (from after its EMPTY_DICT to its
+    /// SETITEMS); `None` for a dict this reader leaves to the general machine
+    /// (which also reports a field of the wrong type).
+    #[inline(always)]
+    fn entry_fields(&mut self, b: &[u8], i: &mut usize) -> Option<Fields> {
+        let dict_put = put_at(b, i, self.memo.slots.len() as u64)?;
+        if let Some(index) = dict_put {
+            // An entry cannot be fetched again: its slot says so.
+            self.entry_put(index, Value::Entry(0));
+        }
+        if *b.get(*i)? != b'(' {
+            return None;
+        }
+        *i += 1;
+        // The fields in locals (registers), not a struct written piece by piece.
+        let (mut action, mut has, mut addr, mut size) = (u32::MAX, 0u8, 0i64, 0i64);
+        let (mut stream, mut time_us, mut frames) = (0i64, 0i64, 0u32);
+        let int = |v: Value| match v {
+            Value::Int(n) => Some(n),
+            Value::BigInt(neg) => Some(if neg { i64::MIN } else { i64::MAX }),
+            Value::Bool(b) => Some(b as i64),
+            _ => None,
+        };
+        loop {
+            if *b.get(*i)? == b'u' {
+                *i += 1;
+                break;
+            }
+            let key = self.entry_str(b, i)?;
+            match key {
+                K_ACTION => action = self.entry_str(b, i)?,
+                K_FRAMES => frames = self.entry_frames(b, i)?,
+                K_ADDR | K_SIZE | K_STREAM | K_TIME_US | K_DEVICE_FREE => {
+                    let v = Machine::<R>::entry_int(b, i)?;
+                    match key {
+                        K_ADDR => {
+                            let n = int(v)?;
+                            if has & HAS_DEVICE_FREE == 0 {
+                                addr = n;
+                            }
+                            has |= HAS_ADDR;
                         }
-                        heap.dicts.push(items.chunks(2).map(|p| (p[0], p[1])).collect());
+                        K_SIZE => {
+                            size = int(v)?;
+                            has |= HAS_SIZE;
+                        }
+                        K_DEVICE_FREE => {
+                            addr = int(v)?;
+                            has |= HAS_DEVICE_FREE;
+                        }
+                        K_STREAM => stream = int(v)?,
+                        // Integral or not, a time is a time.
+                        _ => {
+                            time_us = match v {
+                                Value::Float(x) => x as i64,
+                                v => int(v)?.max(0),
+                            }
+                        }
+                    }
+                }
+                // A key this reader does not use: a number or a string.
+                _ => {
+                    if Machine::<R>::entry_int(b, i).is_none() {
+                        self.entry_str(b, i)?;
+                    }
+                }
+            }
+        }
+        (action != u32::MAX).then_some(Fields { action, has, addr, size, stream, time_us, frames })
+    }
+
+    fn run(&mut self) -> Result<Value, SnapshotError> {
+        let mut stack: Vec<Slot> = Vec::with_capacity(256);
+        let mut sbuf: Vec<u8> = Vec::new();
+
+        macro_rules! malformed {
+            ($off:expr, $($t:tt)*) => {
+                return Err(SnapshotError::Malformed { offset: $off, what: format!($($t)*) })
+            };
+        }
+
+        loop {
+            let at = self.inp.offset();
+            let op = self.inp.byte("an opcode")?;
+            let pop = |stack: &mut Vec<Slot>, what: &str| -> Result<Value, SnapshotError> {
+                match stack.pop() {
+                    Some(Slot::V(v)) => Ok(v),
+                    Some(Slot::Mark) => {
+                        Err(SnapshotError::Malformed { offset: at, what: format!("{what}: found a mark") })
+                    }
+                    None => Err(SnapshotError::Malformed { offset: at, what: format!("{what}: the stack is empty") }),
+                }
+            };
+            // Index of the topmost mark.
+            let mark = |stack: &Vec<Slot>| -> Result<usize, SnapshotError> {
+                stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or_else(|| SnapshotError::Malformed {
+                    offset: at,
+                    what: format!("opcode {op:#04x} needs a mark and there is none"),
+                })
+            };
+            let inp = &mut self.inp;
+            let heap = &mut self.heap;
+            let v = match op {
+                b'.' => return pop(&mut stack, "STOP with nothing to return"),
+                0x95 => {
+                    inp.u64("a FRAME length")?;
+                    continue;
+                }
+                0x80 => {
+                    inp.byte("a PROTO version")?;
+                    continue;
+                }
+                b'N' => Value::None,
+                0x88 => Value::Bool(true),
+                0x89 => Value::Bool(false),
+                b'K' => Value::Int(inp.byte("a BININT1")? as i64),
+                b'M' => {
+                    let b = inp.take(2, "a BININT2")?;
+                    Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                }
+                b'J' => Value::Int(inp.u32("a BININT")? as i32 as i64),
+                0x8a | 0x8b => {
+                    let n =
+                        if op == 0x8a { inp.byte("a LONG1 length")? as u64 } else { inp.u32("a LONG4 length")? as u64 };
+                    if n > MAX_STRING_BYTES {
+                        return Err(SnapshotError::TooLong {
+                            offset: at,
+                            what: "an integer",
+                            bytes: n,
+                            limit: MAX_STRING_BYTES,
+                        });
+                    }
+                    let b = inp.take(n as usize, "a long integer")?;
+                    long_value(b)
+                }
+                b'I' | b'L' => {
+                    let line = inp.line("an INT or LONG")?;
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end_matches('L');
+                    match text {
+                        "00" => Value::Bool(false),
+                        "01" => Value::Bool(true),
+                        t => match t.parse::<i64>() {
+                            Ok(n) => Value::Int(n),
+                            Err(_) if t.parse::<i128>().is_ok() || t.bytes().skip(1).all(|c| c.is_ascii_digit()) => {
+                                Value::BigInt(t.starts_with('-'))
+                            }
+                            Err(_) => malformed!(at, "INT opcode with '{t}', not an integer"),
+                        },
+                    }
+                }
+                b'G' => Value::Float(f64::from_be_bytes(inp.take(8, "a BINFLOAT")?.try_into().unwrap_or_default())),
+                b'F' => {
+                    let line = inp.line("a FLOAT")?;
+                    match String::from_utf8_lossy(&line).parse::<f64>() {
+                        Ok(f) => Value::Float(f),
+                        Err(_) => malformed!(at, "FLOAT opcode without a number"),
+                    }
+                }
+                b'X' | 0x8c | 0x8d | b'U' | b'T' | b'B' | b'C' | 0x8e | 0x96 => {
+                    let n = match op {
+                        0x8c | b'U' | b'C' => inp.byte("a string length")? as u64,
+                        0x8d | 0x8e | 0x96 => inp.u64("a string length")?,
+                        _ => inp.u32("a string length")? as u64,
+                    };
+                    if n > MAX_STRING_BYTES {
+                        return Err(SnapshotError::TooLong {
+                            offset: at,
+                            what: "a string",
+                            bytes: n,
+                            limit: MAX_STRING_BYTES,
+                        });
+                    }
+                    let bytes = inp.take(n as usize, "a string")?;
+                    match op {
+                        b'X' | 0x8c | 0x8d => match std::str::from_utf8(bytes) {
+                            Ok(s) => Value::Str(heap.intern(s)),
+                            Err(_) => malformed!(at, "a str that is not UTF-8"),
+                        },
+                        // Python 2 strings read as text where they are text.
+                        b'U' | b'T' => {
+                            sbuf.clear();
+                            sbuf.extend_from_slice(bytes);
+                            Value::Str(heap.intern(&String::from_utf8_lossy(&sbuf)))
+                        }
+                        _ => Value::Bytes,
+                    }
+                }
+                b']' => {
+                    let list = heap.new_list();
+                    heap.lists.push(list);
+                    Value::List(heap.lists.len() as u32 - 1)
+                }
+                b'}' => match if self.entry_reader { self.entry(at)? } else { None } {
+                    Some(entry) => entry,
+                    None => {
+                        let heap = &mut self.heap;
+                        let dict = heap.new_dict();
+                        heap.dicts.push(dict);
                         Value::Dict(heap.dicts.len() as u32 - 1)
                     }
+                },
+                b')' => {
+                    heap.tuples.push(Box::new([]));
+                    Value::Tuple(heap.tuples.len() as u32 - 1)
                 }
-            }
-            b'a' | b'e' | 0x90 => {
-                let (start, target_at) = if op == b'a' {
-                    (stack.len().saturating_sub(1), stack.len().saturating_sub(2))
-                } else {
-                    let m = mark(&stack)?;
-                    (m + 1, m.wrapping_sub(1))
-                };
-                let target = match stack.get(target_at) {
-                    Some(Slot::V(Value::List(l))) => *l,
-                    Some(Slot::V(Value::Set(l))) if op == 0x90 => *l,
-                    Some(Slot::V(v)) => malformed!(at, "APPEND to a {}, not a list", v.type_name()),
-                    _ => malformed!(at, "APPEND with no list below the items"),
-                };
-                if start > stack.len() || (op == b'a' && stack.len() < 2) {
-                    malformed!(at, "APPEND with nothing to append");
+                0x8f => {
+                    heap.lists.push(Vec::new());
+                    Value::Set(heap.lists.len() as u32 - 1)
                 }
-                heap.lists[target as usize].reserve(stack.len() - start);
-                for &slot in &stack[start..] {
-                    let Slot::V(mut v) = slot else { malformed!(at, "a mark among the items to append") };
-                    if let Value::Dict(d) = v
-                        && let Some(id) = heap.entry_of(d, at)?
-                    {
-                        v = Value::Entry(id);
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let mut items = vec![Value::None; n];
+                    for i in (0..n).rev() {
+                        items[i] = pop(&mut stack, "TUPLE with too few items")?;
                     }
-                    heap.lists[target as usize].push(v);
+                    heap.tuples.push(items.into());
+                    Value::Tuple(heap.tuples.len() as u32 - 1)
                 }
-                // The items, and the mark for APPENDS/ADDITEMS.
-                stack.truncate(if op == b'a' { start } else { start - 1 });
-                continue;
-            }
-            b's' | b'u' => {
-                let start = if op == b's' { stack.len().saturating_sub(2) } else { mark(&stack)? + 1 };
-                let target_at = start.wrapping_sub(if op == b's' { 1 } else { 2 });
-                let target = match stack.get(target_at) {
-                    Some(Slot::V(Value::Dict(d))) => *d,
-                    Some(Slot::V(v)) => malformed!(at, "SETITEM on a {}, not a dict", v.type_name()),
-                    _ => malformed!(at, "SETITEM with no dict below the items"),
-                };
-                if !(stack.len() - start).is_multiple_of(2) {
-                    malformed!(at, "SETITEMS with a key and no value");
+                b'(' => {
+                    stack.push(Slot::Mark);
+                    continue;
                 }
-                let dict = &mut heap.dicts[target as usize];
-                dict.reserve((stack.len() - start) / 2);
-                for pair in stack[start..].chunks(2) {
-                    let (Slot::V(k), Slot::V(v)) = (pair[0], pair[1]) else {
-                        malformed!(at, "a mark among the items to set")
-                    };
-                    dict.push((k, v));
-                }
-                stack.truncate(if op == b's' { start } else { start - 1 });
-                continue;
-            }
-            b'0' => {
-                stack.pop();
-                continue;
-            }
-            b'1' => {
-                let m = mark(&stack)?;
-                stack.truncate(m);
-                continue;
-            }
-            b'2' => {
-                let top = pop(&mut stack, "DUP")?;
-                stack.push(Slot::V(top));
-                top
-            }
-            b'q' | b'r' | 0x94 | b'p' => {
-                let index = match op {
-                    b'q' => inp.byte("a BINPUT index")? as u64,
-                    b'r' => inp.u32("a LONG_BINPUT index")? as u64,
-                    0x94 => memo.len() as u64,
-                    _ => {
-                        let line = inp.line("a PUT index")?;
-                        match String::from_utf8_lossy(&line).parse::<u64>() {
-                            Ok(n) => n,
-                            Err(_) => malformed!(at, "PUT without an index"),
+                b't' | b'l' | b'd' | 0x91 => {
+                    let m = mark(&stack)?;
+                    let items: Vec<Value> = stack
+                        .drain(m..)
+                        .skip(1)
+                        .map(|s| match s {
+                            Slot::V(v) => v,
+                            Slot::Mark => Value::None,
+                        })
+                        .collect();
+                    match op {
+                        b't' => {
+                            heap.tuples.push(items.into());
+                            Value::Tuple(heap.tuples.len() as u32 - 1)
+                        }
+                        b'l' | 0x91 => {
+                            // Entries in a list built at once (protocol 0/1 style).
+                            let list = heap.lists.len() as u32;
+                            let mut plain = Vec::with_capacity(items.len());
+                            for v in items {
+                                match v {
+                                    Value::Entry(id) if op == b'l' => heap.append_entries(list, id, 1, at)?,
+                                    Value::Dict(d) if op == b'l' => match heap.entry_of(d, at)? {
+                                        Some((entry, problem)) => heap.push_entry(list, entry, problem),
+                                        None => plain.push(v),
+                                    },
+                                    v => plain.push(v),
+                                }
+                            }
+                            heap.lists.push(plain);
+                            if op == b'l' { Value::List(list) } else { Value::Set(list) }
+                        }
+                        _ => {
+                            if !items.len().is_multiple_of(2) {
+                                malformed!(at, "DICT with an odd number of items");
+                            }
+                            heap.dicts.push(items.chunks(2).map(|p| (p[0], p[1])).collect());
+                            Value::Dict(heap.dicts.len() as u32 - 1)
                         }
                     }
-                };
-                let top = match stack.last() {
-                    Some(Slot::V(v)) => *v,
-                    _ => malformed!(at, "a memo put with no value on the stack"),
-                };
-                if index >= MAX_MEMO {
-                    return Err(SnapshotError::TooLong {
+                }
+                b'a' | b'e' | 0x90 => {
+                    let (start, target_at) = if op == b'a' {
+                        (stack.len().saturating_sub(1), stack.len().saturating_sub(2))
+                    } else {
+                        let m = mark(&stack)?;
+                        (m + 1, m.wrapping_sub(1))
+                    };
+                    let target = match stack.get(target_at) {
+                        Some(Slot::V(Value::List(l))) => *l,
+                        Some(Slot::V(Value::Set(l))) if op == 0x90 => *l,
+                        Some(Slot::V(v)) => malformed!(at, "APPEND to a {}, not a list", v.type_name()),
+                        _ => malformed!(at, "APPEND with no list below the items"),
+                    };
+                    if start > stack.len() || (op == b'a' && stack.len() < 2) {
+                        malformed!(at, "APPEND with nothing to append");
+                    }
+                    // A run of entries in the order they were read goes in at once.
+                    let run = match (stack.get(start), stack.last()) {
+                        (Some(Slot::V(Value::Entry(a))), Some(Slot::V(Value::Entry(b))))
+                            if (b.wrapping_sub(*a) as usize) == stack.len() - start - 1 =>
+                        {
+                            Some(*a)
+                        }
+                        _ => None,
+                    };
+                    match run {
+                        Some(first) => heap.append_entries(target, first, stack.len() - start, at)?,
+                        None => {
+                            for &slot in &stack[start..] {
+                                let Slot::V(v) = slot else {
+                                    malformed!(at, "a mark among the items to append")
+                                };
+                                match v {
+                                    Value::Entry(id) => heap.append_entries(target, id, 1, at)?,
+                                    Value::Dict(d) => match heap.entry_of(d, at)? {
+                                        Some((entry, problem)) => heap.push_entry(target, entry, problem),
+                                        None => heap.lists[target as usize].push(v),
+                                    },
+                                    v => heap.lists[target as usize].push(v),
+                                }
+                            }
+                        }
+                    }
+                    // The items, and the mark for APPENDS/ADDITEMS.
+                    stack.truncate(if op == b'a' { start } else { start - 1 });
+                    continue;
+                }
+                b's' | b'u' => {
+                    let start = if op == b's' { stack.len().saturating_sub(2) } else { mark(&stack)? + 1 };
+                    let target_at = start.wrapping_sub(if op == b's' { 1 } else { 2 });
+                    let target = match stack.get(target_at) {
+                        Some(Slot::V(Value::Dict(d))) => *d,
+                        Some(Slot::V(v)) => malformed!(at, "SETITEM on a {}, not a dict", v.type_name()),
+                        _ => malformed!(at, "SETITEM with no dict below the items"),
+                    };
+                    if !(stack.len() - start).is_multiple_of(2) {
+                        malformed!(at, "SETITEMS with a key and no value");
+                    }
+                    let dict = &mut heap.dicts[target as usize];
+                    dict.reserve((stack.len() - start) / 2);
+                    for pair in stack[start..].chunks(2) {
+                        let (Slot::V(k), Slot::V(v)) = (pair[0], pair[1]) else {
+                            malformed!(at, "a mark among the items to set")
+                        };
+                        dict.push((k, v));
+                    }
+                    stack.truncate(if op == b's' { start } else { start - 1 });
+                    continue;
+                }
+                b'0' => {
+                    stack.pop();
+                    continue;
+                }
+                b'1' => {
+                    let m = mark(&stack)?;
+                    stack.truncate(m);
+                    continue;
+                }
+                b'2' => {
+                    let top = pop(&mut stack, "DUP")?;
+                    stack.push(Slot::V(top));
+                    top
+                }
+                b'q' | b'r' | 0x94 | b'p' => {
+                    let index = match op {
+                        b'q' => inp.byte("a BINPUT index")? as u64,
+                        b'r' => inp.u32("a LONG_BINPUT index")? as u64,
+                        0x94 => self.memo.slots.len() as u64,
+                        _ => {
+                            let line = inp.line("a PUT index")?;
+                            match String::from_utf8_lossy(&line).parse::<u64>() {
+                                Ok(n) => n,
+                                Err(_) => malformed!(at, "PUT without an index"),
+                            }
+                        }
+                    };
+                    let top = match stack.last() {
+                        Some(Slot::V(v)) => *v,
+                        _ => malformed!(at, "a memo put with no value on the stack"),
+                    };
+                    if index >= MAX_MEMO {
+                        return Err(SnapshotError::TooLong {
+                            offset: at,
+                            what: "a memo index",
+                            bytes: index,
+                            limit: MAX_MEMO,
+                        });
+                    }
+                    self.memo.put(index, top);
+                    continue;
+                }
+                b'h' | b'j' | b'g' => {
+                    let index = match op {
+                        b'h' => inp.byte("a BINGET index")? as u64,
+                        b'j' => inp.u32("a LONG_BINGET index")? as u64,
+                        _ => {
+                            let line = inp.line("a GET index")?;
+                            String::from_utf8_lossy(&line).parse::<u64>().unwrap_or(u64::MAX)
+                        }
+                    };
+                    match self.memo.get(index) {
+                        Ok(v) => v,
+                        Err(why) => malformed!(at, "memo get of slot {index}, which was {why}"),
+                    }
+                }
+                b'c' | 0x93 | b'R' | b'b' | 0x81 | 0x92 | b'i' | b'o' => {
+                    return Err(SnapshotError::Opcode {
                         offset: at,
-                        what: "a memo index",
-                        bytes: index,
-                        limit: MAX_MEMO,
+                        opcode: op,
+                        name: opcode_name(op),
+                        why: "builds a Python object of a class; a memory snapshot holds only dicts, lists, strings and numbers (is this a snapshot from torch.cuda.memory._dump_snapshot?)",
                     });
                 }
-                // Python numbers its memo slots in order; any other index goes
-                // to a side table, so a stray index cannot make the table huge.
-                match (index as usize).cmp(&memo.len()) {
-                    std::cmp::Ordering::Less => memo[index as usize] = Some(top),
-                    std::cmp::Ordering::Equal => memo.push(Some(top)),
-                    std::cmp::Ordering::Greater => {
-                        sparse_memo.insert(index, top);
-                    }
+                0x97 | 0x98 => {
+                    return Err(SnapshotError::Opcode {
+                        offset: at,
+                        opcode: op,
+                        name: opcode_name(op),
+                        why: "refers to an out-of-band buffer, which a snapshot file cannot carry",
+                    });
                 }
-                continue;
-            }
-            b'h' | b'j' | b'g' => {
-                let index = match op {
-                    b'h' => inp.byte("a BINGET index")? as u64,
-                    b'j' => inp.u32("a LONG_BINGET index")? as u64,
-                    _ => {
-                        let line = inp.line("a GET index")?;
-                        String::from_utf8_lossy(&line).parse::<u64>().unwrap_or(u64::MAX)
-                    }
-                };
-                match memo.get(index as usize).copied().flatten().or_else(|| sparse_memo.get(&index).copied()) {
-                    Some(v) => v,
-                    None => malformed!(at, "memo get of slot {index}, which was never put"),
+                _ => {
+                    return Err(SnapshotError::Opcode {
+                        offset: at,
+                        opcode: op,
+                        name: "unknown",
+                        why: "is not a pickle opcode; the file is corrupt",
+                    });
                 }
+            };
+            stack.push(Slot::V(v));
+            if stack.len() > (1 << 24) {
+                malformed!(at, "more than 16 million values on the stack; not a snapshot");
             }
-            b'c' | 0x93 | b'R' | b'b' | 0x81 | 0x92 | b'i' | b'o' => {
-                return Err(SnapshotError::Opcode {
-                    offset: at,
-                    opcode: op,
-                    name: opcode_name(op),
-                    why: "builds a Python object of a class; a memory snapshot holds only dicts, lists, strings and numbers (is this a snapshot from torch.cuda.memory._dump_snapshot?)",
-                });
-            }
-            0x97 | 0x98 => {
-                return Err(SnapshotError::Opcode {
-                    offset: at,
-                    opcode: op,
-                    name: opcode_name(op),
-                    why: "refers to an out-of-band buffer, which a snapshot file cannot carry",
-                });
-            }
-            _ => {
-                return Err(SnapshotError::Opcode {
-                    offset: at,
-                    opcode: op,
-                    name: "unknown",
-                    why: "is not a pickle opcode; the file is corrupt",
-                });
-            }
-        };
-        stack.push(Slot::V(v));
-        if stack.len() > (1 << 24) {
-            malformed!(at, "more than 16 million values on the stack; not a snapshot");
         }
     }
 }
 
 /// A little-endian two's-complement integer (LONG1/LONG4).
+#[inline]
 fn long_value(b: &[u8]) -> Value {
-    if b.is_empty() {
+    let n = b.len();
+    if (1..=8).contains(&n) {
+        let mut bytes = [0u8; 8];
+        bytes[..n].copy_from_slice(b);
+        // Sign-extended from the top byte written.
+        let shift = 64 - 8 * n as u32;
+        return Value::Int((i64::from_le_bytes(bytes) << shift) >> shift);
+    }
+    if n == 0 {
         return Value::Int(0);
     }
-    let negative = b[b.len() - 1] & 0x80 != 0;
-    if b.len() > 8 {
-        // Fits when the extra bytes are only sign extension.
-        let fill = if negative { 0xff } else { 0 };
-        if b[8..].iter().any(|&x| x != fill) || ((b[7] & 0x80 != 0) != negative) {
-            return Value::BigInt(negative);
-        }
+    // Fits when the extra bytes are only sign extension.
+    let negative = b[n - 1] & 0x80 != 0;
+    let fill = if negative { 0xff } else { 0 };
+    if b[8..].iter().any(|&x| x != fill) || ((b[7] & 0x80 != 0) != negative) {
+        return Value::BigInt(negative);
     }
-    let mut bytes = [if negative { 0xff } else { 0 }; 8];
-    let n = b.len().min(8);
-    bytes[..n].copy_from_slice(&b[..n]);
-    Value::Int(i64::from_le_bytes(bytes))
+    Value::Int(i64::from_le_bytes(b[..8].try_into().unwrap_or_default()))
 }
 
 fn opcode_name(op: u8) -> &'static str {

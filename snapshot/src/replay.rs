@@ -982,6 +982,7 @@ fn recording(
         protocol: 2,
         segments,
         device_traces,
+        skipped_entries: Vec::new(),
         frames: snapshot.frames.clone(),
         allocator_settings: Some(AllocatorSettings {
             alloc_conf: config.to_string(),

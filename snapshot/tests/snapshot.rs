@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use vramlab_allocator::BlockState;
 use vramlab_allocator::consts::MIB;
 use vramlab_snapshot::{
-    Action, SegmentType, Snapshot, SnapshotError, SnapshotReplayOptions, read_snapshot, read_snapshot_file,
-    replay_snapshot,
+    Action, ReadOptions, SegmentType, Snapshot, SnapshotError, SnapshotReplayOptions, read_snapshot,
+    read_snapshot_file, read_snapshot_with, replay_snapshot,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -158,6 +158,52 @@ fn a_time_window_keeps_only_its_entries() {
         .unwrap();
     assert_eq!(r.entries_in_window, 8);
     assert!(r.fidelity.is_none());
+}
+
+/// A window applied while reading (the entries before it never kept) replays
+/// to the figures of the same window applied to the whole trace: the state at
+/// its start is rewound from the final segments either way.
+#[test]
+fn a_window_applied_while_reading_replays_as_one_applied_after() {
+    let dirs = ["../tests/data/snapshots", "../tests/data/torch-snapshots"];
+    let mut compared = 0;
+    for dir in dirs.map(|d| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(d)) {
+        for path in std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()) {
+            if path.extension().is_none_or(|x| x != "pickle") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let whole = read_snapshot(&bytes[..]).unwrap();
+            let Some(device) = whole.busiest_device() else { continue };
+            let trace = &whole.device_traces[device];
+            for k in [trace.len() / 4, trace.len() / 2] {
+                let (from_us, to_us) = (Some(trace[k].time_us), Some(trace[(k + trace.len()) / 2].time_us));
+                let opts = SnapshotReplayOptions { device: Some(device), from_us, to_us, ..Default::default() };
+                let after = replay_snapshot(&whole, &opts).unwrap();
+                let read = read_snapshot_with(&bytes[..], ReadOptions { from_us }).unwrap();
+                let skipped = read.skipped_entries[device];
+                assert_eq!(skipped as usize, trace.iter().position(|e| e.time_us >= from_us.unwrap()).unwrap());
+                let during = replay_snapshot(&read, &opts).unwrap();
+                let figures = |r: &vramlab_snapshot::SnapshotReplay| {
+                    (
+                        r.entries_in_window,
+                        r.allocs,
+                        r.frees,
+                        r.peak_allocated_bytes,
+                        r.peak_reserved_bytes,
+                        r.final_allocated_bytes,
+                        r.final_reserved_bytes,
+                        r.live_at_start.clone(),
+                        r.ooms.len(),
+                        r.skipped_entries,
+                    )
+                };
+                assert_eq!(figures(&after), figures(&during), "{} from entry {k}", path.display());
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 20, "{compared}");
 }
 
 #[test]
