@@ -37,6 +37,160 @@ pub fn read_snapshot_with<R: Read>(input: R, opts: ReadOptions) -> Result<Snapsh
     snapshot_of(pickle::read_with(input, opts)?)
 }
 
+/// The allocator settings of a snapshot, read from the last bytes of its file
+/// (`tail`; PyTorch writes `allocator_settings` after the traces): `None` when
+/// they are not there, or refer to something written before the tail. What
+/// lets a replay start before the whole file is read (`overlap.rs`, which
+/// checks it against the settings read in full).
+pub fn peek_allocator_settings(tail: &[u8]) -> Option<AllocatorSettings> {
+    const KEY: &[u8] = b"allocator_settings";
+    let mut end = tail.len();
+    while let Some(at) = tail[..end].windows(KEY.len()).rposition(|w| w == KEY) {
+        end = at + KEY.len() - 1;
+        // The key as a SHORT_BINUNICODE or a BINUNICODE string.
+        let short = at >= 2 && tail[at - 2] == 0x8c && tail[at - 1] as usize == KEY.len();
+        let long = at >= 5 && tail[at - 5] == b'X' && tail[at - 4..at] == (KEY.len() as u32).to_le_bytes();
+        if !short && !long {
+            continue;
+        }
+        let mut i = at + KEY.len();
+        skip_memo_put(tail, &mut i);
+        let mut gets = Vec::new();
+        let value = skim_value(&tail[i..], &mut gets)?;
+        // A memo get names a string written before the tail (PyTorch's conf
+        // string is often the empty string met before): taken as "". A wrong
+        // guess costs only the head start: the reader checks.
+        let mut pickle = vec![0x80, 4];
+        let mut from = i;
+        for (at, n) in gets {
+            pickle.extend_from_slice(&tail[from..i + at]);
+            pickle.extend_from_slice(&[0x8c, 0]);
+            from = i + at + n;
+        }
+        pickle.extend_from_slice(&tail[from..i + value]);
+        pickle.push(b'.');
+        let Pickle { top, heap, .. } = pickle::read(&pickle[..]).ok()?;
+        return allocator_settings(&heap, top).ok();
+    }
+    None
+}
+
+/// Steps over a memo put at `b[*i]`, if there is one.
+fn skip_memo_put(b: &[u8], i: &mut usize) {
+    match b.get(*i) {
+        Some(0x94) => *i += 1,
+        Some(b'q') => *i += 2,
+        Some(b'r') => *i += 5,
+        _ => {}
+    }
+}
+
+/// The length of the one pickled value at the start of `b` (the opcodes of
+/// dicts, lists, strings and numbers), with its memo puts and items; the
+/// memo gets in it in `gets` (offset, length).
+fn skim_value(b: &[u8], gets: &mut Vec<(usize, usize)>) -> Option<usize> {
+    let (mut i, mut depth, mut marks) = (0usize, 0usize, Vec::new());
+    loop {
+        if depth == 1 && marks.is_empty() && !matches!(b.get(i), Some(0x94 | b'q' | b'r' | b'(' | 0x95)) {
+            return Some(i);
+        }
+        let op = *b.get(i)?;
+        i += 1;
+        let arg = |n: usize| b.get(i..i + n).map(|_| n);
+        let len = |n: usize| -> Option<usize> {
+            let bytes = b.get(i..i + n)?;
+            let mut le = [0u8; 8];
+            le[..n].copy_from_slice(bytes);
+            Some(n + u64::from_le_bytes(le) as usize)
+        };
+        i += match op {
+            b'}' | b']' | b')' | b'N' | 0x88 | 0x89 => {
+                depth += 1;
+                0
+            }
+            b'K' => {
+                depth += 1;
+                arg(1)?
+            }
+            b'h' | b'j' => {
+                depth += 1;
+                let n = if op == b'h' { 1 } else { 4 };
+                gets.push((i - 1, n + 1));
+                arg(n)?
+            }
+            b'M' => {
+                depth += 1;
+                arg(2)?
+            }
+            b'J' => {
+                depth += 1;
+                arg(4)?
+            }
+            b'G' => {
+                depth += 1;
+                arg(8)?
+            }
+            0x8a | 0x8c => {
+                depth += 1;
+                len(1)?
+            }
+            0x8b | b'X' => {
+                depth += 1;
+                len(4)?
+            }
+            0x8d => {
+                depth += 1;
+                len(8)?
+            }
+            0x94 => 0,
+            b'q' => arg(1)?,
+            b'r' => arg(4)?,
+            0x95 => arg(8)?,
+            b'(' => {
+                marks.push(depth);
+                0
+            }
+            b'u' | b'e' => {
+                depth = marks.pop()?;
+                0
+            }
+            b't' => {
+                depth = marks.pop()? + 1;
+                0
+            }
+            b's' => {
+                depth = depth.checked_sub(2)?;
+                0
+            }
+            b'a' => {
+                depth = depth.checked_sub(1)?;
+                0
+            }
+            0x85..=0x87 => {
+                depth = (depth + 1).checked_sub((op - 0x84) as usize)?;
+                0
+            }
+            _ => return None,
+        };
+        if i > b.len() {
+            return None;
+        }
+    }
+}
+
+/// [`read_snapshot_with`], the entries of the first device trace sent to
+/// `tx` as they are read (see `overlap.rs`): the snapshot comes back with that
+/// trace empty, and its device index.
+pub(crate) fn read_snapshot_streaming<R: Read>(
+    input: R,
+    opts: ReadOptions,
+    tx: std::sync::mpsc::SyncSender<super::overlap::Message>,
+) -> Result<(Snapshot, Option<usize>), SnapshotError> {
+    let pickle = pickle::read_streaming(input, opts, tx)?;
+    let streamed = pickle.heap.stream.as_ref().and_then(|s| s.device);
+    Ok((snapshot_of(pickle)?, streamed))
+}
+
 fn snapshot_of(pickle: Pickle) -> Result<Snapshot, SnapshotError> {
     let Pickle { protocol, top, mut heap } = pickle;
     let top_dict = match top {
@@ -349,9 +503,8 @@ fn device_traces(heap: &mut Heap, v: Value) -> Result<(Vec<Vec<TraceEntry>>, Vec
         }
         if let Some(problem) = list.problem {
             let i = problem.index;
-            let path = |field: &str| {
-                format!("{p}[{i}].{field} (the '{}' entry at byte {})", problem.action, problem.offset)
-            };
+            let path =
+                |field: &str| format!("{p}[{i}].{field} (the '{}' entry at byte {})", problem.action, problem.offset);
             return Err(match problem.kind {
                 ProblemKind::Absurd { field, value } => SnapshotError::AbsurdSize { path: path(field), value },
                 ProblemKind::Missing { field } => SnapshotError::Shape {
@@ -466,14 +619,14 @@ mod tests {
                     // A window from the middle of the busiest trace.
                     if let Some(d) = a.busiest_device() {
                         let t = &a.device_traces[d];
-                        let from_us = Some(t[t.len() / 2].time_us);
-                        let opts = ReadOptions { from_us };
+                        let from = t[t.len() / 2].time_us;
+                        let opts = ReadOptions { from_us: Some(from) };
                         let w = snapshot_of(pickle::read_with(&bytes[..], opts).unwrap()).unwrap();
                         let g = snapshot_of(pickle::read_general(&bytes[..], opts).unwrap()).unwrap();
                         assert_eq!(resolved(&w), resolved(&g), "{} windowed", path.display());
                         let skipped = w.skipped_entries[d] as usize;
                         assert_eq!(&t[skipped..], &w.device_traces[d][..], "{} windowed", path.display());
-                        assert!(t[..skipped].iter().all(|e| e.time_us < from_us.unwrap()));
+                        assert!(t[..skipped].iter().all(|e| e.time_us < from));
                     }
                 }
                 (a, b) => assert_eq!(a.as_ref().err().map(|e| e.to_string()), b.as_ref().err().map(|e| e.to_string())),
@@ -481,7 +634,8 @@ mod tests {
             // Cut short anywhere: the same error either way.
             for cut in [bytes.len() / 3, bytes.len() / 2 + 7, bytes.len() - 1] {
                 let a = pickle::read_with(&bytes[..cut], ReadOptions::default()).map(|_| ()).map_err(|e| e.to_string());
-                let b = pickle::read_general(&bytes[..cut], ReadOptions::default()).map(|_| ()).map_err(|e| e.to_string());
+                let b =
+                    pickle::read_general(&bytes[..cut], ReadOptions::default()).map(|_| ()).map_err(|e| e.to_string());
                 assert_eq!(a, b, "{} cut at {cut}", path.display());
             }
         }

@@ -16,9 +16,11 @@
 mod attribution;
 mod diff;
 mod export;
+mod feed;
 mod import;
 mod model;
 mod oom;
+mod overlap;
 mod path_timeline;
 pub mod pickle;
 mod pools;
@@ -34,13 +36,14 @@ pub use attribution::{
 };
 pub use diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
 pub use export::{write_chrome_trace, write_snapshot};
-pub use import::{is_pickle, read_snapshot, read_snapshot_file, read_snapshot_with};
-pub use pickle::ReadOptions;
+pub use import::{is_pickle, peek_allocator_settings, read_snapshot, read_snapshot_file, read_snapshot_with};
 pub use model::{
     Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
 };
 pub use oom::{InferredCapacity, LimitKind, OomRequest, ReleaseKind, ReleaseSummary};
+pub use overlap::read_and_replay;
 pub use path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
+pub use pickle::ReadOptions;
 pub use pools::PoolInference;
 pub use replay::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,

@@ -19,7 +19,7 @@
 
 use serde::Serialize;
 
-use super::model::{Action, FrameTable, Snapshot, StackId, TraceEntry};
+use super::model::{Action, Frame, FrameTable, Snapshot, StackId, TraceEntry};
 use vramlab_allocator::consts::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use vramlab_allocator::{AllocError, AllocatorConfig, CachingAllocator, StreamId, format_size};
 
@@ -119,19 +119,28 @@ impl ReleaseSummary {
     }
 }
 
-/// Whether a stack names a call of `empty_cache` (Python) or c10's `emptyCache`.
-fn names_empty_cache(frames: &FrameTable, stack: StackId) -> bool {
-    frames.stack(stack).any(|f| &*f.name == "empty_cache" || f.name.contains("emptyCache"))
-}
+/// What a stack's frames say about a segment free made under it ([`stack_flags`]).
+pub(crate) const NAMES_EMPTY_CACHE: u8 = 1;
+pub(crate) const NAMES_ALLOCATOR_RELEASE: u8 = 2;
 
-/// Whether a stack names the allocator's own release paths.
-fn names_allocator_release(frames: &FrameTable, stack: StackId) -> bool {
-    frames.stack(stack).any(|f| {
-        f.name.contains("garbage_collect_cached_blocks")
+/// Whether a stack names a call of `empty_cache` (Python) or c10's
+/// `emptyCache` ([`NAMES_EMPTY_CACHE`]), and whether it names the allocator's
+/// own release paths ([`NAMES_ALLOCATOR_RELEASE`]).
+pub(crate) fn stack_flags<'a>(frames: impl Iterator<Item = &'a Frame>) -> u8 {
+    let mut flags = 0;
+    for f in frames {
+        if &*f.name == "empty_cache" || f.name.contains("emptyCache") {
+            flags |= NAMES_EMPTY_CACHE;
+        }
+        if f.name.contains("garbage_collect_cached_blocks")
             || f.name.contains("release_cached_blocks")
             || f.name.contains("release_available_cached_blocks")
             || f.name.contains("DeviceCachingAllocator::malloc")
-    })
+        {
+            flags |= NAMES_ALLOCATOR_RELEASE;
+        }
+    }
+    flags
 }
 
 /// Whose release the run of segment frees (or unmaps) starting at trace index
@@ -144,14 +153,24 @@ pub(crate) fn classify_run(
     frames: &FrameTable,
     keep: impl Fn(&TraceEntry) -> bool,
 ) -> ReleaseKind {
+    classify_run_by(trace, start, |stack| stack_flags(frames.stack(stack)), keep)
+}
+
+/// [`classify_run`], with what each stack names given by `flags` ([`stack_flags`]).
+pub(crate) fn classify_run_by(
+    trace: &[TraceEntry],
+    start: usize,
+    flags: impl Fn(StackId) -> u8,
+    keep: impl Fn(&TraceEntry) -> bool,
+) -> ReleaseKind {
     let action = trace[start].action;
     let end = start + trace[start..].iter().take_while(|e| e.action == action && keep(e)).count();
     let run = &trace[start..end];
-    if run.iter().any(|e| names_empty_cache(frames, e.frames)) {
+    if run.iter().any(|e| flags(e.frames) & NAMES_EMPTY_CACHE != 0) {
         ReleaseKind::Program
     } else if trace.get(end).is_some_and(|e| e.action == Action::Oom && keep(e)) {
         ReleaseKind::RetryBeforeOom
-    } else if run.iter().any(|e| names_allocator_release(frames, e.frames)) {
+    } else if run.iter().any(|e| flags(e.frames) & NAMES_ALLOCATOR_RELEASE != 0) {
         ReleaseKind::Allocator
     } else {
         ReleaseKind::Unattributed

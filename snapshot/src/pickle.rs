@@ -22,8 +22,12 @@ use rustc_hash::FxHashMap as HashMap;
 use std::io::{ErrorKind, Read};
 use std::sync::Arc;
 
+use std::sync::mpsc::SyncSender;
+
 use super::SnapshotError;
 use super::model::{Action, Frame, TraceEntry};
+use super::oom;
+use super::overlap::Message;
 use vramlab_replay::MAX_BYTES;
 
 /// The longest string or bytes object accepted (a frame name, a conf string…).
@@ -107,6 +111,8 @@ pub struct EntryList {
     pub problem: Option<Box<EntryProblem>>,
     /// Entries before [`ReadOptions::from_us`], counted and dropped.
     pub skipped: u64,
+    /// Entries sent to a replay on another thread instead ([`Streamer`]).
+    pub streamed: usize,
 }
 
 /// What [`read_with`] does besides reading.
@@ -179,6 +185,38 @@ pub struct Heap {
     /// The frame ids of the stack being interned.
     scratch: Vec<u32>,
     from_us: Option<i64>,
+    /// Where a device trace's entries go as they are read, if anywhere.
+    pub(crate) stream: Option<Streamer>,
+}
+
+/// How many entries go to the replay at a time.
+const STREAM_CHUNK: usize = 1 << 16;
+
+/// Sends the entries of the first device trace read to a replay on another
+/// thread as they are read (`overlap.rs`), with what each new stack's frames
+/// say ([`oom::stack_flags`]), instead of keeping them.
+pub(crate) struct Streamer {
+    tx: SyncSender<Message>,
+    /// Whether the trace to send is chosen (the first list to get entries, if
+    /// it is an item of `device_traces`).
+    decided: bool,
+    list: Option<u32>,
+    /// Its index in `device_traces`.
+    pub(crate) device: Option<usize>,
+    buf: Vec<TraceEntry>,
+    stacks_sent: usize,
+}
+
+impl Streamer {
+    pub(crate) fn new(tx: SyncSender<Message>) -> Streamer {
+        Streamer { tx, decided: false, list: None, device: None, buf: Vec::new(), stacks_sent: 0 }
+    }
+}
+
+impl std::fmt::Debug for Streamer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streamer").field("device", &self.device).field("buffered", &self.buf.len()).finish()
+    }
 }
 
 /// How many emptied containers [`Heap`] keeps for reuse, and up to what capacity.
@@ -225,7 +263,15 @@ impl Heap {
         };
         debug_assert_eq!(
             [K_ACTION, K_ADDR, K_SIZE, K_STREAM, K_TIME_US, K_FRAMES, K_DEVICE_FREE],
-            [heap.keys.action, heap.keys.addr, heap.keys.size, heap.keys.stream, heap.keys.time_us, heap.keys.frames, heap.keys.device_free]
+            [
+                heap.keys.action,
+                heap.keys.addr,
+                heap.keys.size,
+                heap.keys.stream,
+                heap.keys.time_us,
+                heap.keys.frames,
+                heap.keys.device_free
+            ]
         );
         heap.empty = heap.intern("");
         heap.stacks.push(Box::new([]));
@@ -510,7 +556,11 @@ impl Heap {
                 0
             }
             (
-                Action::Alloc | Action::FreeRequested | Action::FreeCompleted | Action::SegmentAlloc | Action::SegmentFree,
+                Action::Alloc
+                | Action::FreeRequested
+                | Action::FreeCompleted
+                | Action::SegmentAlloc
+                | Action::SegmentFree,
                 false,
             ) => {
                 problem.get_or_insert(ProblemKind::Missing { field: "addr" });
@@ -529,17 +579,66 @@ impl Heap {
     fn push_entry(&mut self, list: u32, entry: TraceEntry, problem: Option<Box<EntryProblem>>) {
         let from_us = self.from_us;
         let target = self.entry_lists.entry(list).or_default();
-        if target.entries.is_empty() && from_us.is_some_and(|f| entry.time_us < f) {
+        if target.entries.is_empty() && target.streamed == 0 && from_us.is_some_and(|f| entry.time_us < f) {
             target.skipped += 1;
             return;
         }
         if let Some(mut p) = problem
             && target.problem.is_none()
         {
-            p.index = target.entries.len();
+            p.index = target.streamed + target.entries.len();
             target.problem = Some(p);
         }
-        target.entries.push(entry);
+        match &mut self.stream {
+            Some(st) if st.list == Some(list) => {
+                target.streamed += 1;
+                st.buf.push(entry);
+                if st.buf.len() >= STREAM_CHUNK {
+                    self.flush_stream();
+                }
+            }
+            _ => target.entries.push(entry),
+        }
+    }
+
+    /// Sends the entries buffered for the replay on the other thread.
+    pub(crate) fn flush_stream(&mut self) {
+        let Some(st) = &mut self.stream else { return };
+        if st.buf.is_empty() {
+            return;
+        }
+        let stack_flags = self.stacks[st.stacks_sent..]
+            .iter()
+            .map(|s| oom::stack_flags(s.iter().map(|&f| &self.frames[f as usize])))
+            .collect();
+        st.stacks_sent = self.stacks.len();
+        let entries = std::mem::take(&mut st.buf);
+        // A replay that went away has panicked; its thread's join says so.
+        let _ = st.tx.send(Message::Entries { entries, stack_flags });
+    }
+
+    /// Chooses list `list`, item `device` of `device_traces` (`None`: it is
+    /// not one), as the trace to send, if none is chosen yet.
+    fn choose_stream(&mut self, list: u32, device: Option<usize>) {
+        // Only a list with no entries yet: the replay must get them all.
+        let fresh = self.entry_lists.get(&list).is_none_or(|l| l.entries.is_empty() && l.skipped == 0);
+        let Some(st) = &mut self.stream else { return };
+        if st.decided {
+            return;
+        }
+        st.decided = true;
+        if let Some(device) = device
+            && fresh
+            && st.tx.send(Message::Start { device }).is_ok()
+        {
+            st.list = Some(list);
+            st.device = Some(device);
+        }
+    }
+
+    /// Whether a trace to send is still to be chosen.
+    fn choosing_stream(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| !s.decided)
     }
 
     /// Appends the `n` entries from serial number `first` to list `list`:
@@ -559,6 +658,7 @@ impl Heap {
         let mut serial = next;
         if let Some(f) = from_us
             && target.entries.is_empty()
+            && target.streamed == 0
         {
             let before = batch.iter().take_while(|e| e.time_us < f).count();
             target.skipped += before as u64;
@@ -569,16 +669,27 @@ impl Heap {
             && let Some((s, p)) = self.fresh_problems.iter().find(|(s, _)| (serial..next + n as u64).contains(s))
         {
             let mut p = p.clone();
-            p.index = target.entries.len() + (s - serial) as usize;
+            p.index = target.streamed + target.entries.len() + (s - serial) as usize;
             target.problem = Some(p);
         }
-        target.entries.extend_from_slice(batch);
+        let mut full = false;
+        match &mut self.stream {
+            Some(st) if st.list == Some(list) => {
+                target.streamed += batch.len();
+                st.buf.extend_from_slice(batch);
+                full = st.buf.len() >= STREAM_CHUNK;
+            }
+            _ => target.entries.extend_from_slice(batch),
+        }
         self.appended += n;
         if self.appended == self.fresh.len() {
             self.fresh_base += self.fresh.len() as u64;
             self.fresh.clear();
             self.fresh_problems.clear();
             self.appended = 0;
+        }
+        if full {
+            self.flush_stream();
         }
         Ok(())
     }
@@ -774,17 +885,32 @@ pub fn read<R: Read>(input: R) -> Result<Pickle, SnapshotError> {
 
 /// [`read`], with a time window applied to the trace entries as they are read.
 pub fn read_with<R: Read>(input: R, opts: ReadOptions) -> Result<Pickle, SnapshotError> {
-    run_machine(input, opts, true)
+    run_machine(input, opts, true, None)
+}
+
+/// [`read_with`], sending the entries of the first device trace to `tx` as
+/// they are read ([`Streamer`]) instead of keeping them.
+pub(crate) fn read_streaming<R: Read>(
+    input: R,
+    opts: ReadOptions,
+    tx: SyncSender<Message>,
+) -> Result<Pickle, SnapshotError> {
+    run_machine(input, opts, true, Some(Streamer::new(tx)))
 }
 
 /// [`read_with`] without the entry reader: every dict through the general
 /// machine (what the entry reader must agree with).
 #[cfg(test)]
 pub(crate) fn read_general<R: Read>(input: R, opts: ReadOptions) -> Result<Pickle, SnapshotError> {
-    run_machine(input, opts, false)
+    run_machine(input, opts, false, None)
 }
 
-fn run_machine<R: Read>(input: R, opts: ReadOptions, entry_reader: bool) -> Result<Pickle, SnapshotError> {
+fn run_machine<R: Read>(
+    input: R,
+    opts: ReadOptions,
+    entry_reader: bool,
+    stream: Option<Streamer>,
+) -> Result<Pickle, SnapshotError> {
     let mut inp = Input { inner: input, buf: vec![0; INPUT_BUFFER], pos: 0, end: 0, base: 0 };
     if !inp.fill(2)? {
         let found = if inp.end == 0 { "nothing (the file is empty)".to_owned() } else { "1 byte".to_owned() };
@@ -802,8 +928,11 @@ fn run_machine<R: Read>(input: R, opts: ReadOptions, entry_reader: bool) -> Resu
         return Err(SnapshotError::Protocol { protocol });
     }
     inp.pos = 2;
-    let mut m = Machine { inp, heap: Heap::new(opts), memo: Memo::default(), undo: Vec::new(), entry_reader };
+    let mut heap = Heap::new(opts);
+    heap.stream = stream;
+    let mut m = Machine { inp, heap, memo: Memo::default(), undo: Vec::new(), entry_reader };
     let top = m.run()?;
+    m.heap.flush_stream();
     Ok(Pickle { protocol, top, heap: m.heap })
 }
 
@@ -1336,6 +1465,9 @@ impl<R: Read> Machine<R> {
                     if start > stack.len() || (op == b'a' && stack.len() < 2) {
                         malformed!(at, "APPEND with nothing to append");
                     }
+                    if heap.choosing_stream() && stack[start..].iter().any(|s| matches!(s, Slot::V(Value::Entry(_)))) {
+                        heap.choose_stream(target, trace_position(&stack, target_at, heap));
+                    }
                     // A run of entries in the order they were read goes in at once.
                     let run = match (stack.get(start), stack.last()) {
                         (Some(Slot::V(Value::Entry(a))), Some(Slot::V(Value::Entry(b))))
@@ -1349,9 +1481,7 @@ impl<R: Read> Machine<R> {
                         Some(first) => heap.append_entries(target, first, stack.len() - start, at)?,
                         None => {
                             for &slot in &stack[start..] {
-                                let Slot::V(v) = slot else {
-                                    malformed!(at, "a mark among the items to append")
-                                };
+                                let Slot::V(v) = slot else { malformed!(at, "a mark among the items to append") };
                                 match v {
                                     Value::Entry(id) => heap.append_entries(target, id, 1, at)?,
                                     Value::Dict(d) => match heap.entry_of(d, at)? {
@@ -1476,6 +1606,23 @@ impl<R: Read> Machine<R> {
             }
         }
     }
+}
+
+/// Which item of `device_traces` the list at `stack[at]` is being built as,
+/// if it is one: the stack then holds the key, the outer list, its mark and
+/// the lists before this one.
+fn trace_position(stack: &[Slot], at: usize, heap: &Heap) -> Option<usize> {
+    let outer = |k: usize| match (stack.get(k.checked_sub(2)?), stack.get(k - 1)) {
+        (Some(Slot::V(Value::Str(key))), Some(Slot::V(Value::List(_)))) => Some(heap.str(*key) == "device_traces"),
+        _ => Some(false),
+    };
+    // The only item (Python appends a list of one with APPEND, no mark) …
+    if outer(at) == Some(true) {
+        return Some(0);
+    }
+    // … or one of several after the outer list's mark.
+    let m = stack[..at].iter().rposition(|s| matches!(s, Slot::Mark))?;
+    (outer(m) == Some(true)).then_some(at - m - 1)
 }
 
 /// A little-endian two's-complement integer (LONG1/LONG4).

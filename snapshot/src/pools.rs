@@ -314,6 +314,12 @@ impl PoolPlan {
         plan
     }
 
+    /// Whether every allocation goes to the default pool and no private pool
+    /// is created or made freeable (the plan of a trace without private pools).
+    pub(crate) fn default_pool_only(&self) -> bool {
+        self.by_entry.is_empty() && self.freeable_at.is_empty() && self.pools.is_empty()
+    }
+
     /// The private pool of the `alloc` at trace index `index`, if any.
     pub(crate) fn pool_of_entry(&self, index: usize) -> Option<MempoolId> {
         self.by_entry.get(&index).copied()

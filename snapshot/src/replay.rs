@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use thiserror::Error;
 
+use super::feed::{Feed, SliceFeed};
 use super::model::{Action, AllocatorSettings, Block, Segment, SegmentType, Snapshot, StackId, TraceEntry};
 use super::oom::{self, InferredCapacity, OomRequest, ReleaseSummary};
 use super::pools::{PoolInference, PoolPlan};
@@ -43,8 +44,7 @@ use super::two_step::PendingFrees;
 use super::underivable::{TraceStart, UnderivableStat, underivable_stats};
 use vramlab_allocator::hooks::{AllocatorAction, Event, Hooks, Subscriber};
 use vramlab_allocator::{
-    AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolFilter, PoolKind,
-    SimulatedMemory, StreamId,
+    AllocError, Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolFilter, PoolKind, StreamId,
 };
 use vramlab_replay::timeline::{
     MAX_TIMELINE_POINTS, PeakState, ReplayTimeline, TimelinePoint, TimelineRecorder, peak_state,
@@ -266,6 +266,9 @@ type RawEvent = (Action, u64, u64, u32);
 struct SegmentLog {
     /// Segment events: action, size, address.
     events: Mutex<Vec<(Action, u64, u64)>>,
+    /// Whether `events` has any (the replay takes the lock only then; the
+    /// allocator calls subscribers on the replay's own thread).
+    segment_events: std::sync::atomic::AtomicBool,
     /// Every event (action, addr, size as PyTorch's trace gives it, stream), when recording.
     all: Option<Mutex<Vec<RawEvent>>>,
 }
@@ -296,6 +299,7 @@ impl Subscriber for SegmentLog {
             }
             if segment && let Ok(mut v) = self.events.lock() {
                 v.push((action, e.rounded_bytes, e.addr));
+                self.segment_events.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }
@@ -389,7 +393,7 @@ pub fn replay_snapshot_timeline(
 }
 
 /// What [`replay_snapshot_timeline`] asks of a replay.
-struct Track {
+pub(crate) struct Track {
     recorder: Option<TimelineRecorder>,
     /// Stop once this many entries are replayed (see [`TimelinePoint::ops`]) and
     /// keep the state then in `peak`.
@@ -518,7 +522,9 @@ fn replay(
         && !windowed
         && rewind::segments_start_empty(snapshot, device, trace, &marks)
     {
-        match replay_from(snapshot, opts, track.as_deref_mut(), &setup, rewind::StartState::default(), true) {
+        let mut feed = SliceFeed { trace, frames: &snapshot.frames };
+        match replay_from(snapshot, &mut feed, opts, track.as_deref_mut(), &setup, rewind::StartState::default(), true)
+        {
             Ok(Run { replay, start_confirmed: true }) => return Ok(replay),
             Ok(_) => {}
             Err(e) if rewind::blocks_start_empty(snapshot, device, trace, free_on_completed) => return Err(e),
@@ -529,37 +535,39 @@ fn replay(
             t.peak = None;
         }
     }
-    replay_from(snapshot, opts, track, &setup, rewound(), false).map(|run| run.replay)
+    let mut feed = SliceFeed { trace, frames: &snapshot.frames };
+    replay_from(snapshot, &mut feed, opts, track, &setup, rewound(), false).map(|run| run.replay)
 }
 
 /// What [`replay`] works out before the replay itself.
-struct Setup<'a> {
-    device: usize,
-    device_chosen: bool,
-    windowed: bool,
-    config: &'a AllocatorConfig,
-    settings_from_snapshot: bool,
-    capacity_inferred: Option<InferredCapacity>,
-    capacity_not_inferred: Option<String>,
-    device_bytes: u64,
-    free_on_completed: bool,
-    pools: &'a PoolPlan,
+pub(crate) struct Setup<'a> {
+    pub(crate) device: usize,
+    pub(crate) device_chosen: bool,
+    pub(crate) windowed: bool,
+    pub(crate) config: &'a AllocatorConfig,
+    pub(crate) settings_from_snapshot: bool,
+    pub(crate) capacity_inferred: Option<InferredCapacity>,
+    pub(crate) capacity_not_inferred: Option<String>,
+    pub(crate) device_bytes: u64,
+    pub(crate) free_on_completed: bool,
+    pub(crate) pools: &'a PoolPlan,
     /// Indices of the trace's segment events and `oom` entries.
-    marks: &'a [usize],
+    pub(crate) marks: &'a [usize],
 }
 
 /// A replay, and whether the empty start it assumed held (always, for a
 /// rewound start).
-struct Run {
-    replay: SnapshotReplay,
-    start_confirmed: bool,
+pub(crate) struct Run {
+    pub(crate) replay: SnapshotReplay,
+    pub(crate) start_confirmed: bool,
 }
 
 /// The replay from `start`. `assumed`: `start` is empty without a rewind,
 /// and the replay stops early, unconfirmed, at the first entry that says
 /// otherwise (see [`replay`]).
-fn replay_from(
+pub(crate) fn replay_from<F: Feed>(
     snapshot: &Snapshot,
+    feed: &mut F,
     opts: &SnapshotReplayOptions,
     mut track: Option<&mut Track>,
     setup: &Setup,
@@ -569,10 +577,9 @@ fn replay_from(
     let Setup {
         device, device_chosen, windowed, config, settings_from_snapshot, device_bytes, free_on_completed, ..
     } = *setup;
-    let (pools, marks) = (setup.pools, setup.marks);
+    let pools = setup.pools;
     let capacity_inferred = setup.capacity_inferred.clone();
     let capacity_not_inferred = setup.capacity_not_inferred.clone();
-    let trace = &snapshot.device_traces[device];
     let in_window =
         |e: &TraceEntry| opts.from_us.is_none_or(|f| e.time_us >= f) && opts.to_us.is_none_or(|t| e.time_us <= t);
     let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
@@ -580,21 +587,15 @@ fn replay_from(
     // the trace's): PyTorch breaks ties between free blocks of one size by
     // address, so the replay must place its segments where the recording's
     // were to choose the same block.
-    let plan = start
-        .address_plan()
-        .chain(
-            marks
-                .iter()
-                .map(|&i| &trace[i])
-                .filter(|e| in_window(e) && e.action == Action::SegmentAlloc)
-                .map(|e| (e.size, e.addr)),
-        )
-        .collect();
-    let raw = Arc::new(SimulatedMemory::with_address_plan(device_bytes, plan));
+    let raw = feed.memory(device_bytes, start.address_plan().collect(), setup.marks, &in_window);
     // Stream events wait for the trace's free_completed (two_step.rs).
     raw.hold_events(true);
     let hooks = Hooks::new();
-    let log = Arc::new(SegmentLog { events: Mutex::default(), all: opts.record.then(Mutex::default) });
+    let log = Arc::new(SegmentLog {
+        events: Mutex::default(),
+        segment_events: Default::default(),
+        all: opts.record.then(Mutex::default),
+    });
     let mut recorder = opts.record.then(|| Recorder { trace: Vec::new(), frames_of: HashMap::default() });
     hooks.subscribe(log.clone());
     let allocator = CachingAllocator::with_hooks(raw.clone(), config.clone(), hooks, device as u32)
@@ -640,11 +641,11 @@ fn replay_from(
     let mut r = SnapshotReplay {
         device,
         device_chosen,
-        devices_with_entries: snapshot.device_traces.iter().filter(|t| !t.is_empty()).count() as u64,
+        devices_with_entries: 0,
         alloc_conf: config.to_string(),
         settings_from_snapshot,
         capacity_bytes: opts.capacity_bytes.or(capacity_inferred.as_ref().map(|_| device_bytes)),
-        entries: trace.len() as u64,
+        entries: 0,
         entries_in_window: 0,
         allocs: 0,
         frees: 0,
@@ -666,7 +667,7 @@ fn replay_from(
         capacity_not_inferred,
         oom_requests: Vec::new(),
         releases: ReleaseSummary::default(),
-        private_pools: snapshot.private_pools(device as i64),
+        private_pools: Vec::new(),
         pool_inference: pools.inference.clone(),
         frees_deferred: 0,
         frees_pending_at_end: 0,
@@ -686,7 +687,7 @@ fn replay_from(
     let mut prev_action = Action::Snapshot;
     let mut peak_reserved_seen = allocator.memory_reserved();
     if let Some(t) = track.as_deref_mut() {
-        let start = trace.iter().position(in_window).unwrap_or(0) as u64;
+        let start = feed.whole().iter().position(in_window).unwrap_or(0) as u64;
         if t.stop_after_ops == Some(start) {
             t.peak = Some(peak_state(&allocator, start));
         }
@@ -707,11 +708,14 @@ fn replay_from(
             r.first_skipped = Some(what);
         }
     };
-    for (i, e) in trace.iter().enumerate() {
+    let mut next = 0;
+    while let Some(&e) = feed.get(next) {
+        let e = &e;
+        let i = next as u64;
+        next += 1;
         if !in_window(e) {
             continue;
         }
-        let i = i as u64;
         r.entries_in_window += 1;
         // The allocation to place once this entry's segment events are in:
         // (recorded address, replayed address).
@@ -771,8 +775,8 @@ fn replay_from(
             Action::FreeRequested if free_on_completed => {
                 // The two-step free (two_step.rs): allocated no more from here.
                 if let Some(h) = handles.remove(&e.addr) {
-                    let next = trace.get(i as usize + 1);
-                    let now = next.is_some_and(|n| n.action == Action::FreeCompleted && n.addr == e.addr);
+                    let after = feed.get(i as usize + 1);
+                    let now = after.is_some_and(|n| n.action == Action::FreeCompleted && n.addr == e.addr);
                     frees
                         .request(&allocator, e.addr, h, now)
                         .map_err(|source| SnapshotReplayError::Allocator { index: i, source })?;
@@ -799,10 +803,10 @@ fn replay_from(
                 // program's empty_cache() is made where it was recorded, the
                 // allocator's own are left to the replayed allocator.
                 if prev_action != e.action {
-                    let kind = oom::classify_run(trace, i as usize, &snapshot.frames, in_window);
+                    let kind = feed.classify_run(i as usize, &in_window);
                     if r.releases.count(kind, limited, own_releases_replayed) {
                         // Pools whose segments this run frees were freeable then.
-                        let run = trace[i as usize..].iter().take_while(|x| x.action == e.action).count();
+                        let run = feed.run_len(i as usize);
                         let mut freeable: Vec<_> = (i as usize..i as usize + run)
                             .flat_map(|k| pools.freeable_for(k).iter().copied())
                             .collect();
@@ -843,7 +847,10 @@ fn replay_from(
         if let Some(rec) = recorder.as_mut() {
             rec.take(&log, e.time_us, e.frames);
         }
-        if let Ok(mut v) = log.events.lock() {
+        if log.segment_events.load(std::sync::atomic::Ordering::Relaxed)
+            && let Ok(mut v) = log.events.lock()
+        {
+            log.segment_events.store(false, std::sync::atomic::Ordering::Relaxed);
             for (a, size, addr) in v.drain(..) {
                 if matches!(a, Action::SegmentAlloc | Action::SegmentMap) {
                     r.segment_allocs += 1;
@@ -868,13 +875,12 @@ fn replay_from(
                 first_misplaced = Some(Misplacement { trace_index: i, requested_bytes: e.size, recorded, replayed });
             }
         }
-        let reserved = allocator.memory_reserved();
+        let (allocated, reserved) = allocator.memory_allocated_and_reserved();
         if reserved > peak_reserved_seen {
             peak_reserved_seen = reserved;
             r.largest_free_block_at_peak_bytes = allocator.largest_free_block();
-            r.fragmentation_at_peak_bytes = reserved - allocator.memory_allocated();
+            r.fragmentation_at_peak_bytes = reserved - allocated;
         }
-        let allocated = allocator.memory_allocated();
         if allocated > peak_allocated_seen {
             peak_allocated_seen = allocated;
             r.peak_allocated_index = Some(i);
@@ -890,6 +896,12 @@ fn replay_from(
             }
         }
     }
+    // The whole snapshot (a streamed trace is complete from here on).
+    let snapshot = feed.snapshot(snapshot);
+    let trace = &snapshot.device_traces[device];
+    r.entries = trace.len() as u64;
+    r.devices_with_entries = snapshot.device_traces.iter().filter(|t| !t.is_empty()).count() as u64;
+    r.private_pools = snapshot.private_pools(device as i64);
     if assumed {
         let confirmed = !contradicted
             && if saw_every_entry {

@@ -450,3 +450,49 @@ fn the_timeline_agrees_with_the_replay_and_holds_the_peak_segments() {
         assert!(with[1].1.peak.is_none(), "what-if timelines skip the peak segments");
     }
 }
+
+/// Reading and replaying at once (the trace replayed on one thread while the
+/// other reads it) gives the snapshot and the replay that reading it whole
+/// and then replaying give, on every fixture, whether the assumptions the
+/// overlapped replay makes hold or it has to replay again.
+#[test]
+fn reading_and_replaying_at_once_gives_the_replay_of_the_whole_snapshot() {
+    let dirs = ["../tests/data/snapshots", "../tests/data/torch-snapshots", "../../shared/fixtures/torch-2.11-h200"];
+    let mut compared = 0;
+    for dir in dirs.map(|d| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(d)) {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.extension().is_none_or(|x| x != "pickle") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let whole = read_snapshot(&bytes[..]).unwrap();
+            let settings = vramlab_snapshot::peek_allocator_settings(&bytes).map(|s| s.to_config());
+            assert_eq!(
+                settings,
+                whole.allocator_settings.as_ref().map(|s| s.to_config()),
+                "{}: the settings read from the tail",
+                path.display()
+            );
+            for opts in [
+                SnapshotReplayOptions::default(),
+                SnapshotReplayOptions { capacity_bytes: Some(300 * MIB), ..Default::default() },
+            ] {
+                let expected = replay_snapshot(&whole, &opts);
+                for hint in [settings.clone(), None] {
+                    let (snap, got) =
+                        vramlab_snapshot::read_and_replay(&bytes[..], ReadOptions::default(), hint, &opts).unwrap();
+                    assert_eq!(snap, whole, "{}", path.display());
+                    let json =
+                        |r: &Result<vramlab_snapshot::SnapshotReplay, vramlab_snapshot::SnapshotReplayError>| match r {
+                            Ok(r) => serde_json::to_string(r).unwrap(),
+                            Err(e) => e.to_string(),
+                        };
+                    assert_eq!(json(&got), json(&expected), "{}", path.display());
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared >= 40, "{compared}");
+}

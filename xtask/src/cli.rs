@@ -354,7 +354,11 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<usize>,
 
-    /// PyTorch snapshots: keep only entries at or after this time_us
+    /// PyTorch snapshots: keep only entries at or after this time_us. The
+    /// entries before it are dropped as the file is read (less memory and
+    /// time on large files); the state at the window's start is rewound from
+    /// the final segments, and blocks allocated before it are attributed by
+    /// the final segments' frames only
     #[arg(long, value_name = "US", allow_hyphen_values = true)]
     pub from_us: Option<i64>,
 

@@ -48,13 +48,15 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     if from_stdin {
         let mut stdin = io::stdin().lock();
         if is_snapshot(stdin.fill_buf().context("cannot read standard input")?) {
-            return write_stdout(&crate::snapshot_cmd::replay(args, &name, stdin, None)?).map(|()| 0);
+            // What the lock buffered stays in stdin's buffer for the reader.
+            drop(stdin);
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, io::stdin(), None, None)?).map(|()| 0);
         }
     } else {
         let mut file = open(&args.file)?;
         if is_snapshot(file.fill_buf().with_context(|| format!("cannot read {name}"))?) {
             let len = file.get_ref().metadata().ok().map(|m| m.len());
-            return write_stdout(&crate::snapshot_cmd::replay(args, &name, file, len)?).map(|()| 0);
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, file, len, Some(&args.file))?).map(|()| 0);
         }
     }
     if args.device.is_some()

@@ -104,8 +104,12 @@ pub struct ReplayDoc {
     pub to_us: Option<i64>,
     /// Lines read (traces only; blank ones included).
     pub lines: Option<u64>,
-    /// Ops (trace) or entries (snapshot) in the input; for a trace, those read.
+    /// Ops (trace) or entries (snapshot) in the input; for a trace, those read;
+    /// for a snapshot read from `--from-us` on, those from there.
     pub entries: u64,
+    /// Entries before `--from-us`, dropped while the snapshot was read (never
+    /// in memory): entry numbers count from the first one after them.
+    pub entries_before_window: Option<u64>,
     /// Ops or entries replayed (in the window), including failed allocations.
     pub entries_replayed: u64,
     /// `alloc` and free entries among them (snapshots only).
@@ -198,6 +202,7 @@ pub fn from_trace(input: &str, opts: &ReplayOptions, r: &ReplayReport) -> Replay
         from_us: None,
         to_us: None,
         lines: Some(r.lines),
+        entries_before_window: None,
         entries: r.events,
         entries_replayed: r.events,
         allocs: None,
@@ -283,6 +288,7 @@ pub fn from_snapshot(input: &str, snap: &Snapshot, r: &SnapshotReplay, opts: &Sn
         to_us: opts.to_us,
         lines: None,
         entries: r.entries,
+        entries_before_window: snap.skipped_entries.get(r.device).copied().filter(|&n| n > 0),
         entries_replayed: r.entries_in_window,
         allocs: Some(r.allocs),
         frees: Some(r.frees),
@@ -425,6 +431,12 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
                 d.allocs.unwrap_or(0),
                 d.frees.unwrap_or(0)
             );
+            if let Some(n) = d.entries_before_window {
+                let _ = writeln!(
+                    s,
+                    "  before --from-us   {n} entries, dropped while reading (entry numbers count from the first after them)"
+                );
+            }
             live_at_start_lines(&mut s, d);
             if d.skipped_entries > 0 {
                 let _ = writeln!(

@@ -4,13 +4,15 @@
 //! or as JSON; with `--report DIR` also the offline HTML page of the replay.
 
 use std::fmt::Write as _;
-use std::io::Read;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vramlab_reports::replay_page::{self, ReplayPage};
-use vramlab_snapshot::{self as snapshot, SnapshotReplayOptions};
+use vramlab_snapshot::{self as snapshot, ReadOptions, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;
 use crate::replay_doc;
@@ -20,28 +22,18 @@ use crate::replay_doc;
 const PROGRESS_FROM_BYTES: u64 = 32 << 20;
 
 /// Replays a snapshot read from `input` (named `name` in messages; `len`, its
-/// size where known, for the progress bar of large files).
-pub fn replay(args: &ReplayArgs, name: &str, input: impl Read, len: Option<u64>) -> anyhow::Result<Vec<u8>> {
-    let bar = len.filter(|&n| n >= PROGRESS_FROM_BYTES).map(|n| {
-        let style = ProgressStyle::with_template("{prefix:>9} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
-            .expect("a valid template")
-            .progress_chars("=> ");
-        ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()).with_style(style).with_prefix("reading")
-    });
-    let read = match &bar {
-        Some(bar) => snapshot::read_snapshot(bar.wrap_read(input)),
-        None => snapshot::read_snapshot(input),
-    };
-    let snap = read.with_context(|| format!("{name} is not a readable PyTorch memory snapshot"))?;
-    if let Some(bar) = &bar {
-        let entries: usize = snap.device_traces.iter().map(Vec::len).sum();
-        bar.set_style(ProgressStyle::with_template("{prefix:>9} {spinner} {msg} {elapsed}").expect("a valid template"));
-        bar.set_prefix("replaying");
-        bar.set_message(format!("{entries} trace entries"));
-        bar.enable_steady_tick(Duration::from_millis(100));
-    }
-    // Cleared however the replay ends.
-    let _clear = ClearOnDrop(bar.clone());
+/// size where known, for the progress bar of large files; `path`, its file,
+/// whose tail tells the allocator settings before the rest is read). Without
+/// `--report`, the replay runs while the file is read
+/// ([`snapshot::read_and_replay`]); `--from-us` drops the entries before it
+/// as they are read.
+pub fn replay(
+    args: &ReplayArgs,
+    name: &str,
+    input: impl Read + Send,
+    len: Option<u64>,
+    path: Option<&Path>,
+) -> anyhow::Result<Vec<u8>> {
     if let (Some(from), Some(to)) = (args.from_us, args.to_us)
         && from > to
     {
@@ -57,12 +49,40 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read, len: Option<u64>)
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
         ..Default::default()
     };
-    let (r, timeline) = if args.report.is_some() {
+    let read = ReadOptions { from_us: args.from_us };
+    let bar = len.filter(|&n| n >= PROGRESS_FROM_BYTES).map(|n| {
+        let style = ProgressStyle::with_template("{prefix:>9} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
+            .expect("a valid template")
+            .progress_chars("=> ");
+        let prefix = if args.report.is_some() { "reading" } else { "replaying" };
+        ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()).with_style(style).with_prefix(prefix)
+    });
+    // Cleared however the replay ends.
+    let _clear = ClearOnDrop(bar.clone());
+    let input: Box<dyn Read + Send> = match &bar {
+        Some(bar) => Box::new(bar.wrap_read(input)),
+        None => Box::new(input),
+    };
+    let unreadable = || format!("{name} is not a readable PyTorch memory snapshot");
+    let (snap, r, timeline) = if args.report.is_some() {
+        let snap = snapshot::read_snapshot_with(input, read).with_context(unreadable)?;
+        if let Some(bar) = &bar {
+            let entries: usize = snap.device_traces.iter().map(Vec::len).sum();
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>9} {spinner} {msg} {elapsed}").expect("a valid template"),
+            );
+            bar.set_prefix("replaying");
+            bar.set_message(format!("{entries} trace entries"));
+            bar.enable_steady_tick(Duration::from_millis(100));
+        }
         let (r, t) =
             snapshot::replay_snapshot_timeline(&snap, &opts, true).with_context(|| format!("cannot replay {name}"))?;
-        (r, Some(t))
+        (snap, r, Some(t))
     } else {
-        (snapshot::replay_snapshot(&snap, &opts).with_context(|| format!("cannot replay {name}"))?, None)
+        let settings = path.and_then(settings_from_tail);
+        let (snap, r) = snapshot::read_and_replay(input, read, settings, &opts).with_context(unreadable)?;
+        let r = r.with_context(|| format!("cannot replay {name}"))?;
+        (snap, r, None)
     };
     let doc = replay_doc::from_snapshot(name, &snap, &r, &opts);
     let mut written = None;
@@ -115,6 +135,17 @@ pub fn replay(args: &ReplayArgs, name: &str, input: impl Read, len: Option<u64>)
         }
     }
     Ok(out)
+}
+
+/// The allocator settings the last 256 KiB of the snapshot file at `path` hold, if any.
+fn settings_from_tail(path: &Path) -> Option<vramlab_engine::alloc::AllocatorConfig> {
+    let mut file = File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let from = len.saturating_sub(256 << 10);
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut tail = Vec::with_capacity((len - from) as usize);
+    file.read_to_end(&mut tail).ok()?;
+    snapshot::peek_allocator_settings(&tail).map(|s| s.to_config())
 }
 
 /// Clears a progress bar when dropped.

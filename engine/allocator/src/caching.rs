@@ -810,6 +810,14 @@ impl CachingAllocator {
         self.lock().stats.memory_reserved()
     }
 
+    /// `memory_allocated()` and `memory_reserved()` read under one lock (for
+    /// callers that follow both after every operation, such as a replay).
+    #[inline]
+    pub fn memory_allocated_and_reserved(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.stats.memory_allocated(), st.stats.memory_reserved())
+    }
+
     /// `torch.cuda.max_memory_allocated()`.
     #[inline]
     pub fn max_memory_allocated(&self) -> u64 {

@@ -252,6 +252,8 @@ impl RawAllocator for HostMemory {
 pub struct SimulatedMemory {
     budget: Budget,
     next_addr: AtomicU64,
+    /// How many ranges took fresh addresses (not the plan's).
+    fresh_ranges: AtomicU64,
     events: Mutex<SimEvents>,
     plan: Mutex<AddressPlan>,
 }
@@ -270,6 +272,8 @@ struct AddressPlan {
     /// `segment_alloc` written twice) ends the plan rather than hand out
     /// memory that is in use.
     held: std::collections::BTreeMap<u64, u64>,
+    /// A size other than the planned one came: the plan is over for good.
+    ended: bool,
 }
 
 impl AddressPlan {
@@ -291,6 +295,9 @@ struct SimEvents {
 
 /// Where simulated addresses start (a recognisable, 2 MiB-aligned value).
 const SIM_BASE: u64 = 0x7f00_0000_0000;
+/// Where an open plan's fresh addresses start: above the 57-bit virtual
+/// addresses of any CPU or GPU, so never inside a recorded range.
+const OPEN_PLAN_FRESH_BASE: u64 = 1 << 58;
 
 impl SimulatedMemory {
     /// A simulated device of `capacity_bytes`.
@@ -298,6 +305,7 @@ impl SimulatedMemory {
         SimulatedMemory {
             budget: Budget { capacity: capacity_bytes, used: AtomicU64::new(0) },
             next_addr: AtomicU64::new(SIM_BASE),
+            fresh_ranges: AtomicU64::new(0),
             events: Mutex::new(SimEvents::default()),
             plan: Mutex::new(AddressPlan::default()),
         }
@@ -316,8 +324,33 @@ impl SimulatedMemory {
         let m = SimulatedMemory::with_capacity(capacity_bytes);
         m.next_addr.store(base, Ordering::Relaxed);
         *m.plan.lock().unwrap_or_else(|e| e.into_inner()) =
-            AddressPlan { next: plan.into(), armed: false, held: Default::default() };
+            AddressPlan { next: plan.into(), armed: false, held: Default::default(), ended: false };
         m
+    }
+
+    /// [`with_address_plan`](Self::with_address_plan) for a plan that arrives
+    /// while the device is in use (a trace still being read): it starts empty
+    /// and grows by [`extend_address_plan`](Self::extend_address_plan). Fresh
+    /// addresses start far above any a GPU hands out, since the plan's end is
+    /// not known; [`fresh_address_ranges`](Self::fresh_address_ranges) says
+    /// whether any was taken (then the plan did not hold as it would have, whole).
+    pub fn with_open_address_plan(capacity_bytes: u64) -> SimulatedMemory {
+        let m = SimulatedMemory::with_capacity(capacity_bytes);
+        m.next_addr.store(OPEN_PLAN_FRESH_BASE, Ordering::Relaxed);
+        m
+    }
+
+    /// More of the address plan, in order (ignored once the plan has ended).
+    pub fn extend_address_plan(&self, more: impl IntoIterator<Item = (u64, u64)>) {
+        let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        if !plan.ended {
+            plan.next.extend(more);
+        }
+    }
+
+    /// How many segments (or reserved ranges) took fresh addresses rather than planned ones.
+    pub fn fresh_address_ranges(&self) -> u64 {
+        self.fresh_ranges.load(Ordering::Relaxed)
     }
 
     /// From now on, segment allocations follow the address plan.
@@ -340,6 +373,7 @@ impl SimulatedMemory {
             }
             Some(_) => {
                 plan.next.clear();
+                plan.ended = true;
                 None
             }
             None => None,
@@ -376,6 +410,7 @@ impl SimulatedMemory {
     fn take_addresses(&self, size: u64) -> u64 {
         // Keep segments 2 MiB aligned, like the GPU driver does.
         let span = size.div_ceil(2 * MIB) * 2 * MIB;
+        self.fresh_ranges.fetch_add(1, Ordering::Relaxed);
         self.next_addr.fetch_add(span, Ordering::Relaxed)
     }
 }
@@ -487,6 +522,27 @@ mod tests {
         let b = sim.malloc(2 * MIB).unwrap();
         assert!(b >= a + 20 * MIB);
         assert_eq!(sim.malloc(GIB), Err(RawError::OutOfMemory));
+    }
+
+    #[test]
+    fn an_open_plan_grows_and_says_when_it_ran_dry() {
+        let sim = SimulatedMemory::with_open_address_plan(GIB);
+        sim.arm_address_plan();
+        sim.extend_address_plan([(20 * MIB, SIM_BASE)]);
+        assert_eq!(sim.malloc(20 * MIB).unwrap(), SIM_BASE);
+        assert_eq!(sim.fresh_address_ranges(), 0);
+        sim.extend_address_plan([(2 * MIB, SIM_BASE + 40 * MIB)]);
+        assert_eq!(sim.malloc(2 * MIB).unwrap(), SIM_BASE + 40 * MIB);
+        // Nothing planned yet: a fresh address far above any recorded one, counted.
+        let fresh = sim.malloc(2 * MIB).unwrap();
+        assert!(fresh >= OPEN_PLAN_FRESH_BASE);
+        assert_eq!(sim.fresh_address_ranges(), 1);
+        // Another size than the plan's ends it for good: later plans are ignored.
+        sim.extend_address_plan([(4 * MIB, SIM_BASE + 60 * MIB)]);
+        assert!(sim.malloc(8 * MIB).unwrap() >= OPEN_PLAN_FRESH_BASE);
+        sim.extend_address_plan([(4 * MIB, SIM_BASE + 70 * MIB)]);
+        assert!(sim.malloc(4 * MIB).unwrap() >= OPEN_PLAN_FRESH_BASE);
+        assert_eq!(sim.fresh_address_ranges(), 3);
     }
 
     #[test]
