@@ -948,6 +948,27 @@ struct Machine<R> {
     entry_reader: bool,
 }
 
+/// A length field of `n` bytes at byte `at` within [`MAX_STRING_BYTES`].
+fn fits(at: u64, what: &'static str, n: u64) -> Result<(), SnapshotError> {
+    if n > MAX_STRING_BYTES {
+        return Err(SnapshotError::TooLong { offset: at, what, bytes: n, limit: MAX_STRING_BYTES });
+    }
+    Ok(())
+}
+
+/// The slot a memo get opcode (BINGET, LONG_BINGET) at `b[*i]` names, `*i`
+/// moved past it; `None` (and `*i` unmoved) for anything else.
+#[inline]
+fn memo_get_at(b: &[u8], i: &mut usize) -> Option<u64> {
+    let (index, len) = match *b.get(*i)? {
+        b'h' => (*b.get(*i + 1)? as u64, 2),
+        b'j' => (u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?) as u64, 5),
+        _ => return None,
+    };
+    *i += len;
+    Some(index)
+}
+
 /// A memo put opcode at `b[*i]`, if there is one: its index.
 #[inline]
 fn put_at(b: &[u8], i: &mut usize, memo_len: u64) -> Option<Option<u64>> {
@@ -976,15 +997,7 @@ impl<R: Read> Machine<R> {
     #[inline]
     fn entry_str(&mut self, b: &[u8], i: &mut usize) -> Option<u32> {
         let index = match *b.get(*i)? {
-            b'h' => {
-                *i += 2;
-                *b.get(*i - 1)? as u64
-            }
-            b'j' => {
-                let n = u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
-                *i += 5;
-                n as u64
-            }
+            b'h' | b'j' => memo_get_at(b, i)?,
             0x8c | b'X' => {
                 let (len, head) = if b[*i] == 0x8c {
                     (*b.get(*i + 1)? as usize, 2)
@@ -1057,18 +1070,7 @@ impl<R: Read> Machine<R> {
     /// A frame dict fetched from the memo at `b[*i]`: its frame id.
     #[inline]
     fn entry_frame(&mut self, b: &[u8], i: &mut usize) -> Option<u32> {
-        let index = match *b.get(*i)? {
-            b'h' => {
-                *i += 2;
-                *b.get(*i - 1)? as u64
-            }
-            b'j' => {
-                let n = u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
-                *i += 5;
-                n as u64
-            }
-            _ => return None,
-        };
+        let index = memo_get_at(b, i)?;
         let slot = self.memo.raw(index);
         if slot >> TAG_BITS != T_DICT {
             return None;
@@ -1081,15 +1083,7 @@ impl<R: Read> Machine<R> {
     fn entry_frames(&mut self, b: &[u8], i: &mut usize) -> Option<u32> {
         match *b.get(*i)? {
             b'h' | b'j' => {
-                let index = if b[*i] == b'h' {
-                    *i += 2;
-                    *b.get(*i - 1)? as u64
-                } else {
-                    let n = u32::from_le_bytes(b.get(*i + 1..*i + 5)?.try_into().ok()?);
-                    *i += 5;
-                    n as u64
-                };
-                let slot = self.memo.raw(index);
+                let slot = self.memo.raw(memo_get_at(b, i)?);
                 match slot >> TAG_BITS {
                     T_STACK => Some(slot & ID_MASK),
                     T_LIST => self.heap.stack_of(Value::List(slot & ID_MASK)).ok(),
@@ -1309,14 +1303,7 @@ impl<R: Read> Machine<R> {
                 0x8a | 0x8b => {
                     let n =
                         if op == 0x8a { inp.byte("a LONG1 length")? as u64 } else { inp.u32("a LONG4 length")? as u64 };
-                    if n > MAX_STRING_BYTES {
-                        return Err(SnapshotError::TooLong {
-                            offset: at,
-                            what: "an integer",
-                            bytes: n,
-                            limit: MAX_STRING_BYTES,
-                        });
-                    }
+                    fits(at, "an integer", n)?;
                     let b = inp.take(n as usize, "a long integer")?;
                     long_value(b)
                 }
@@ -1350,14 +1337,7 @@ impl<R: Read> Machine<R> {
                         0x8d | 0x8e | 0x96 => inp.u64("a string length")?,
                         _ => inp.u32("a string length")? as u64,
                     };
-                    if n > MAX_STRING_BYTES {
-                        return Err(SnapshotError::TooLong {
-                            offset: at,
-                            what: "a string",
-                            bytes: n,
-                            limit: MAX_STRING_BYTES,
-                        });
-                    }
+                    fits(at, "a string", n)?;
                     let bytes = inp.take(n as usize, "a string")?;
                     match op {
                         b'X' | 0x8c | 0x8d => match std::str::from_utf8(bytes) {
