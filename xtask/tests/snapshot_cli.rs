@@ -317,3 +317,52 @@ fn a_recorded_oom_replayed_as_a_failure_is_not_called_a_new_one() {
     assert!(out.contains("out of memory      only where the recording did: 1 of its 1 OOM failed again"), "{out}");
     assert!(out.contains("entry 44: request of 512.00 MiB (536870912 bytes) replayed: failed as recorded"), "{out}");
 }
+
+/// A snapshot piped in (read and replayed without its file's tail) and the
+/// same file named (its settings read from the tail first) replay alike; a
+/// real PyTorch recording takes the overlapped path (replayed while read).
+#[test]
+fn a_snapshot_on_stdin_replays_as_the_file_does() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let torch = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-snapshots/mlp-default.pickle");
+    for path in [PathBuf::from(fixture("small_p4.pickle")), torch] {
+        let file = xtask(&["replay", path.to_str().unwrap(), "--json"]);
+        assert!(file.status.success(), "{}", stderr(&file));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["replay", "-", "--json"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&std::fs::read(&path).unwrap()).unwrap();
+        let piped = child.wait_with_output().unwrap();
+        assert!(piped.status.success(), "{}", stderr(&piped));
+        let mut a: Value = serde_json::from_slice(&file.stdout).unwrap();
+        let mut b: Value = serde_json::from_slice(&piped.stdout).unwrap();
+        assert_eq!(b["input"], "<stdin>");
+        a["input"] = Value::Null;
+        b["input"] = Value::Null;
+        assert_eq!(a, b, "{}", path.display());
+    }
+}
+
+/// `--from-us` drops the entries before it as the file is read, and says so.
+#[test]
+fn a_window_is_applied_while_reading() {
+    let path = fixture("medium_p5.pickle");
+    let whole: Value = serde_json::from_slice(&xtask(&["replay", &path, "--json"]).stdout).unwrap();
+    let entries = whole["entries"].as_u64().unwrap();
+    // The medium fixture's entries are 3 µs apart from 1.7e15 µs.
+    let o = xtask(&["replay", &path, "--from-us", "1700000000004500"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let v: Value =
+        serde_json::from_slice(&xtask(&["replay", &path, "--from-us", "1700000000004500", "--json"]).stdout).unwrap();
+    let before = v["entries_before_window"].as_u64().unwrap();
+    assert!(before > 0 && before < entries, "{v}");
+    assert_eq!(v["entries"].as_u64().unwrap() + before, entries);
+    assert!(out.contains(&format!("before --from-us   {before} entries, dropped while reading")), "{out}");
+    assert_eq!(whole["entries_before_window"], Value::Null);
+}
