@@ -104,14 +104,14 @@ fn check_full_runs(c: &mut Criterion) {
         RunSet::new(runs).expect("runs")
     };
     let (base3, new2) = (set(10..13, 1.0, "base"), set(20..22, 1.1, "new"));
-    let runs = CompareOptions { force_times: false, design: Design::Runs };
+    let runs = CompareOptions { force_times: false, design: Design::Runs, known_noise: None };
     g.bench_function("compare_runs_3_against_2_full_runs_2000_resamples", |b| {
-        b.iter(|| black_box(compare_runs(&base3, &new2, &cfg, runs, Labels::default())))
+        b.iter(|| black_box(compare_runs(&base3, &new2, &cfg, runs.clone(), Labels::default())))
     });
     let (a5, b5) = (set(30..35, 1.0, "base"), set(40..45, 1.1, "new"));
-    let pairs = CompareOptions { force_times: false, design: Design::Pairs };
+    let pairs = CompareOptions { force_times: false, design: Design::Pairs, known_noise: None };
     g.bench_function("compare_ab_5_pairs_of_full_runs_2000_resamples", |b| {
-        b.iter(|| black_box(compare_runs(&a5, &b5, &cfg, pairs, Labels::default())))
+        b.iter(|| black_box(compare_runs(&a5, &b5, &cfg, pairs.clone(), Labels::default())))
     });
     g.finish();
 }

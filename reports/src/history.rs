@@ -82,6 +82,11 @@ pub struct NoiseFloor {
     pub runs: usize,
     /// Standard deviation of ln(value) between runs of one build, pooled: a fraction (0.03: 3 %).
     pub between_run: f64,
+    /// The same from the median absolute deviation (1.4826 × the median of
+    /// each run's |ln(value) − its build's median|): a run that once took twice
+    /// as long barely moves it, a figure that often lands in one of two speeds
+    /// does. What `check --history` takes.
+    pub robust_between_run: f64,
     /// The change between two runs of one build that is exceeded only 5 % of
     /// the time, exp(1.96·√2·σ) − 1: a figure gates at a threshold T by a
     /// one-run-per-side comparison only when its floor is below T.
@@ -371,12 +376,15 @@ type Build = (String, String, bool);
 /// None when no build has two runs.
 pub fn noise_floor<'a>(name: String, builds: impl Iterator<Item = &'a [f64]>) -> Option<NoiseFloor> {
     let (mut ss, mut df, mut n_builds, mut runs) = (0.0, 0usize, 0usize, 0usize);
+    let mut deviations = Vec::new();
     for logs in builds.filter(|b| b.len() >= 2) {
         let mean = logs.iter().sum::<f64>() / logs.len() as f64;
         ss += logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>();
         df += logs.len() - 1;
         n_builds += 1;
         runs += logs.len();
+        let median = crate::check::stats::median(logs);
+        deviations.extend(logs.iter().map(|l| (l - median).abs()));
     }
     if df == 0 {
         return None;
@@ -387,6 +395,7 @@ pub fn noise_floor<'a>(name: String, builds: impl Iterator<Item = &'a [f64]>) ->
         builds: n_builds,
         runs,
         between_run: sigma,
+        robust_between_run: 1.4826 * crate::check::stats::median(&deviations),
         floor: (1.959_964 * std::f64::consts::SQRT_2 * sigma).exp() - 1.0,
     })
 }
@@ -579,6 +588,15 @@ mod tests {
         assert!((f.between_run - sigma).abs() < 1e-12, "{f:?}");
         assert!((f.floor - ((1.959_964 * 2f64.sqrt() * sigma).exp() - 1.0)).abs() < 1e-12);
         assert!(noise_floor("x".into(), [[1.0].as_slice()].into_iter()).is_none(), "no build twice");
+        // One run in six that took twice as long moves σ, not its robust twin;
+        // a figure that lands in one of two speeds moves both.
+        let ln = |v: &[f64]| v.iter().map(|x: &f64| x.ln()).collect::<Vec<_>>();
+        let outlier = ln(&[1.01, 0.958, 1.86, 0.952, 0.947, 0.954]);
+        let f = noise_floor("o".into(), [outlier.as_slice()].into_iter()).unwrap();
+        assert!(f.between_run > 0.25 && f.robust_between_run < 0.02, "{f:?}");
+        let two_speeds = ln(&[0.80, 1.11, 0.89, 1.10, 0.74, 0.81]);
+        let f = noise_floor("t".into(), [two_speeds.as_slice()].into_iter()).unwrap();
+        assert!(f.robust_between_run > 0.12, "{f:?}");
         let _ = std::fs::remove_file(&p);
     }
 

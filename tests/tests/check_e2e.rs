@@ -261,6 +261,19 @@ fn multi_run_baselines_and_the_ab_sitting() {
         assert!(t["detail"].as_str().unwrap().contains("--repeat"), "{t}");
     }
 
+    // --history: one that is not there makes the comparison impossible; one
+    // that is is read (these runs, outside a git checkout, carry no commit, so
+    // it knows no build's noise and the verdicts are the plain ones).
+    let plain = ["check", "--baseline", &d("b/rep.json"), "--from", &d("r3/runs.json"), "--json"];
+    let missing = d("no-such-history.sqlite");
+    let o = xtask(&bin, &dir, &[&plain[..], &["--history", &missing]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("no-such-history.sqlite"), "{}", text(&o.stderr));
+    let with = xtask(&bin, &dir, &[&plain[..], &["--history", &d("r1/history.sqlite")]].concat());
+    assert!(text(&with.stderr).contains("knows the between-run noise of 0 time figure(s)"), "{}", text(&with.stderr));
+    let statuses = |c: &Value| -> Vec<String> { time_rows(c).iter().map(|t| t["status"].to_string()).collect() };
+    assert_eq!(statuses(&json_of(&with)), statuses(&json_of(&xtask(&bin, &dir, &plain))));
+
     // An A/B sitting of this build against itself, two pairs: judged pair by pair.
     let bin_s = bin.to_str().unwrap();
     let ab = ["check", "--ab", bin_s, "--candidate", bin_s, "--quick", "--suite", "cpu-vs-gpu", "--device", "cpu"];

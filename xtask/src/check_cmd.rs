@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use vramlab_reports::check::{self, CheckConfig, CompareOptions, Design, Labels, RunSet, export, output};
+use vramlab_reports::check::{self, CheckConfig, CompareOptions, Design, KnownNoise, Labels, RunSet, export, output};
+use vramlab_reports::history::History;
 
 pub const DEFAULT_BASELINE_DIR: &str = "target/vramlab/baselines";
 const DEFAULT_RESULTS: &str = "target/vramlab/results.json";
@@ -74,6 +75,12 @@ pub struct CheckOptions {
     /// List unchanged figures too
     #[arg(long)]
     pub all: bool,
+
+    /// A history database (`bench` keeps one in its --out folder): where its
+    /// runs of one build show a time noisier between runs than the runs compared
+    /// do, the comparison takes the history's noise
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -202,6 +209,22 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     report(&baseline, &baseline_path, &current, &args.from, &cfg, &args.options, &out_dir)
 }
 
+/// The history's between-run noise of every time some build ran twice or more.
+fn known_noise(path: &Path) -> Result<KnownNoise, String> {
+    let history = History::open_existing(path).map_err(|e| e.to_string())?;
+    let floors = history.noise_floors(" time", HISTORY_RUNS).map_err(|e| e.to_string())?;
+    let builds = floors.iter().map(|f| f.builds).max().unwrap_or(0);
+    eprintln!(
+        "the history {} knows the between-run noise of {} time figure(s), from up to {builds} build(s) run more than once",
+        path.display(),
+        floors.len()
+    );
+    Ok(KnownNoise::new(&floors))
+}
+
+/// How many of the history's latest runs teach the noise.
+const HISTORY_RUNS: usize = 500;
+
 /// Prints why the comparison could not be made; exit status 2.
 pub fn impossible(message: &str) -> u8 {
     let _ = writeln!(std::io::stderr(), "error: the comparison could not be made: {message}");
@@ -219,7 +242,14 @@ pub fn report(
     out_dir: &Path,
 ) -> Result<u8> {
     let labels = Labels { baseline: baseline_path.display().to_string(), current: current_path.display().to_string() };
-    let options = CompareOptions { force_times: opts.force_times, design: cfg.design };
+    let known_noise = match &opts.history {
+        None => None,
+        Some(path) => match known_noise(path) {
+            Ok(k) => Some(k),
+            Err(message) => return Ok(impossible(&message)),
+        },
+    };
+    let options = CompareOptions { force_times: opts.force_times, design: cfg.design, known_noise };
     let comparison = check::compare_runs(baseline, current, &cfg.config, options, labels);
     let md = output::write_markdown(out_dir, &comparison)?;
     let mut written = vec![md];

@@ -9,14 +9,16 @@ use vramlab_suites::Outcome;
 use super::config::CheckConfig;
 use super::figures::{Evidence, Figure};
 use super::stats::{self, RunsEstimate, Unjudged};
-use super::{Design, Kind, MIN_SAMPLES, Row, Status, fmt_amount, fmt_ns};
+use super::{Design, Kind, KnownNoise, MIN_SAMPLES, Row, Status, fmt_amount, fmt_ns};
 
 /// How the times are judged, and whether they are at all.
 #[derive(Debug, Clone, Copy)]
-pub struct TimeRules {
+pub struct TimeRules<'a> {
     pub design: Design,
     /// False when the machines differ and times were not forced.
     pub compared: bool,
+    /// Between-run noise known from the history (`--history`).
+    pub known: Option<&'a KnownNoise>,
 }
 
 /// Every figure's verdict, in the figures' order.
@@ -48,6 +50,7 @@ fn row(f: &Figure<'_>, kind: Kind, status: Status, detail: String) -> Row {
         detectable_slowdown: None,
         runs: None,
         between_run: None,
+        known_between_run: None,
         threshold: 0.0,
         gated: true,
         detail,
@@ -165,12 +168,23 @@ fn time(f: &Figure<'_>, old: &[&[f64]], new: &[&[f64]], cfg: &CheckConfig, times
             stats::paired_ratio(&pairs, MIN_SAMPLES, b, conf, seed)
         }
     };
+    // Noise the history knows and these runs did not show (a figure whose
+    // process lands in one of two speeds, say) widens the interval.
+    let known = times.known.and_then(|k| k.time(&f.case));
+    let observed = estimate.as_ref().ok().map(|e| e.between_run);
+    let estimate = estimate.map(|e| match known {
+        Some((sigma, _)) if sigma > e.between_run => {
+            r.known_between_run = Some(sigma);
+            stats::with_between_run(&e, sigma, conf)
+        }
+        _ => e,
+    });
     match estimate {
         Ok(e) => {
             r.change = Some(e.interval.ratio - 1.0);
             r.ratio_interval = Some((e.interval.lower, e.interval.upper));
             r.detectable_slowdown = Some(stats::detectable_ratio_runs(&e, conf, rule.time_threshold) - 1.0);
-            r.between_run = Some(e.between_run);
+            r.between_run = observed;
             r.p_slower = Some(e.p_slower);
             r.p_faster = Some(e.p_faster);
             r.estimate = Some(e);
@@ -235,15 +249,22 @@ fn verdict(r: &mut Row, e: &RunsEstimate, (q_slower, q_faster): (f64, f64), cfg:
     } else {
         format!("{k_old} baseline run{} and {k_new} of this build", if k_old == 1 { "" } else { "s" })
     };
+    let noise = match (r.known_between_run, r.between_run) {
+        (Some(known), Some(seen)) => format!(
+            "±{:.1} % between runs as the history's runs of one build show (these runs: ±{:.1} %)",
+            known * 100.0,
+            seen * 100.0
+        ),
+        _ => format!("±{:.1} % between runs", e.between_run * 100.0),
+    };
     r.detail = format!(
-        "median {} → {} ({}; {:.0} % interval {} to {}; {runs}, ±{:.1} % between runs; p({direction}) = {:.2e}, BH-adjusted {:.2e}){}",
+        "median {} → {} ({}; {:.0} % interval {} to {}; {runs}, {noise}; p({direction}) = {:.2e}, BH-adjusted {:.2e}){}",
         fmt_ns(r.old.unwrap_or(0.0)),
         fmt_ns(r.new.unwrap_or(0.0)),
         pct(ci.ratio),
         cfg.confidence * 100.0,
         pct(ci.lower),
         pct(ci.upper),
-        e.between_run * 100.0,
         p,
         q,
         match r.status {

@@ -18,6 +18,7 @@ pub mod output;
 pub mod runs;
 pub mod stats;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -77,6 +78,9 @@ pub struct Row {
     pub runs: Option<(usize, usize)>,
     /// Time: the noise between runs seen (standard deviation of ln(run median), as a fraction).
     pub between_run: Option<f64>,
+    /// Time: the larger noise between runs the history knows for it, which
+    /// the interval took instead (`--history`).
+    pub known_between_run: Option<f64>,
     /// Time: the noise threshold that applied (fraction); memory: the tolerance (bytes).
     pub threshold: f64,
     /// Time: false when `gate_times = false` applied (a slowdown is reported, not a regression).
@@ -90,26 +94,52 @@ pub struct Row {
 }
 
 /// How the two sides' runs relate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Design {
     /// Independent runs: a baseline of k runs, this build of l.
+    #[default]
     Runs,
     /// A/B pairs: run i of each side ran together, interleaved (`check --ab`).
     Pairs,
 }
 
 /// How to compare.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct CompareOptions {
     /// Compare times even when the machines differ.
     pub force_times: bool,
     pub design: Design,
+    /// Between-run noise of time figures known from the history's A/A runs.
+    pub known_noise: Option<KnownNoise>,
 }
 
-impl Default for CompareOptions {
-    fn default() -> CompareOptions {
-        CompareOptions { force_times: false, design: Design::Runs }
+/// Each time figure's between-run noise learned elsewhere (the history's runs
+/// of one build in other sittings, [`crate::history::History::noise_floors`]):
+/// where the runs compared show less, the comparison takes this.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KnownNoise {
+    /// By figure name (`CaseKey`'s text and ` time`): σ of ln(time) between
+    /// runs, and the builds it was pooled over.
+    by_figure: BTreeMap<String, (f64, usize)>,
+}
+
+impl KnownNoise {
+    pub fn new(floors: &[crate::history::NoiseFloor]) -> KnownNoise {
+        KnownNoise { by_figure: floors.iter().map(|f| (f.name.clone(), (f.robust_between_run, f.builds))).collect() }
+    }
+
+    /// The noise known for the time of `case`, and the builds it comes from.
+    pub fn time(&self, case: &CaseKey) -> Option<(f64, usize)> {
+        self.by_figure.get(&format!("{case} time")).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_figure.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_figure.is_empty()
     }
 }
 
@@ -185,7 +215,7 @@ pub fn compare(
     force_times: bool,
     labels: Labels,
 ) -> Comparison {
-    let options = CompareOptions { force_times, design: Design::Runs };
+    let options = CompareOptions { force_times, design: Design::Runs, known_noise: None };
     compare_runs(&RunSet::one(baseline.clone()), &RunSet::one(current.clone()), cfg, options, labels)
 }
 
@@ -198,10 +228,14 @@ pub fn compare_runs(
     options: CompareOptions,
     labels: Labels,
 ) -> Comparison {
-    let context = Context::of(baseline, current, options);
+    let context = Context::of(baseline, current, &options);
     let matched = matching::match_runs(baseline, current);
     let figures = figures::resolve(&matched, cfg);
-    let times = judge::TimeRules { design: options.design, compared: context.times_compared };
+    let times = judge::TimeRules {
+        design: options.design,
+        compared: context.times_compared,
+        known: options.known_noise.as_ref(),
+    };
     let mut rows = judge::judge(&figures, cfg, times);
     rows.sort_by(|a, b| {
         // Within a status: outcomes, then memory (exact), then times; the largest change first.
@@ -260,7 +294,7 @@ struct Context {
 }
 
 impl Context {
-    fn of(baseline: &RunSet, current: &RunSet, options: CompareOptions) -> Context {
+    fn of(baseline: &RunSet, current: &RunSet, options: &CompareOptions) -> Context {
         let (b, c) = (baseline.first(), current.first());
         let env_diff = matching::environment_differences(&b.environment, &c.environment);
         let times_compared = env_diff.is_empty() || options.force_times;

@@ -262,7 +262,26 @@ fn from_draws(
     between_run: f64,
     runs: (usize, usize),
 ) -> RunsEstimate {
-    let se = sd(draws);
+    estimate(log_ratio, sd(draws), df, confidence, between_run, runs)
+}
+
+/// `e` with the between-run noise at least `sigma` (a standard deviation of
+/// ln(run median) known from elsewhere: runs of one build in other sittings).
+/// Where the runs showed less, the interval and p-values are widened by the
+/// missing part's variance over the runs, σ²·(1/k_old + 1/k_new) (for A/B
+/// pairs, 2σ²/pairs): a figure whose process-to-process noise these few runs
+/// happened not to show is judged with the noise it has.
+pub fn with_between_run(e: &RunsEstimate, sigma: f64, confidence: f64) -> RunsEstimate {
+    if !(sigma > e.between_run) {
+        return *e;
+    }
+    let (k_old, k_new) = e.runs;
+    let extra = (sigma.powi(2) - e.between_run.powi(2)) * (1.0 / k_old.max(1) as f64 + 1.0 / k_new.max(1) as f64);
+    let se = (e.se_log.powi(2) + extra).sqrt();
+    estimate(e.interval.ratio.ln(), se, e.df, confidence, sigma, e.runs)
+}
+
+fn estimate(log_ratio: f64, se: f64, df: f64, confidence: f64, between_run: f64, runs: (usize, usize)) -> RunsEstimate {
     let t = student_t_quantile(0.5 + confidence / 2.0, df);
     let (p_slower, p_faster) = if se > 0.0 {
         (student_t_sf(log_ratio / se, df), student_t_sf(-log_ratio / se, df))
