@@ -272,7 +272,7 @@ fn from_draws(
 /// pairs, 2σ²/pairs): a figure whose process-to-process noise these few runs
 /// happened not to show is judged with the noise it has.
 pub fn with_between_run(e: &RunsEstimate, sigma: f64, confidence: f64) -> RunsEstimate {
-    if !(sigma > e.between_run) {
+    if sigma.is_nan() || sigma <= e.between_run {
         return *e;
     }
     let (k_old, k_new) = e.runs;
