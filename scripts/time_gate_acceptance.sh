@@ -25,10 +25,12 @@ Q="--quick --suite cpu-vs-gpu --device cpu --baseline-dir baselines"
 # Runs a side of the independent pairs (BASE_RUNS=5 NEW_RUNS=3: the seeded tests' design).
 BR=${BASE_RUNS:-3}; NR=${NEW_RUNS:-2}
 uptime > load.txt
+# HISTORY_DIR: a history kept across sittings (as CI keeps one), grown here.
+HD=${HISTORY_DIR:-$OUT/hist}
 for i in 1 2; do
-  (cd "$REPO" && "$B" bench --quick --suite cpu-vs-gpu --device cpu --repeat 3 --out "$OUT/hist") > hist$i.log 2>&1 || exit 2
+  (cd "$REPO" && "$B" bench --quick --suite cpu-vs-gpu --device cpu --repeat 3 --out "$HD") > hist$i.log 2>&1 || exit 2
 done
-H="--history $OUT/hist/history.sqlite"
+H="--history $HD/history.sqlite"
 for i in 1 2 3 4 5; do
   "$B" bench $Q --repeat "$BR" --save-baseline aa$i --out base$i > base$i.log 2>&1 || exit 2
   "$B" bench $Q --repeat "$NR" --baseline aa$i --out aa$i --json > aa$i.json 2> aa$i.err
