@@ -331,6 +331,18 @@ impl History {
     /// `" time"`) that some build measured twice or more, over the last `last`
     /// runs, noisiest first.
     pub fn noise_floors(&self, suffix: &str, last: usize) -> Result<Vec<NoiseFloor>, HistoryError> {
+        self.noise_floors_without(suffix, last, &[])
+    }
+
+    /// [`noise_floors`](Self::noise_floors) leaving out the runs of the
+    /// commits in `exclude` (the two builds a check compares: their own runs
+    /// must not teach the noise their difference is judged against).
+    pub fn noise_floors_without(
+        &self,
+        suffix: &str,
+        last: usize,
+        exclude: &[&str],
+    ) -> Result<Vec<NoiseFloor>, HistoryError> {
         let mut q = self
             .conn
             .prepare(
@@ -356,7 +368,7 @@ impl History {
             std::collections::BTreeMap::new();
         for row in rows {
             let (name, commit, env, quick, value) = row.map_err(|e| self.sql(e))?;
-            if name.ends_with(suffix) && value > 0.0 {
+            if name.ends_with(suffix) && value > 0.0 && !exclude.contains(&commit.as_str()) {
                 by_name.entry(name).or_default().entry((commit, env, quick)).or_default().push(value.ln());
             }
         }
@@ -588,6 +600,10 @@ mod tests {
         assert!((f.between_run - sigma).abs() < 1e-12, "{f:?}");
         assert!((f.floor - ((1.959_964 * 2f64.sqrt() * sigma).exp() - 1.0)).abs() < 1e-12);
         assert!(noise_floor("x".into(), [[1.0].as_slice()].into_iter()).is_none(), "no build twice");
+        // Without commit a's runs, only b's (σ 0) teach the noise.
+        let without = h.noise_floors_without(" time", 100, &["a"]).unwrap();
+        assert_eq!((without[0].builds, without[0].runs), (1, 3), "{without:?}");
+        assert!(without[0].between_run < 1e-12 && without[0].robust_between_run < 1e-12, "{without:?}");
         // One run in six that took twice as long moves σ, not its robust twin;
         // a figure that lands in one of two speeds moves both.
         let ln = |v: &[f64]| v.iter().map(|x: &f64| x.ln()).collect::<Vec<_>>();

@@ -209,13 +209,14 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     report(&baseline, &baseline_path, &current, &args.from, &cfg, &args.options, &out_dir)
 }
 
-/// The history's between-run noise of every time some build ran twice or more.
-fn known_noise(path: &Path) -> Result<KnownNoise, String> {
+/// The history's between-run noise of every time some build other than the
+/// compared ones (`exclude`: their commits) ran twice or more.
+fn known_noise(path: &Path, exclude: &[&str]) -> Result<KnownNoise, String> {
     let history = History::open_existing(path).map_err(|e| e.to_string())?;
-    let floors = history.noise_floors(" time", HISTORY_RUNS).map_err(|e| e.to_string())?;
+    let floors = history.noise_floors_without(" time", HISTORY_RUNS, exclude).map_err(|e| e.to_string())?;
     let builds = floors.iter().map(|f| f.builds).max().unwrap_or(0);
     eprintln!(
-        "the history {} knows the between-run noise of {} time figure(s), from up to {builds} build(s) run more than once",
+        "the history {} knows the between-run noise of {} time figure(s), from up to {builds} other build(s) run more than once",
         path.display(),
         floors.len()
     );
@@ -242,9 +243,14 @@ pub fn report(
     out_dir: &Path,
 ) -> Result<u8> {
     let labels = Labels { baseline: baseline_path.display().to_string(), current: current_path.display().to_string() };
+    // The compared builds' own runs in the history must not teach the noise.
+    let commits: Vec<&str> = [baseline, current]
+        .iter()
+        .flat_map(|set| set.runs().iter().filter_map(|r| r.environment.git_commit.as_deref()))
+        .collect();
     let known_noise = match &opts.history {
         None => None,
-        Some(path) => match known_noise(path) {
+        Some(path) => match known_noise(path, &commits) {
             Ok(k) => Some(k),
             Err(message) => return Ok(impossible(&message)),
         },
