@@ -27,7 +27,9 @@ use super::model::{Action, Snapshot, TraceEntry};
 use super::oom::{self, ReleaseKind};
 use super::pickle::ReadOptions;
 use super::pools::PoolPlan;
-use super::replay::{Setup, SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_from, replay_snapshot};
+use super::replay::{
+    Setup, SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_from, replay_snapshot, trace_marks,
+};
 use super::{SnapshotError, read_snapshot_with, rewind};
 use vramlab_allocator::{AllocatorConfig, SimulatedMemory};
 use vramlab_replay::MAX_BYTES;
@@ -132,16 +134,10 @@ fn holds(snap: &Snapshot, device: usize, config: &AllocatorConfig, feed: &Stream
         return None;
     }
     let trace = &snap.device_traces[device];
-    let mut marks = Vec::new();
-    let mut free_on_completed = false;
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => marks.push(i),
-            // A recorded OOM: the capacity is inferred from it.
-            Action::Oom => return None,
-            Action::FreeCompleted => free_on_completed = true,
-            _ => {}
-        }
+    let (marks, free_on_completed) = trace_marks(trace);
+    // A recorded OOM: the capacity is inferred from it.
+    if marks.iter().any(|&i| trace[i].action == Action::Oom) {
+        return None;
     }
     if !free_on_completed || !rewind::segments_start_empty(snap, device, trace, &marks) {
         return None;

@@ -443,20 +443,7 @@ fn replay(
     {
         return Err(SnapshotReplayError::InvalidFraction(f));
     }
-    // One pass over the trace for what the passes before the replay need: the
-    // indices of its segment events and `oom` entries (a few in millions), and
-    // whether frees complete apart from their requests.
-    let mut marks: Vec<usize> = Vec::new();
-    let mut free_on_completed = false;
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap | Action::Oom => {
-                marks.push(i)
-            }
-            Action::FreeCompleted => free_on_completed = true,
-            _ => {}
-        }
-    }
+    let (marks, free_on_completed) = trace_marks(trace);
     let marked = || marks.iter().map(|&i| &trace[i]);
     // Without a capacity, the one the recorded OOMs imply (under the recorded settings).
     let (capacity_inferred, capacity_not_inferred) = if opts.capacity_bytes.is_some() || opts.no_capacity_inference {
@@ -537,6 +524,24 @@ fn replay(
     }
     let mut feed = SliceFeed { trace, frames: &snapshot.frames };
     replay_from(snapshot, &mut feed, opts, track, &setup, rewound(), false).map(|run| run.replay)
+}
+
+/// One pass over a trace for what the passes before the replay need: the
+/// indices of its segment events and `oom` entries (a few in millions), and
+/// whether frees complete apart from their requests (`free_completed` entries).
+pub(crate) fn trace_marks(trace: &[TraceEntry]) -> (Vec<usize>, bool) {
+    let mut marks: Vec<usize> = Vec::new();
+    let mut free_on_completed = false;
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap | Action::Oom => {
+                marks.push(i)
+            }
+            Action::FreeCompleted => free_on_completed = true,
+            _ => {}
+        }
+    }
+    (marks, free_on_completed)
 }
 
 /// What [`replay`] works out before the replay itself.
