@@ -143,6 +143,45 @@ const HAS_DEVICE_FREE: u8 = 4;
 
 impl Fields {
     const EMPTY: Fields = Fields { action: u32::MAX, has: 0, addr: 0, size: 0, stream: 0, time_us: 0, frames: 0 };
+
+    /// Sets the number under key `key` (a string id; keys other than the
+    /// numeric fields are ignored); `Err(key name)` when `v` is not a number.
+    #[inline(always)]
+    fn set(&mut self, key: u32, v: Value) -> Result<(), &'static str> {
+        let int = |name: &'static str| match v {
+            Value::Int(n) => Ok(n),
+            Value::BigInt(neg) => Ok(if neg { i64::MIN } else { i64::MAX }),
+            Value::Bool(b) => Ok(b as i64),
+            _ => Err(name),
+        };
+        match key {
+            K_ADDR => {
+                let n = int("addr")?;
+                if self.has & HAS_DEVICE_FREE == 0 {
+                    self.addr = n;
+                }
+                self.has |= HAS_ADDR;
+            }
+            K_SIZE => {
+                self.size = int("size")?;
+                self.has |= HAS_SIZE;
+            }
+            K_DEVICE_FREE => {
+                self.addr = int("device_free")?;
+                self.has |= HAS_DEVICE_FREE;
+            }
+            K_STREAM => self.stream = int("stream")?,
+            // Integral or not, a time is a time.
+            K_TIME_US => {
+                self.time_us = match v {
+                    Value::Float(x) => x as i64,
+                    _ => int("time_us")?.max(0),
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// Containers, interned strings, frames and stacks, and the trace entries read.
@@ -448,7 +487,10 @@ impl Heap {
                     f.action = a;
                 }
             } else {
-                self.set_field(&mut f, k, v, offset)?;
+                f.set(k, v).map_err(|name| SnapshotError::Malformed {
+                    offset,
+                    what: format!("a trace entry's '{name}' is a {}, expected an integer", v.type_name()),
+                })?;
             }
         }
         if f.action == u32::MAX {
@@ -472,41 +514,6 @@ impl Heap {
             self.spare_dicts.push(items);
         }
         Ok(Some(self.checked(&f, offset)))
-    }
-
-    /// Sets the field named by string `key` from `v` (unknown keys are ignored).
-    fn set_field(&self, f: &mut Fields, key: u32, v: Value, offset: u64) -> Result<(), SnapshotError> {
-        let keys = &self.keys;
-        let int = |name: &str| match v {
-            Value::Int(n) => Ok(n),
-            Value::BigInt(neg) => Ok(if neg { i64::MIN } else { i64::MAX }),
-            Value::Bool(b) => Ok(b as i64),
-            _ => Err(SnapshotError::Malformed {
-                offset,
-                what: format!("a trace entry's '{name}' is a {}, expected an integer", v.type_name()),
-            }),
-        };
-        if key == keys.addr {
-            if f.has & HAS_DEVICE_FREE == 0 {
-                f.addr = int("addr")?;
-            }
-            f.has |= HAS_ADDR;
-        } else if key == keys.size {
-            f.size = int("size")?;
-            f.has |= HAS_SIZE;
-        } else if key == keys.device_free {
-            f.addr = int("device_free")?;
-            f.has |= HAS_DEVICE_FREE;
-        } else if key == keys.stream {
-            f.stream = int("stream")?;
-        } else if key == keys.time_us {
-            // Integral or not, a time is a time.
-            f.time_us = match v {
-                Value::Float(x) => x as i64,
-                _ => int("time_us")?.max(0),
-            };
-        }
-        Ok(())
     }
 
     /// The checked entry, waiting for its list ([`Heap::append_entries`]).
@@ -1193,15 +1200,7 @@ impl<R: Read> Machine<R> {
             return None;
         }
         *i += 1;
-        // The fields in locals (registers), not a struct written piece by piece.
-        let (mut action, mut has, mut addr, mut size) = (u32::MAX, 0u8, 0i64, 0i64);
-        let (mut stream, mut time_us, mut frames) = (0i64, 0i64, 0u32);
-        let int = |v: Value| match v {
-            Value::Int(n) => Some(n),
-            Value::BigInt(neg) => Some(if neg { i64::MIN } else { i64::MAX }),
-            Value::Bool(b) => Some(b as i64),
-            _ => None,
-        };
+        let mut f = Fields::EMPTY;
         loop {
             if *b.get(*i)? == b'u' {
                 *i += 1;
@@ -1209,35 +1208,10 @@ impl<R: Read> Machine<R> {
             }
             let key = self.entry_str(b, i)?;
             match key {
-                K_ACTION => action = self.entry_str(b, i)?,
-                K_FRAMES => frames = self.entry_frames(b, i)?,
+                K_ACTION => f.action = self.entry_str(b, i)?,
+                K_FRAMES => f.frames = self.entry_frames(b, i)?,
                 K_ADDR | K_SIZE | K_STREAM | K_TIME_US | K_DEVICE_FREE => {
-                    let v = Machine::<R>::entry_int(b, i)?;
-                    match key {
-                        K_ADDR => {
-                            let n = int(v)?;
-                            if has & HAS_DEVICE_FREE == 0 {
-                                addr = n;
-                            }
-                            has |= HAS_ADDR;
-                        }
-                        K_SIZE => {
-                            size = int(v)?;
-                            has |= HAS_SIZE;
-                        }
-                        K_DEVICE_FREE => {
-                            addr = int(v)?;
-                            has |= HAS_DEVICE_FREE;
-                        }
-                        K_STREAM => stream = int(v)?,
-                        // Integral or not, a time is a time.
-                        _ => {
-                            time_us = match v {
-                                Value::Float(x) => x as i64,
-                                v => int(v)?.max(0),
-                            }
-                        }
-                    }
+                    f.set(key, Machine::<R>::entry_int(b, i)?).ok()?;
                 }
                 // A key this reader does not use: a number or a string.
                 _ => {
@@ -1247,7 +1221,7 @@ impl<R: Read> Machine<R> {
                 }
             }
         }
-        (action != u32::MAX).then_some(Fields { action, has, addr, size, stream, time_us, frames })
+        (f.action != u32::MAX).then_some(f)
     }
 
     fn run(&mut self) -> Result<Value, SnapshotError> {
