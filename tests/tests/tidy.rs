@@ -6,7 +6,7 @@
 //!
 //! The rules (ARCHITECTURE.md, "Invariants"):
 //! 1. **Direction.** Crates depend only downwards along
-//!    rng, allocator, cpu-kernels → replay → snapshot → engine (runtime) →
+//!    display, rng, allocator, cpu-kernels → replay → snapshot → engine (runtime) →
 //!    train → profiler → suites → reports → xtask → tests; the allocator
 //!    model, the CPU kernels and the generator depend on no other engine crate
 //!    but the generator, and the allocator's library on none at all (its tests
@@ -40,7 +40,7 @@ use vramlab_tests::workspace_root;
 
 /// The layers, lowest first; a crate may depend on crates of lower layers only.
 const LAYERS: &[&[&str]] = &[
-    &["vramlab-rng"],
+    &["vramlab-rng", "vramlab-display"],
     &["vramlab-allocator", "vramlab-cpu-kernels"],
     &["vramlab-replay"],
     &["vramlab-snapshot"],
@@ -120,7 +120,7 @@ fn check_direction(krates: &[Krate]) -> Vec<String> {
             {
                 errors.push(format!(
                     "{} ({}/Cargo.toml): {kind} dependency on {dep} points against the direction \
-                     rng, allocator, cpu-kernels → replay → snapshot → engine → train → profiler → suites → reports → xtask",
+                     display, rng, allocator, cpu-kernels → replay → snapshot → engine → train → profiler → suites → reports → xtask",
                     k.name,
                     k.dir.display()
                 ));

@@ -47,6 +47,19 @@ pub enum Program {
     Vramlab,
 }
 
+/// Whether `args` (the words after the program's name) are a command line
+/// `vramlab` accepts, parsed as [`main`] would parse them but not run: `Err`
+/// carries clap's message. The documentation's tests check every command they
+/// show with it.
+pub fn check_args<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let words = std::iter::once(std::ffi::OsString::from("vramlab")).chain(args.into_iter().map(Into::into));
+    Cli::try_parse_from(words).map(drop).map_err(|e| e.to_string())
+}
+
 /// Parses the process's arguments, runs the command and returns its exit status.
 pub fn main(program: Program) -> ExitCode {
     let cli = if program == Program::Vramlab {
