@@ -27,9 +27,11 @@
 //! - [`conv`]: conv2d NCHW forward / backward-data / backward-weight, five algorithms.
 //! - [`elementwise`], [`activation`], [`softmax`](mod@softmax), [`loss`], [`reduce`],
 //!   [`cast`](mod@cast), [`pool`], [`optim`]: the rest of a training step.
+//! - [`algorithm`]: the [`Algorithm`] trait, an op's algorithms as an autotuner sees them.
 //! - [`cost`]: kernel names and FLOP / bytes-moved formulas for kernel events.
 
 pub mod activation;
+pub mod algorithm;
 pub mod cast;
 pub mod conv;
 pub mod cost;
@@ -46,11 +48,12 @@ pub mod reduce;
 pub mod softmax;
 
 pub use activation::{gelu, gelu_backward, relu, relu_backward};
+pub use algorithm::{AlgoInfo, Algorithm};
 pub use cast::cast;
 pub use conv::{
     Conv2dShape, ConvAlgo, ConvPass, ConvProblem, conv2d_backward_data, conv2d_backward_weight, conv2d_forward,
 };
-pub use cost::{AlgoInfo, Algorithm, Cost, ElementwiseOp, KernelCall};
+pub use cost::{Cost, ElementwiseOp, KernelCall};
 pub use element::{Element, FloatDType};
 pub use elementwise::{add, add_bias, mul, mul_backward, scale};
 pub use error::{KernelError, Result};

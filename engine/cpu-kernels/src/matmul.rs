@@ -15,7 +15,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::cost::Algorithm;
+use super::algorithm::Algorithm;
 use super::element::{Element, FloatDType};
 use super::error::{KernelError, Result, check_len, check_workspace, checked_product};
 use super::gemm_call::{MatRef, gemm};

@@ -22,8 +22,6 @@ use crate::alloc::{
     AllocError, AllocatorConfig, CachingAllocator, ConfigError, HostMemory, MemoryStats, StreamId,
     physical_memory_bytes,
 };
-use crate::backend::Backend;
-use crate::backend::cpu::CpuBackend;
 use crate::cuda::{CudaBackend, CudaError};
 use crate::hooks;
 
@@ -259,14 +257,6 @@ impl Device {
             caches: vec![CacheInfo { level: "L2".into(), size_bytes: info.l2_cache_bytes }],
         };
         Ok(Device { inner: Arc::new(DeviceInner { id, properties, allocator, cuda: Some(backend) }) })
-    }
-
-    /// The backend its tensor ops dispatch to: the GPU's, or the host's.
-    pub(crate) fn backend(&self) -> &dyn Backend {
-        match &self.inner.cuda {
-            Some(gpu) => gpu,
-            None => &CpuBackend,
-        }
     }
 
     /// The CUDA backend of a GPU device; `None` for host devices.

@@ -118,6 +118,7 @@
 //! - [`Trainer`]: the loop, with per-step loss, accuracy and timings.
 
 pub mod data;
+mod dataset;
 pub mod functional;
 pub mod layers;
 mod loss;

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 
 use vramlab_rng::Rng;
 
-use crate::data::{Dataset, Targets};
+use crate::dataset::{Dataset, Targets};
 use crate::transform::SampleTransform;
 use crate::{NnError, Result};
 

@@ -16,6 +16,7 @@
 //! are checked by the kernels (`cfg`, `step`, lengths) the same way on both.
 
 pub(crate) mod cpu;
+mod select;
 
 use crate::cpu_kernels::{self as k, Conv2dShape, ConvPass, ElementwiseOp, MatmulShape, MaxPool2dShape};
 use crate::dtype::DType;

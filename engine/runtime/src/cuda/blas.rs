@@ -9,7 +9,7 @@
 //!   (`:SIZE_KiB:COUNT` pairs, summed) when set, else 32 MiB on compute
 //!   capability 9.0 (Hopper) and `:4096:2:16:8` (8 MiB + 128 KiB) elsewhere. Like
 //!   PyTorch's, it is allocated at the first product and then kept, so
-//!   `memory_allocated` counts it from then on; [`clear_cublas_workspace`] gives it
+//!   `memory_allocated` counts it from then on; [`super::clear_cublas_workspace`] gives it
 //!   back (`torch._C._cuda_clearCublasWorkspaces()`).
 //! - **Every product is one `cublasGemmEx`** (one `cublasGemmStridedBatchedEx`
 //!   for a batch) with f32 accumulation: `CUBLAS_COMPUTE_32F` for f16 and bf16,
@@ -24,20 +24,18 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use cudarc::cublas::sys;
 
-use super::backend::CudaBackend;
-use super::error::{CudaError, CudaResult, DriverContext};
-use super::libs::CudaLib;
+use super::error::{CudaError, CudaResult};
+use super::gpu::Gpu;
+use super::library::CudaLib;
 use crate::alloc::Allocation;
-use crate::backend::KernelTiming;
-use crate::cpu_kernels::{self, KernelCall, MatmulShape};
+use crate::cpu_kernels::{self, MatmulShape};
 use crate::device::Device;
 use crate::error::{Result, TensorError};
 use crate::hooks::Tag;
-use crate::storage::{Storage, current_tag};
 
 /// The environment variable PyTorch (and cuBLAS) read the workspace size from.
 pub const WORKSPACE_CONFIG_VAR: &str = "CUBLAS_WORKSPACE_CONFIG";
@@ -217,8 +215,8 @@ impl GemmTypes {
 pub struct Blas {
     handle: usize,
     /// The workspace set on the handle (none before the first product or after
-    /// [`clear_cublas_workspace`]). Held while the handle is used.
-    workspace: Mutex<Option<Allocation>>,
+    /// [`super::clear_cublas_workspace`]). Held while the handle is used.
+    pub(super) workspace: Mutex<Option<Allocation>>,
 }
 
 impl std::fmt::Debug for Blas {
@@ -237,25 +235,20 @@ impl Drop for Blas {
 }
 
 impl Blas {
-    fn new(backend: &CudaBackend) -> CudaResult<Blas> {
+    pub(super) fn new(gpu: &Gpu) -> CudaResult<Blas> {
         CudaLib::Cublas.require()?;
-        backend.bind()?;
+        gpu.bind()?;
         let handle = cudarc::cublas::result::create_handle().map_err(|e| CudaError::cublas("cublasCreate", e))?;
         let blas = Blas { handle: handle as usize, workspace: Mutex::new(None) };
-        let stream = backend.stream(0);
+        let stream = gpu.stream(0);
         // SAFETY: a live handle and the context's default stream.
         unsafe { cudarc::cublas::result::set_stream(blas.raw(), stream.cu_stream() as sys::cudaStream_t) }
             .map_err(|e| CudaError::cublas("cublasSetStream", e))?;
         Ok(blas)
     }
 
-    fn raw(&self) -> sys::cublasHandle_t {
+    pub(super) fn raw(&self) -> sys::cublasHandle_t {
         self.handle as sys::cublasHandle_t
-    }
-
-    /// The backend's handle, made on first use.
-    pub(crate) fn of(backend: &CudaBackend) -> CudaResult<&Blas> {
-        backend.blas.get_or_init(|| Blas::new(backend)).as_ref().map_err(Clone::clone)
     }
 
     /// Exclusive use of the handle, with its workspace allocated (from `device`'s
@@ -372,93 +365,9 @@ impl BlasGuard<'_> {
     }
 }
 
-/// Gives the device's cuBLAS workspace back to its caching allocator
-/// (`torch._C._cuda_clearCublasWorkspaces()`); the next product takes a new one.
-/// Nothing happens on a host device or before the first product.
-pub fn clear_cublas_workspace(device: &Device) -> Result<()> {
-    let Some(backend) = device.cuda() else { return Ok(()) };
-    let Some(Ok(blas)) = backend.blas.get() else { return Ok(()) };
-    let mut workspace = blas.workspace.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(a) = workspace.take() {
-        backend.bind().map_err(|source| TensorError::Cuda { op: "clear_cublas_workspace", source })?;
-        // SAFETY: a live handle; no workspace (cuBLAS then uses none of its own
-        // choosing until one is set again, which `lock` does before any product).
-        unsafe { sys::cublasSetWorkspace_v2(blas.raw(), std::ptr::null_mut(), 0) }.result().map_err(|e| {
-            TensorError::Cuda { op: "clear_cublas_workspace", source: CudaError::cublas("cublasSetWorkspace", e) }
-        })?;
-        // Work queued on stream 0 may still use it: the allocator reuses the block
-        // only for later work on stream 0, which runs after it.
-        device.allocator().free(a)?;
-    }
-    Ok(())
-}
-
 /// The algorithm name kernel events give an f32 product.
-fn algorithm_name(dtype: cpu_kernels::FloatDType, tf32: bool) -> &'static str {
+pub(super) fn algorithm_name(dtype: cpu_kernels::FloatDType, tf32: bool) -> &'static str {
     if tf32 && dtype == cpu_kernels::FloatDType::F32 { "cublas_tf32" } else { "cublas" }
-}
-
-/// `a · b` on CUDA for the backend: `shape` is checked. With `timed`, waits for the product and returns its device time;
-/// otherwise returns at once (the product is queued on stream 0) with 0 ns.
-pub(crate) fn matmul(
-    backend: &Arc<CudaBackend>,
-    a: &Storage,
-    b: &Storage,
-    shape: MatmulShape,
-    timed: bool,
-) -> Result<(Storage, KernelTiming)> {
-    const OP: &str = "matmul";
-    let cuda = |source| TensorError::Cuda { op: OP, source };
-    let device = &a.device;
-    let dtype = a.dtype.float().ok_or(TensorError::UnsupportedDType {
-        op: OP,
-        dtype: a.dtype,
-        reason: "matmul needs a float dtype",
-    })?;
-    let tf32 = matmul_allow_tf32();
-    let algorithm = algorithm_name(dtype, tf32);
-    let out = Storage::new(device, shape.batch * shape.m * shape.n, a.dtype, current_tag())?;
-    let mut timing = KernelTiming { algorithm, duration_ns: 0 };
-    if out.len == 0 {
-        return Ok((out, timing));
-    }
-    let call = KernelCall::Matmul { shape, dtype };
-    let gemm = RowMajorGemm::contiguous(shape);
-    let run = |launch: &dyn Fn() -> CudaResult<()>| -> CudaResult<u64> {
-        let kernel = || backend.run_kernel(OP, algorithm, 0, call, |_| launch());
-        if timed { backend.time_on_device(0, |_| kernel()) } else { kernel().map(|()| 0) }
-    };
-    let (c, bytes) = (out.addr(), out.size_bytes());
-    timing.duration_ns = match gemm.column_major() {
-        // The only zero dimension left is k: the sum over nothing is 0.
-        None if shape.k == 0 => run(&|| {
-            // SAFETY: `c` is the output's live allocation of `bytes` bytes.
-            unsafe { cudarc::driver::result::memset_d8_async(c, 0, bytes, backend.stream(0).cu_stream()) }
-                .during("zero-filling a product over k = 0")
-        })
-        .map_err(cuda)?,
-        None => {
-            return Err(TensorError::BadShape {
-                op: OP,
-                shape: out_shape(&shape),
-                reason: "a dimension exceeds cuBLAS's 32-bit arguments".into(),
-            });
-        }
-        Some(g) => {
-            let blas = Blas::of(backend).map_err(cuda)?.lock(device)?;
-            let types = GemmTypes { inputs: dtype, output: dtype, tf32 };
-            let (pa, pb) = (a.addr(), b.addr());
-            // SAFETY: the operands and the output are live allocations of this
-            // device holding the shapes `g` was made from, in `dtype`.
-            run(&|| unsafe { blas.gemm(OP, &g, types, (pa, pb, c), 0.0) }).map_err(cuda)?
-        }
-    };
-    Ok((out, timing))
-}
-
-/// The stored shape of a product (for errors).
-fn out_shape(shape: &MatmulShape) -> Vec<usize> {
-    if shape.batch == 1 { vec![shape.m, shape.n] } else { vec![shape.batch, shape.m, shape.n] }
 }
 
 /// BLAS's column-major GEMM as the reference manual defines it, over f64:

@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use super::libs::CudaLib;
+use super::library::CudaLib;
 
 /// Why something on a CUDA device failed or could not start.
 #[derive(Debug, Clone, Error)]

@@ -9,7 +9,7 @@
 use cudarc::nvrtc::{Ptx, result as nvrtc};
 
 use super::error::{CudaError, CudaResult};
-use super::libs::CudaLib;
+use super::library::CudaLib;
 use crate::cpu_kernels::FloatDType;
 use crate::dtype::DType;
 

@@ -21,41 +21,16 @@
 //! loaded, because it matches the loaded library's `SONAME`.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::error::{CudaError, CudaResult};
+pub use super::library::CudaLib;
 
 /// The environment variable with extra folders to search.
 pub const LIBRARY_PATH_VAR: &str = "VRAMLAB_CUDA_LIBRARY_PATH";
 
-/// A library the backend loads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CudaLib {
-    /// `libcuda`, the driver (installed with the NVIDIA driver, not the toolkit).
-    Driver,
-    /// NVRTC, the run-time compiler for the backend's kernels.
-    Nvrtc,
-    Cublas,
-    /// cuDNN is optional: convolutions fall back to im2col + cuBLAS without it.
-    Cudnn,
-}
-
-impl fmt::Display for CudaLib {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CudaLib::Driver => "libcuda (the NVIDIA driver)",
-            CudaLib::Nvrtc => "NVRTC (libnvrtc)",
-            CudaLib::Cublas => "cuBLAS (libcublas)",
-            CudaLib::Cudnn => "cuDNN (libcudnn)",
-        })
-    }
-}
-
 impl CudaLib {
-    pub const ALL: [CudaLib; 4] = [CudaLib::Driver, CudaLib::Nvrtc, CudaLib::Cublas, CudaLib::Cudnn];
-
     /// Whether cudarc can load it now by its names.
     fn loadable(self) -> bool {
         // SAFETY: these only try to open the library (no function of it is called).
@@ -65,37 +40,6 @@ impl CudaLib {
                 CudaLib::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
                 CudaLib::Cublas => cudarc::cublas::sys::is_culib_present(),
                 CudaLib::Cudnn => cudarc::cudnn::sys::is_culib_present(),
-            }
-        }
-    }
-
-    /// File-name stems to load from a folder, dependencies first; the last is the
-    /// library itself.
-    fn stems(self) -> &'static [&'static str] {
-        match self {
-            CudaLib::Driver => &["libcuda"],
-            CudaLib::Nvrtc => &["libnvrtc-builtins", "libnvrtc"],
-            CudaLib::Cublas => &["libcublasLt", "libcublas"],
-            CudaLib::Cudnn => &[
-                "libcudnn_graph",
-                "libcudnn_engines_precompiled",
-                "libcudnn_engines_runtime_compiled",
-                "libcudnn_heuristic",
-                "libcudnn_ops",
-                "libcudnn_cnn",
-                "libcudnn_adv",
-                "libcudnn",
-            ],
-        }
-    }
-
-    /// What to tell the user when it is missing.
-    fn hint(self) -> &'static str {
-        match self {
-            CudaLib::Driver => "install the NVIDIA driver, or add the folder holding libcuda.so.1 to LD_LIBRARY_PATH",
-            _ => {
-                "install the CUDA toolkit or PyTorch's CUDA wheels, or name the folder holding it in \
-                 VRAMLAB_CUDA_LIBRARY_PATH"
             }
         }
     }

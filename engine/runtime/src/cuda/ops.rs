@@ -791,7 +791,7 @@ impl Backend for std::sync::Arc<CudaBackend> {
         adam_step(self, op, [param, grad, exp_avg, exp_avg_sq], cfg, step)
     }
     fn matmul(&self, a: &Storage, b: &Storage, shape: MatmulShape, timed: bool) -> Result<(Storage, KernelTiming)> {
-        super::blas::matmul(self, a, b, shape, timed)
+        super::matmul::matmul(self, a, b, shape, timed)
     }
     fn conv2d(
         &self,

@@ -2,14 +2,15 @@
 //! algorithms and im2col + cuBLAS) for a pass, dtype and mode, the cached
 //! rankings, the workspace `Find` gets, and the order of fallbacks.
 
-use super::*;
+use super::cudnn::{AlgoPerf, DETERMINISTIC, Descriptors, Dnn, STATUS_SUCCESS, algo_names, run_math};
+use super::im2col::IM2COL_CUBLAS;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use crate::cpu_kernels::{self, ConvPass, ConvProblem};
-use crate::cuda::backend::CudaBackend;
 use crate::cuda::error::CudaResult;
+use crate::cuda::gpu::Gpu;
 
 /// How one candidate computes the pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +72,7 @@ pub(super) fn candidates(
 /// cuDNN's rankings, per device ordinal, problem, dtype and TF32 switch (what
 /// PyTorch's algorithm cache holds in off mode): a ranking is asked for once.
 pub(super) fn cached_ranking(
-    backend: &CudaBackend,
+    gpu: &Gpu,
     dnn: &Dnn,
     problem: ConvProblem,
     dtype: cpu_kernels::FloatDType,
@@ -81,7 +82,7 @@ pub(super) fn cached_ranking(
     type Key = (u32, ConvProblem, cpu_kernels::FloatDType, bool);
     static RANKINGS: OnceLock<Mutex<HashMap<Key, Vec<AlgoPerf>>>> = OnceLock::new();
     let rankings = RANKINGS.get_or_init(Default::default);
-    let key = (backend.info().ordinal, problem, dtype, tf32);
+    let key = (gpu.info().ordinal, problem, dtype, tf32);
     if let Some(r) = rankings.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(r.clone());
     }

@@ -2,7 +2,7 @@
 //! convolution descriptors, the algorithm and math-type enums, and the calls
 //! that rank (`Get…_v7`), measure (`Find…Ex`) and run a pass.
 
-use super::*;
+use super::problem::Dims;
 
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
@@ -10,9 +10,9 @@ use std::sync::{Mutex, MutexGuard};
 use cudarc::cudnn::sys;
 
 use crate::cpu_kernels::{self, ConvPass};
-use crate::cuda::backend::CudaBackend;
 use crate::cuda::error::{CudaError, CudaResult};
-use crate::cuda::libs::CudaLib;
+use crate::cuda::gpu::Gpu;
+use crate::cuda::library::CudaLib;
 
 /// A device backend's cuDNN handle (bound to stream 0).
 pub struct Dnn {
@@ -35,22 +35,16 @@ impl Drop for Dnn {
 }
 
 impl Dnn {
-    pub(super) fn new(backend: &CudaBackend) -> CudaResult<Dnn> {
+    pub(in crate::cuda) fn new(gpu: &Gpu) -> CudaResult<Dnn> {
         CudaLib::Cudnn.require()?;
-        backend.bind()?;
+        gpu.bind()?;
         let handle = cudarc::cudnn::result::create_handle().map_err(|e| CudaError::cudnn("cudnnCreate", e))?;
         let dnn = Dnn { handle: handle as usize, lock: Mutex::new(()) };
-        let stream = backend.stream(0);
+        let stream = gpu.stream(0);
         // SAFETY: a live handle and the context's default stream.
         unsafe { cudarc::cudnn::result::set_stream(handle, stream.cu_stream() as sys::cudaStream_t) }
             .map_err(|e| CudaError::cudnn("cudnnSetStream", e))?;
         Ok(dnn)
-    }
-
-    /// The backend's handle, made on first use; `None` when cuDNN is not there
-    /// (or will not start), which only narrows the choice to im2col + cuBLAS.
-    pub(crate) fn of(backend: &CudaBackend) -> Option<&Dnn> {
-        backend.dnn.get_or_init(|| Dnn::new(backend)).as_ref().ok()
     }
 
     /// Exclusive use of the handle.

@@ -2,7 +2,7 @@
 //! f32 rounding kernels (compiled with NVRTC once per device), the chunking
 //! of column buffers and the plan of kernel and GEMM steps each pass runs.
 
-use super::*;
+use super::problem::{Dims, cudnn_allow_tf32};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -11,10 +11,10 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 
 use crate::cpu_kernels::{self, ConvPass};
-use crate::cuda::backend::CudaBackend;
 use crate::cuda::blas::{BlasGuard, GemmTypes, RowMajorGemm};
 use crate::cuda::error::{CudaError, CudaResult, DriverContext};
-use crate::cuda::libs::CudaLib;
+use crate::cuda::gpu::Gpu;
+use crate::cuda::library::CudaLib;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -188,24 +188,24 @@ pub fn compile(arch: &str) -> CudaResult<Ptx> {
 impl ConvKernels {
     /// The device's kernels, compiled on first use. Keyed by ordinal: devices of
     /// one ordinal share its primary context, where modules live.
-    pub(super) fn of(backend: &CudaBackend) -> CudaResult<Arc<ConvKernels>> {
+    pub(super) fn of(gpu: &Gpu) -> CudaResult<Arc<ConvKernels>> {
         type Table = Mutex<HashMap<u32, CudaResult<Arc<ConvKernels>>>>;
         static TABLE: OnceLock<Table> = OnceLock::new();
         // Held while compiling, so two threads do not compile the same source.
         let mut table = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-        let ordinal = backend.info().ordinal;
+        let ordinal = gpu.info().ordinal;
         if let Some(k) = table.get(&ordinal) {
             return k.clone();
         }
-        let made = ConvKernels::load(backend);
+        let made = ConvKernels::load(gpu);
         table.insert(ordinal, made.clone());
         made
     }
 
-    pub(super) fn load(backend: &CudaBackend) -> CudaResult<Arc<ConvKernels>> {
-        let (major, minor) = backend.info().compute_capability;
+    pub(super) fn load(gpu: &Gpu) -> CudaResult<Arc<ConvKernels>> {
+        let (major, minor) = gpu.info().compute_capability;
         let ptx = compile(&format!("compute_{major}{minor}"))?;
-        let module = backend.context().load_module(ptx).during("loading the im2col kernels")?;
+        let module = gpu.context().load_module(ptx).during("loading the im2col kernels")?;
         let f = |name: &str| module.load_function(name).during("loading an im2col kernel");
         Ok(Arc::new(ConvKernels {
             im2col_f32: f("im2col_f32")?,

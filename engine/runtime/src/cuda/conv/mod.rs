@@ -47,16 +47,17 @@
 //! The im2col kernels are [`SOURCE`], compiled with NVRTC once per device.
 
 //!
-//! Files: `im2col.rs` (vramlab's own kernels and plans), `cudnn.rs` (the
-//! cuDNN wrapper), `algo.rs` (the candidates and the choice); this file holds
-//! the TF32 switch, the problem's 32-bit sizes and the pass itself.
+//! Files: `problem.rs` (the TF32 switch and the problem's 32-bit sizes),
+//! `im2col.rs` (vramlab's own kernels and plans), `cudnn.rs` (the cuDNN
+//! wrapper), `algo.rs` (the candidates and the choice); this file holds the
+//! pass itself.
 
 mod algo;
-mod cudnn;
+pub(in crate::cuda) mod cudnn;
 mod im2col;
+mod problem;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::CudaStream;
 
@@ -65,9 +66,8 @@ use crate::autotune::{self, RuntimeCandidate, TuneMode};
 use crate::backend::KernelTiming;
 use crate::cpu_kernels::{Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, KernelCall};
 use crate::cuda::backend::CudaBackend;
-use crate::cuda::blas::Blas;
 use crate::cuda::error::{CudaError, CudaResult, DriverContext};
-use crate::cuda::libs::CudaLib;
+use crate::cuda::library::CudaLib;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Result, TensorError};
@@ -75,88 +75,21 @@ use crate::hooks::Tag;
 use crate::storage::{Storage, current_tag};
 
 use algo::*;
-pub use cudnn::Dnn;
 use cudnn::*;
 use im2col::*;
 pub use im2col::{IM2COL_CHUNK_BYTES, IM2COL_CUBLAS, SOURCE, compile};
-
-static CUDNN_ALLOW_TF32: AtomicBool = AtomicBool::new(true);
-
-/// `torch.backends.cudnn.allow_tf32 = on`: f32 convolutions on CUDA may use TF32
-/// tensor cores. Process-wide; on by default, as in PyTorch.
-pub fn set_cudnn_allow_tf32(on: bool) {
-    CUDNN_ALLOW_TF32.store(on, Ordering::Relaxed);
-}
-
-/// Whether f32 convolutions on CUDA may use TF32 ([`set_cudnn_allow_tf32`]).
-pub fn cudnn_allow_tf32() -> bool {
-    CUDNN_ALLOW_TF32.load(Ordering::Relaxed)
-}
+use problem::Dims;
+pub use problem::{cudnn_allow_tf32, set_cudnn_allow_tf32};
 
 /// The cuDNN version convolutions on `device` use (`cudnnGetVersion`, `91000`
 /// for 9.10.0), or why they run without it (on im2col + cuBLAS alone). `None`
 /// on a host device.
 pub fn cudnn_version(device: &Device) -> Option<std::result::Result<usize, CudaError>> {
     let backend = device.cuda()?;
-    Some(match backend.dnn.get_or_init(|| Dnn::new(backend)) {
+    Some(match backend.dnn_handle() {
         Ok(_) => Ok(cudarc::cudnn::result::get_version()),
         Err(e) => Err(e.clone()),
     })
-}
-
-/// A convolution's sizes as the kernels and cuDNN take them (32-bit ints).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Dims {
-    n: i32,
-    c: i32,
-    h: i32,
-    w: i32,
-    k: i32,
-    r: i32,
-    s: i32,
-    sh: i32,
-    sw: i32,
-    ph: i32,
-    pw: i32,
-    oh: i32,
-    ow: i32,
-}
-
-impl Dims {
-    /// `None` when a size, or a per-image size of a GEMM, exceeds 32 bits.
-    fn of(s: &Conv2dShape) -> Option<Dims> {
-        let int = |v: usize| i32::try_from(v).ok();
-        let d = Dims {
-            n: int(s.n)?,
-            c: int(s.c)?,
-            h: int(s.h)?,
-            w: int(s.w)?,
-            k: int(s.k)?,
-            r: int(s.r)?,
-            s: int(s.s)?,
-            sh: int(s.stride.0)?,
-            sw: int(s.stride.1)?,
-            ph: int(s.pad.0)?,
-            pw: int(s.pad.1)?,
-            oh: int(s.out_h())?,
-            ow: int(s.out_w())?,
-        };
-        int(s.c.checked_mul(s.r)?.checked_mul(s.s)?)?;
-        int(s.out_h().checked_mul(s.out_w())?)?;
-        Some(d)
-    }
-
-    fn crs(&self) -> usize {
-        self.c as usize * self.r as usize * self.s as usize
-    }
-
-    fn ohw(&self) -> usize {
-        self.oh as usize * self.ow as usize
-    }
-
-    fn chw(&self) -> usize {
-        self.c as usize * self.h as usize * self.w as usize
-    }
 }
 
 /// Work to queue on a stream.
@@ -242,7 +175,7 @@ pub(crate) fn conv_pass(
 
     let problem = ConvProblem { pass, shape };
     // cuDNN's candidates; none when it is absent or cannot describe the problem.
-    let cudnn = Dnn::of(backend).and_then(|dnn| {
+    let cudnn = backend.dnn().and_then(|dnn| {
         backend.bind().ok()?;
         let descs = Descriptors::new(&d, dtype, initial_math(dtype, tf32)).ok()?;
         let ranking = cached_ranking(backend, dnn, problem, dtype, tf32, &descs).ok()?;
@@ -273,7 +206,7 @@ pub(crate) fn conv_pass(
     // Queues the im2col + cuBLAS pass on stream 0 (the caller brackets it).
     let im2col = |ws: &Im2colWorkspace, timing: &Bracket<'_>| {
         let kernels = ConvKernels::of(backend).map_err(cuda)?;
-        let blas = Blas::of(backend).map_err(cuda)?.lock(device)?;
+        let blas = backend.blas().map_err(cuda)?.lock(device)?;
         timing(&mut |s| run_im2col(&kernels, &blas, s, pass, &d, dtype, (p.a, p.b, p.out), ws))
     };
 
