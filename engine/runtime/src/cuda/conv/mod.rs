@@ -64,7 +64,7 @@ use cudarc::driver::CudaStream;
 use crate::alloc::AllocError;
 use crate::autotune::{self, RuntimeCandidate, TuneMode};
 use crate::backend::KernelTiming;
-use crate::cpu_kernels::{Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, KernelCall};
+use crate::cpu_kernels::{Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, FloatDType, KernelCall};
 use crate::cuda::backend::CudaBackend;
 use crate::cuda::error::{CudaError, CudaResult, DriverContext};
 use crate::cuda::library::CudaLib;
@@ -170,17 +170,48 @@ pub(crate) fn conv_pass(
         })?;
         return Ok((out, KernelTiming { algorithm: "fill_zero", duration_ns: took }));
     }
-    let tf32 = cudnn_allow_tf32();
     let p = Pointers { a: a.addr(), b: b.addr(), out: out.addr() };
+    let (algorithm, duration_ns) = choose_and_run(backend, ConvProblem { pass, shape }, a, dtype, &d, p, &run)?;
+    Ok((out, KernelTiming { algorithm, duration_ns }))
+}
 
-    let problem = ConvProblem { pass, shape };
-    // cuDNN's candidates; none when it is absent or cannot describe the problem.
-    let cudnn = backend.dnn().and_then(|dnn| {
-        backend.bind().ok()?;
-        let descs = Descriptors::new(&d, dtype, initial_math(dtype, tf32)).ok()?;
-        let ranking = cached_ranking(backend, dnn, problem, dtype, tf32, &descs).ok()?;
-        Some((dnn, descs, ranking))
-    });
+/// cuDNN's ranked candidates for the problem, with its handle and descriptors;
+/// `None` when cuDNN is absent or cannot describe the problem.
+fn cudnn_ranking<'b>(
+    backend: &'b CudaBackend,
+    d: &Dims,
+    problem: ConvProblem,
+    dtype: FloatDType,
+    tf32: bool,
+) -> Option<(&'b Dnn, Descriptors, Vec<AlgoPerf>)> {
+    let dnn = backend.dnn()?;
+    backend.bind().ok()?;
+    let descs = Descriptors::new(d, dtype, initial_math(dtype, tf32)).ok()?;
+    let ranking = cached_ranking(backend, dnn, problem, dtype, tf32, &descs).ok()?;
+    Some((dnn, descs, ranking))
+}
+
+/// Chooses the pass's algorithm (by the autotuner's mode, measuring the
+/// candidates in `benchmark` mode) and runs it with `run` (one kernel event),
+/// trying the next candidate when one's workspace does not fit. Returns the
+/// algorithm's name and the device time `run` measured. `a` is the first
+/// operand (its device and dtype; `dtype` as a float type), `d` the problem's
+/// checked sizes, `p` the operands' addresses.
+fn choose_and_run(
+    backend: &Arc<CudaBackend>,
+    problem: ConvProblem,
+    a: &Storage,
+    dtype: FloatDType,
+    d: &Dims,
+    p: Pointers,
+    run: &impl Fn(&'static str, Launch<'_>) -> Result<u64>,
+) -> Result<(&'static str, u64)> {
+    let pass = problem.pass;
+    let op = pass.kernel_name();
+    let cuda = |source| TensorError::Cuda { op, source };
+    let device = &a.device;
+    let tf32 = cudnn_allow_tf32();
+    let cudnn = cudnn_ranking(backend, d, problem, dtype, tf32);
     let ranking = cudnn.as_ref().map_or(&[][..], |(_, _, r)| r.as_slice());
     // im2col + cuBLAS needs NVRTC (for its kernels) and cuBLAS.
     let own = CudaLib::Nvrtc.require().and_then(|()| CudaLib::Cublas.require());
@@ -200,14 +231,14 @@ pub(crate) fn conv_pass(
                 let bytes = dnn.workspace_bytes(pass, descs, algo, math).map_err(cuda)?;
                 Ok(Prepared::Cudnn { dnn, descs, algo, workspace: workspace(device, bytes)?, bytes })
             }
-            _ => Ok(Prepared::Im2col(Im2colWorkspace::new(device, pass, &d, a.dtype)?)),
+            _ => Ok(Prepared::Im2col(Im2colWorkspace::new(device, pass, d, a.dtype)?)),
         }
     };
     // Queues the im2col + cuBLAS pass on stream 0 (the caller brackets it).
     let im2col = |ws: &Im2colWorkspace, timing: &Bracket<'_>| {
         let kernels = ConvKernels::of(backend).map_err(cuda)?;
         let blas = backend.blas().map_err(cuda)?.lock(device)?;
-        timing(&mut |s| run_im2col(&kernels, &blas, s, pass, &d, dtype, (p.a, p.b, p.out), ws))
+        timing(&mut |s| run_im2col(&kernels, &blas, s, pass, d, dtype, (p.a, p.b, p.out), ws))
     };
 
     let chosen = autotune::global().choose_runtime(
@@ -268,7 +299,7 @@ pub(crate) fn conv_pass(
             }
             Err(e) => return Err(e),
         };
-        return Ok((out, KernelTiming { algorithm: name, duration_ns: took }));
+        return Ok((name, took));
     }
     Err(first_oom.unwrap_or(TensorError::Cuda {
         op,
