@@ -29,6 +29,30 @@
 //!   [`cast`](mod@cast), [`pool`], [`optim`]: the rest of a training step.
 //! - [`algorithm`]: the [`Algorithm`] trait, an op's algorithms as an autotuner sees them.
 //! - [`cost`]: kernel names and FLOP / bytes-moved formulas for kernel events.
+//!
+//! # Files
+//!
+//! - `src/lib.rs` — the kernels' conventions, the map and the re-exports.
+//! - `src/element.rs` — the `Element` trait (f32, f16, bf16) and `FloatDType`.
+//! - `src/algorithm.rs` — the `Algorithm` trait (candidates, applicability, reproducibility, workspace,
+//!   heuristic) and `AlgoInfo`.
+//! - `src/cost.rs` — `KernelCall`: kernel names and FLOP / bytes-moved formulas for kernel events.
+//! - `src/matmul.rs` — (batched) matrix products through the `gemm` crate, three algorithms.
+//! - `src/conv.rs` — conv2d forward, backward-data and backward-weight, five algorithms.
+//! - `src/elementwise.rs` — binary maps, scaling and the bias broadcast.
+//! - `src/activation.rs` — ReLU and GELU with their backward.
+//! - `src/softmax.rs` — softmax and log-softmax with their backward.
+//! - `src/loss.rs` — cross-entropy and MSE with their backward.
+//! - `src/reduce.rs` — sum, mean, the bias gradient and fill.
+//! - `src/cast.rs` — casts between the float types.
+//! - `src/pool.rs` — 2-D max-pool forward and backward.
+//! - `src/optim.rs` — SGD and Adam steps.
+//! - `src/error.rs` — `KernelError` and the length and workspace checks.
+//! - `src/gemm_call.rs` — the one call into the `gemm` crate.
+//! - `src/par.rs` — chunked parallel maps and the f16/bf16 staging.
+//! - `tests/cpu_kernels.rs` — every kernel against a float64 reference, every algorithm against the others.
+//! - `tests/common/mod.rs` — seeded inputs and error measures (shared with the runtime's GPU tests).
+//! - `benches/kernels.rs` — matmul against the `gemm` crate, conv2d algorithms on ResNet-like shapes.
 
 pub mod activation;
 pub mod algorithm;

@@ -121,6 +121,20 @@
 //!   fails with an out-of-memory (`num_ooms` + 1), as on a GPU.
 //!
 //! The simulated device's capacity has its own, separate limit, [`MAX_BYTES`] (1 PiB).
+//!
+//! # Files
+//!
+//! - `src/lib.rs` — the trace formats, documented, and the re-exports.
+//! - `src/report.rs` — the limits, `ReplayOptions` and `OnOom`, and `ReplayReport` with its records.
+//! - `src/error.rs` — `ReplayError`, naming the line at fault.
+//! - `src/line.rs` — one trace line parsed (`Line`) and its size checked.
+//! - `src/replayer.rs` — the replay: `replay`, `replay_with_timeline`.
+//! - `src/timeline.rs` — `ReplayTimeline`: memory over the ops, the segments at the peak, each OOM's
+//!   fragmentation.
+//! - `src/write.rs` — `TraceOp` and `write_trace`.
+//! - `tests/support/synthetic.rs` — a seeded synthetic trace that looks like a training run (test and bench
+//!   support).
+//! - `benches/replay.rs` — a 1-million-event trace, parse included.
 
 mod error;
 mod line;

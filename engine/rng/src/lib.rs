@@ -2,6 +2,11 @@
 //! initialization, synthetic data and traces, shuffling and test inputs: the
 //! same seed gives the same numbers on every machine. Every crate of the
 //! workspace that draws random numbers draws them here.
+//!
+//! # Files
+//!
+//! - `src/lib.rs` — the one seeded generator (SplitMix64: uniform, normal, below, shuffle, derived streams)
+//!   and its known-answer test.
 
 /// SplitMix64 with uniform, normal and shuffle helpers.
 #[derive(Debug, Clone)]

@@ -116,6 +116,31 @@
 //!   [`DataLoader`] with worker threads ([`workers`]) and per-sample
 //!   transforms ([`transform`]: [`Augment`]).
 //! - [`Trainer`]: the loop, with per-step loss, accuracy and timings.
+//!
+//! # Files
+//!
+//! - `src/lib.rs` — the map, `NnError` and the design of backward.
+//! - `src/module.rs` — `Module` and `Sequential`.
+//! - `src/layers.rs` — `Linear`, `Conv2d`, `MaxPool2d`, `Flatten` and the `Activation` module (`ReLU`,
+//!   `GELU`).
+//! - `src/parameter.rs` — `Parameter`: a tensor and its gradient, each under its tag.
+//! - `src/models.rs` — `mlp` and `cnn`.
+//! - `src/loss.rs` — `Loss`: cross-entropy and MSE.
+//! - `src/functional.rs` — autocast-aware softmax, reductions and accuracy.
+//! - `src/optim.rs` — `Optimizer`: SGD and Adam.
+//! - `src/mode.rs` — `no_grad` and `autocast`.
+//! - `src/scaler.rs` — `GradScaler`.
+//! - `src/dataset.rs` — `Dataset`, `Targets` and the synthetic sets.
+//! - `src/data.rs` — the `DataLoader`: its epoch iterator, pinned staging pool and `data_wait` phases.
+//! - `src/workers.rs` — the loader's worker threads.
+//! - `src/transform.rs` — `SampleTransform` and `Augment`.
+//! - `src/train.rs` — `Trainer`.
+//! - `tests/training.rs` — accuracy, mixed precision, the scaler, memory, tags and gradient checks.
+//! - `tests/loader.rs` — the loader's workers, errors, shutdown, `data_wait` events and memory.
+//! - `tests/cuda_training.rs` — training on a GPU against the CPU (skips without one).
+//! - `benches/train_step.rs` — a training step and its share outside kernels.
+//! - `benches/input_pipeline.rs` — loader overhead, workers on an input-bound epoch.
+//! - `examples/train.rs` — a small model trained end to end, with `--device`.
 
 pub mod data;
 mod dataset;
