@@ -373,13 +373,7 @@ impl<'o> Replayer<'o> {
                 } else {
                     self.ooms_not_recorded += 1;
                 }
-                match self.opts.on_oom {
-                    OnOom::Stop => Ok(Flow::Stop),
-                    OnOom::Continue => {
-                        self.live.insert(id, Slot::Failed { line });
-                        Ok(Flow::Go)
-                    }
-                }
+                Ok(self.after_failed_alloc(id, line))
             }
             Err(error @ AllocError::RequestTooLarge { .. }) => {
                 // PyTorch's `OutOfMemoryError` from before the allocator: data, like an OOM.
@@ -394,15 +388,21 @@ impl<'o> Replayer<'o> {
                 } else {
                     self.too_large_not_recorded += 1;
                 }
-                match self.opts.on_oom {
-                    OnOom::Stop => Ok(Flow::Stop),
-                    OnOom::Continue => {
-                        self.live.insert(id, Slot::Failed { line });
-                        Ok(Flow::Go)
-                    }
-                }
+                Ok(self.after_failed_alloc(id, line))
             }
             Err(source) => Err(ReplayError::Allocator { line, source }),
+        }
+    }
+
+    /// What follows an alloc that failed as data (out of memory, or a request too
+    /// large): the replay stops, or goes on with `id` marked failed.
+    fn after_failed_alloc(&mut self, id: u64, line: u64) -> Flow {
+        match self.opts.on_oom {
+            OnOom::Stop => Flow::Stop,
+            OnOom::Continue => {
+                self.live.insert(id, Slot::Failed { line });
+                Flow::Go
+            }
         }
     }
 
