@@ -30,14 +30,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     let baseline = match &args.baseline {
         None => None,
         Some(name) => {
-            let path = crate::check_cmd::resolve_baseline(name, &args.baseline_dir);
+            let path = crate::compare::resolve_baseline(name, &args.baseline_dir);
             let loaded =
-                crate::check_cmd::load_config(args.check.config.as_deref()).map_err(|e| e.to_string()).and_then(
-                    |cfg| Ok((cfg, vramlab_reports::check::load_runs(&path, "baseline").map_err(|e| e.to_string())?)),
-                );
+                crate::compare::load_config(args.check.config.as_deref()).map_err(|e| e.to_string()).and_then(|cfg| {
+                    Ok((cfg, vramlab_reports::check::load_runs(&path, "baseline").map_err(|e| e.to_string())?))
+                });
             match loaded {
                 Ok((cfg, b)) => Some((cfg, b, path)),
-                Err(message) => return Ok(crate::check_cmd::impossible(&message)),
+                Err(message) => return Ok(crate::compare::impossible(&message)),
             }
         }
     };
@@ -146,7 +146,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         }
     }
     if let Some(name) = &args.save_baseline {
-        match crate::check_cmd::save_baseline(&set, name, &args.baseline_dir, args.append) {
+        match crate::compare::save_baseline(&set, name, &args.baseline_dir, args.append) {
             Ok((path, n)) => writeln!(
                 summary,
                 "baseline '{name}' saved: {} ({n} run{})",
@@ -155,7 +155,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             )?,
             Err(message) => {
                 drop(summary);
-                return Ok(crate::check_cmd::impossible(&message));
+                return Ok(crate::compare::impossible(&message));
             }
         }
     }
@@ -175,7 +175,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             } else {
                 vramlab_reports::RESULTS_JSON
             });
-            crate::check_cmd::report(&base, &path, &set, &results_path, &cfg, &args.check, &args.out)
+            crate::compare::report(&base, &path, &set, &results_path, &cfg, &args.check, &args.out)
         }
     }
 }

@@ -20,7 +20,7 @@ use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Action, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;
-use crate::replay_cmd::write_stdout;
+use crate::output::write_stdout;
 
 /// One rank and device.
 #[derive(Debug, Clone, Serialize)]

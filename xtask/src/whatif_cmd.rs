@@ -17,15 +17,15 @@ use vramlab_snapshot::{
 };
 
 use crate::cli::WhatifArgs;
-use crate::replay_cmd::write_stdout;
+use crate::output::{BAD_REPORT_DIR, report_dir_ok, write_stdout};
 use vramlab_reports::units::fmt_bytes;
 
 pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if !args.more.is_empty() {
         return run_many(args, None);
     }
-    if !crate::replay_cmd::report_dir_ok(args.report.as_deref()) {
-        return Ok(crate::replay_cmd::BAD_REPORT_DIR);
+    if !report_dir_ok(args.report.as_deref()) {
+        return Ok(BAD_REPORT_DIR);
     }
     let name = args.file.display().to_string();
     let file = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
