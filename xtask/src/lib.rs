@@ -26,7 +26,6 @@ mod output;
 mod ranks_cmd;
 mod record_cmd;
 mod replay_cmd;
-mod replay_doc;
 mod report_cmd;
 mod size;
 mod snapshot_cmd;

@@ -31,8 +31,8 @@ use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
 use crate::cli::{RecordArgs, WhatifArgs};
-use crate::replay_doc;
 use crate::whatif_cmd;
+use vramlab_reports::replay_doc;
 
 /// The hook, written as `sitecustomize.py` into the child's `PYTHONPATH`.
 pub const HOOK: &str = include_str!("record_hook.py");

@@ -1,5 +1,5 @@
 //! `cargo xtask replay`: runs [`vramlab_replay`] on a file or standard
-//! input and prints the report (the document of `replay_doc`), readable or as JSON; with `--report DIR` also
+//! input and prints the report (the document of `vramlab_reports::replay_doc`), readable or as JSON; with `--report DIR` also
 //! the offline HTML page of the replay (written by `vramlab_reports::replay_page`).
 
 use std::fs::File;
@@ -12,7 +12,7 @@ use vramlab_reports::replay_page::{self, ReplayPage};
 
 use crate::cli::ReplayArgs;
 use crate::output::{BAD_REPORT_DIR, report_dir_ok, write_stdout};
-use crate::replay_doc;
+use vramlab_reports::replay_doc;
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     if !args.more.is_empty() {

@@ -108,7 +108,7 @@ pub(crate) fn analyse(args: &WhatifArgs, name: &str, snap: &Snapshot, timelines:
     } else {
         None
     };
-    let attribution = holders(snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
+    let attribution = holders(snap, &results[0], args.top.max(vramlab_reports::replay_doc::ATTRIBUTION_ROWS));
     Ok(Analysis { results, timelines, best, batch, attribution })
 }
 
@@ -492,7 +492,7 @@ fn text(
     }
     for a in attribution {
         s.push('\n');
-        s += &crate::replay_doc::holders_text(a, args.top);
+        s += &vramlab_reports::replay_doc::holders_text(a, args.top);
     }
     s
 }
