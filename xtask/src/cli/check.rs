@@ -34,12 +34,12 @@ annotations when GITHUB_ACTIONS=true.";
 
 pub const AFTER_HELP: &str = "\
 Examples:
-  cargo xtask check --baseline main                      target/vramlab/results.json vs baseline `main`
+  cargo xtask check --baseline main         target/vramlab/results.json vs baseline `main`
   cargo xtask check --baseline old/results.json --from new/results.json --json
   cargo xtask check --baseline main --export bmf --export gab
   cargo xtask check --baseline main --from target/vramlab/runs.json   after `bench --repeat 3`
   cargo xtask check --ab ../base/target/release/vramlab --quick --pairs 5
-                                                         A/B: the base build and this one, interleaved
+                                            A/B: the base build and this one, interleaved
 
 Exit status: 0 when nothing regressed; 1 when something did; 2 when the comparison could not be
 made (missing, corrupt, truncated or incompatible baseline or results, a bad vramlab.toml): the

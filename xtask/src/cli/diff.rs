@@ -23,7 +23,8 @@ pub const AFTER_HELP: &str = "\
 Examples:
   cargo xtask diff before.pickle after.pickle
   cargo xtask diff before.pickle after.pickle --json
-  cargo xtask diff before.pickle after.pickle --report target/diff   then open target/diff/index.html
+  cargo xtask diff before.pickle after.pickle --report target/diff
+                                              then open target/diff/index.html
   cargo xtask diff old/results.json new/results.json --case memory/train_step
 
 Exit status: 0 when both files were compared (whatever changed); 1 when a file is not a readable

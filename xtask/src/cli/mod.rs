@@ -43,11 +43,15 @@ const AFTER_HELP: &str = "\
 Examples:
   cargo xtask bench --quick                          every suite, quickly, on the best device here
   cargo xtask replay trace.jsonl --capacity 24GiB    would this run fit on a 24 GiB card?
-  vramlab record -- python train.py                  record a PyTorch script's memory, OOMs included, and report
-  cargo xtask gpu-check --bundle-only                build the GPU test bundle to run on a GPU machine
-  cargo xtask check --baseline main                  did memory or speed regress since baseline `main`?
+  vramlab record -- python train.py                  record a PyTorch script's memory, OOMs
+                                                     included, and report
+  cargo xtask gpu-check --bundle-only                build the GPU test bundle to run on a GPU
+                                                     machine
+  cargo xtask check --baseline main                  did memory or speed regress since
+                                                     baseline `main`?
   cargo xtask history --metric '*peak_reserved*'     trends over stored runs, with change points
-  cargo xtask diff before.pickle after.pickle         what changed between two PyTorch memory snapshots";
+  cargo xtask diff before.pickle after.pickle        what changed between two PyTorch memory
+                                                     snapshots";
 
 #[derive(Debug, Parser)]
 #[command(name = "xtask", bin_name = "cargo xtask", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]

@@ -24,7 +24,8 @@ per snapshot.";
 pub const AFTER_HELP: &str = "\
 Examples:
   vramlab record -- python train.py --batch 64
-  vramlab record --out runs/oom --alloc-conf expandable_segments:True -- torchrun --nproc-per-node 2 train.py
+  vramlab record --out runs/oom --alloc-conf expandable_segments:True \\
+      -- torchrun --nproc-per-node 2 train.py
   vramlab record --max-entries 100000 --stacks all -- ./launch.sh
 
 Exit status: the program's (128 + N when a signal N ended it, as a shell reports it); 127 when

@@ -38,9 +38,10 @@ Examples:
   cargo xtask replay run.jsonl --alloc-conf expandable_segments:True --json > replay.json
   zcat run.jsonl.gz | cargo xtask replay -
   cargo xtask replay snapshot.pickle --device 1
-  cargo xtask replay snapshot.pickle --alloc-conf expandable_segments:True \
+  cargo xtask replay snapshot.pickle --alloc-conf expandable_segments:True \\
       --export-snapshot replayed.pickle --chrome-trace replayed.json
-  cargo xtask replay run.jsonl --capacity 24GiB --report target/replay   then open target/replay/index.html
+  cargo xtask replay run.jsonl --capacity 24GiB --report target/replay
+                                              then open target/replay/index.html
 
 Exit status: 0 when the trace replayed (out-of-memory events are results, not failures);
 1 when the trace is malformed or unreadable (the message names the line); 2 for usage errors

@@ -20,8 +20,9 @@ each a device synchronisation) and whether and where it runs out of memory. --sw
 of PYTORCH_CUDA_ALLOC_CONF settings (expandable_segments, max_split_size_mb,
 roundup_power2_divisions) in parallel and recommends the one with the lowest peak reserved
 memory that fits in --capacity (ties: fewer cudaMalloc calls). The allocations live at the
-allocated peak (and at the recorded settings' first out-of-memory) are grouped by the call path of
-the user's own code (frames inside torch, packages, the standard library and C++ folded), largest first.";
+allocated peak (and at the recorded settings' first out-of-memory) are grouped by the call path
+of the user's own code (frames inside torch, packages, the standard library and C++ folded),
+largest first.";
 
 pub const AFTER_HELP: &str = "\
 Examples:
