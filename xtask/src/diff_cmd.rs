@@ -15,9 +15,9 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_reports::diff_page::{self, fmt_change, fmt_relative};
 use vramlab_reports::results_diff::{self, ResultsDiff};
-use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Snapshot, SnapshotDiff, SnapshotReplayOptions};
 
 use crate::cli::DiffArgs;
@@ -47,6 +47,9 @@ pub struct ResultsDiffDoc<'a> {
     pub diff: &'a ResultsDiff,
 }
 
+/// The first byte of a JSON object (a results file).
+const JSON_OPEN: u8 = b'{';
+
 /// Whether the file starts like JSON (`{` after blanks): a results file, not a pickle.
 fn is_json(path: &Path) -> anyhow::Result<bool> {
     if path.is_dir() {
@@ -55,7 +58,7 @@ fn is_json(path: &Path) -> anyhow::Result<bool> {
     let mut head = [0u8; 64];
     let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let n = f.read(&mut head).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(head[..n].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
+    Ok(head[..n].iter().find(|b| !b.is_ascii_whitespace()) == Some(&JSON_OPEN))
 }
 
 fn run_results(args: &DiffArgs, a_name: &str, b_name: &str) -> anyhow::Result<u8> {

@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::Value;
-use vramlab_reports::units::fmt_bytes;
+use vramlab_display::format::fmt_bytes;
 
 use crate::cli::GpuCheckArgs;
 
@@ -133,10 +133,13 @@ struct Artifact {
     path: PathBuf,
 }
 
+/// How cargo's JSON messages start (its other lines are text).
+const JSON_OPEN: char = '{';
+
 /// The executables among cargo's JSON messages (`--message-format=json`).
 fn parse_artifacts(stdout: &str) -> Result<Vec<Artifact>> {
     let mut out = Vec::new();
-    for line in stdout.lines().filter(|l| l.starts_with('{')) {
+    for line in stdout.lines().filter(|l| l.starts_with(JSON_OPEN)) {
         let v: Value = serde_json::from_str(line).with_context(|| format!("cargo printed a bad JSON line: {line}"))?;
         if v["reason"] != "compiler-artifact" {
             continue;

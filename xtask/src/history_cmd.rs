@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use anyhow::Result;
-use vramlab_reports::check::{fmt_amount, fmt_ns};
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 use vramlab_reports::history::{History, Series};
 
 use crate::cli::HistoryArgs;
@@ -97,8 +97,17 @@ fn noise(h: &History, args: &HistoryArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// A figure's value in its unit: times and bytes as everywhere else, other
+/// figures as they are.
 fn value_text(name: &str, v: f64) -> String {
-    if name.ends_with(" time") || name.ends_with("_ns") { fmt_ns(v) } else { fmt_amount(v, name.ends_with("_bytes")) }
+    if name.ends_with(" time") || name.ends_with("_ns") {
+        fmt_ns(v)
+    } else if name.ends_with("_bytes") {
+        // A level is a mean of whole byte counts: the nearest byte.
+        fmt_bytes(v.max(0.0).round() as u64)
+    } else {
+        format!("{v}")
+    }
 }
 
 /// "run 12 (commit abc): 1.00 MiB → 3.00 MiB (+200.0 %)", the levels' means.

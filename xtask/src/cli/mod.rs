@@ -16,6 +16,8 @@ mod whatif;
 
 use clap::{Parser, Subcommand};
 
+use crate::output::WIDTH;
+
 pub use bench::BenchArgs;
 pub use check::{AbOptions, CheckArgs, CheckOptions, DEFAULT_AB_DIR, ExportFormat};
 pub use diff::DiffArgs;
@@ -25,9 +27,6 @@ pub use record::RecordArgs;
 pub use replay::ReplayArgs;
 pub use report::ReportArgs;
 pub use whatif::WhatifArgs;
-
-/// The widest help or message line: clap wraps its help text to it.
-pub const TERM_WIDTH: usize = 100;
 
 const ABOUT: &str = "vramlab: measure what GPU performance guides claim, on your own hardware, and profile GPU memory";
 
@@ -55,7 +54,7 @@ Examples:
 
 #[derive(Debug, Parser)]
 #[command(name = "xtask", bin_name = "cargo xtask", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
-#[command(propagate_version = true, arg_required_else_help = true, max_term_width = TERM_WIDTH)]
+#[command(propagate_version = true, arg_required_else_help = true, max_term_width = WIDTH)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
