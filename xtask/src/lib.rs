@@ -13,6 +13,30 @@
 //! found, 126 not runnable). `check`
 //! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
 //! be made.
+//!
+//! The files (paths from the crate's root):
+//! - `src/lib.rs` — the modules, [`main`] and [`check_args`].
+//! - `src/main.rs`, `src/bin/vramlab.rs` — the two binaries, `xtask` and `vramlab`.
+//! - `src/cli/` — the command line's shape: clap's definitions and help text,
+//!   one file per command's flags; the commands import their flags from it.
+//! - `src/output.rs` — stdout, prose wrapped to 100 columns, the `--report` folder's check.
+//! - `src/size.rs` — size arguments (`24GiB`, `1.5GiB`, plain bytes).
+//! - `src/bench_cmd.rs` — `bench`: the suites with progress bars, results, history,
+//!   report and short summary; `src/snapshot_export.rs` — its `--export-snapshot`.
+//! - `src/report_cmd.rs` — `report`: the report from a results file; the bench's summary.
+//! - `src/replay_cmd.rs` — `replay` of a trace; `src/snapshot_cmd.rs` — of a PyTorch
+//!   snapshot; `src/ranks_cmd.rs` — of several (a job's ranks).
+//! - `src/whatif_cmd.rs` — `whatif`: a snapshot under other settings, the recommendation.
+//! - `src/diff_cmd.rs` — `diff`: two snapshots or two results files compared.
+//! - `src/record_cmd.rs` — `record -- CMD`: runs CMD with `src/record_hook.py`, then
+//!   replays and reports every snapshot written.
+//! - `src/check_cmd.rs` — `check --baseline`; `src/ab_cmd.rs` — `check --ab`, the A/B
+//!   sitting; `src/compare.rs` — what they and `bench --baseline` share: baselines,
+//!   thresholds, the comparison and its outputs.
+//! - `src/history_cmd.rs` — `history`: trends with change points, `--import`, `--noise`.
+//! - `src/gpu_check.rs` — `gpu-check`: the GPU test bundle, built and run.
+//! - `tests/` — end-to-end tests of the binaries (`terminal/` checks every line
+//!   fits in 100 columns; `common/` runs PyTorch's `_memory_viz.py`).
 
 mod ab_cmd;
 mod bench_cmd;
