@@ -587,14 +587,8 @@ fn snapshot_detail_lines(s: &mut String, d: &ReplayDoc) {
 /// "Who holds …": one attributed point as a table, the user's call path first.
 pub fn holders_text(a: &Attribution, top: usize) -> String {
     let mut s = String::new();
-    let at = a.time_us.map(|t| format!(", time_us {t}")).unwrap_or_default();
-    let _ = writeln!(
-        s,
-        "Who holds {}{at}: {} requested in {} live block(s), by the call path of your code",
-        a.title(),
-        fmt_bytes(a.total_bytes),
-        a.blocks
-    );
+    let _ =
+        writeln!(s, "Who holds {}: {} requested in {} live block(s)", a.title(), fmt_bytes(a.total_bytes), a.blocks);
     if let Some(r) = &a.request {
         let _ = writeln!(s, "  the request that failed: {} from {}", fmt_bytes(r.bytes), r.label);
     }
@@ -653,8 +647,8 @@ fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
     }
     let _ = writeln!(
         s,
-        "  live at start      {} segment(s) of {} and {} block(s) of {}, rewound from the final segments;\n                     \
-         {} block(s), {} allocated in the final segments without an entry;\n                     \
+        "  live at start\n    {} segment(s) of {} and {} block(s) of {}, rewound from the final segments;\n    \
+         {} block(s), {} allocated in the final segments without an entry;\n    \
          {} block(s), {} freed without an alloc entry (lost from the ring buffer)",
         l.segments,
         fmt_bytes(l.segments_bytes),
@@ -668,7 +662,7 @@ fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
     if l.outside_segments + l.entries_not_undone > 0 {
         let _ = writeln!(
             s,
-            "                     {} block(s) in no segment placed in segments of the replay's own making; \
+            "    {} block(s) in no segment placed in segments of the replay's own making;\n    \
              {} entr(ies) not undone{}",
             l.outside_segments,
             l.entries_not_undone,

@@ -52,14 +52,14 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     }
     let builds = [Build { label: "a", bin: base.clone() }, Build { label: "b", bin: candidate }];
     let pairs = opts.pairs as usize;
-    eprintln!(
+    crate::output::eprint_line(&format!(
         "A/B: {} (a, the baseline) and {} (b, this build), {pairs} rounds of {} suite{}, interleaved; runs in {}",
         builds[0].bin.display(),
         builds[1].bin.display(),
         suites.len(),
         if suites.len() == 1 { "" } else { "s" },
         out.display()
-    );
+    ));
     let mut sides: [Vec<RunResults>; 2] = [Vec::new(), Vec::new()];
     for round in 0..pairs {
         // A B in even rounds, B A in odd ones.
@@ -69,7 +69,7 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
             for &side in &order {
                 let b = &builds[side];
                 let dir = out.join(b.label).join(format!("round-{}", round + 1)).join(suite);
-                eprintln!("  round {}/{pairs}: {suite} on {}", round + 1, b.label);
+                crate::output::eprint_line(&format!("  round {}/{pairs}: {suite} on {}", round + 1, b.label));
                 let run = match bench(&b.bin, suite, &dir, opts) {
                     Ok(r) => r,
                     Err(message) => return Ok(impossible(&message)),
@@ -92,13 +92,13 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     for (set, path) in [(&a, &a_path), (&b, &b_path)] {
         vramlab_reports::write_atomic(path, &set.to_json()?)?;
     }
-    eprintln!(
+    crate::output::eprint_line(&format!(
         "wrote {} and {} (again: `check --baseline {} --from {} --paired`)\n",
         a_path.display(),
         b_path.display(),
         a_path.display(),
         b_path.display()
-    );
+    ));
     report(&a, &a_path, &b, &b_path, &cfg, &args.options, &out)
 }
 

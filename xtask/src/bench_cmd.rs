@@ -51,7 +51,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     environment.rustc = command_output("rustc", &["--version"]);
     environment.git_commit = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
     if cfg!(feature = "test-slowdown") {
-        eprintln!("warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work");
+        crate::output::eprint_line(&format!(
+            "warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work"
+        ));
     }
     announce(args, &ctx, suites.len());
     let history = args.out.join(HISTORY_FILE);
@@ -59,7 +61,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     let mut appended = Vec::new();
     for i in 0..args.repeat {
         if args.repeat > 1 {
-            eprintln!("run {} of {}", i + 1, args.repeat);
+            crate::output::eprint_line(&format!("run {} of {}", i + 1, args.repeat));
         }
         let results = RunResults {
             schema_version: SCHEMA_VERSION,

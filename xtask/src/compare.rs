@@ -64,11 +64,11 @@ fn known_noise(path: &Path, exclude: &[&str]) -> Result<KnownNoise, String> {
     let history = History::open_existing(path).map_err(|e| e.to_string())?;
     let floors = history.noise_floors_without(" time", HISTORY_RUNS, exclude).map_err(|e| e.to_string())?;
     let builds = floors.iter().map(|f| f.builds).max().unwrap_or(0);
-    eprintln!(
+    crate::output::eprint_line(&format!(
         "the history {} knows the between-run noise of {} time figure(s), from up to {builds} other build(s) run more than once",
         path.display(),
         floors.len()
-    );
+    ));
     Ok(KnownNoise::new(&floors))
 }
 
@@ -77,7 +77,7 @@ const HISTORY_RUNS: usize = 500;
 
 /// Prints why the comparison could not be made; exit status 2.
 pub fn impossible(message: &str) -> u8 {
-    let _ = writeln!(std::io::stderr(), "error: the comparison could not be made: {message}");
+    crate::output::eprint_line(&format!("error: the comparison could not be made: {message}"));
     2
 }
 
@@ -133,11 +133,11 @@ pub fn report(
         writeln!(stdout, "{}", output::json(&comparison)?)?;
     } else {
         let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        write!(stdout, "{}", output::terminal(&comparison, opts.all, colour))?;
+        write!(stdout, "{}", crate::output::fit_lines(&output::terminal(&comparison, opts.all, colour)))?;
     }
     drop(stdout);
     for p in written {
-        eprintln!("wrote {}", p.display());
+        crate::output::eprint_line(&format!("wrote {}", p.display()));
     }
     Ok(comparison.exit_code())
 }

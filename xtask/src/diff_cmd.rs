@@ -10,7 +10,7 @@
 //! both, or the one `--case SUITE/CASE` names.
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::path::Path;
 
 use anyhow::{Context, bail};
@@ -101,8 +101,7 @@ fn print_diff(
         }
         text.into_bytes()
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&out).and_then(|()| stdout.flush()).context("cannot write to standard output")?;
+    crate::output::write_stdout(&out)?;
     Ok(0)
 }
 

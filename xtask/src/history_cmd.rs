@@ -3,7 +3,6 @@
 //! appends results files (e.g. CI artifacts) to it.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 
 use anyhow::Result;
 use vramlab_display::format::{fmt_bytes, fmt_ns};
@@ -17,7 +16,7 @@ pub fn run(args: &HistoryArgs) -> Result<u8> {
         for f in &args.import {
             let results = vramlab_reports::check::load_results(f, "results")?;
             let id = h.append(&results)?;
-            eprintln!("appended {} as run {id}", f.display());
+            crate::output::eprint_line(&format!("appended {} as run {id}", f.display()));
         }
         return Ok(0);
     }
@@ -54,7 +53,7 @@ pub fn run(args: &HistoryArgs) -> Result<u8> {
             }
         }
     }
-    std::io::stdout().lock().write_all(out.as_bytes())?;
+    crate::output::write_stdout(out.as_bytes())?;
     Ok(0)
 }
 
@@ -93,7 +92,7 @@ fn noise(h: &History, args: &HistoryArgs) -> Result<u8> {
             );
         }
     }
-    std::io::stdout().lock().write_all(out.as_bytes())?;
+    crate::output::write_stdout(out.as_bytes())?;
     Ok(0)
 }
 

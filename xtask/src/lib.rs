@@ -85,19 +85,29 @@ where
     Cli::try_parse_from(words).map(drop).map_err(|e| e.to_string())
 }
 
+/// Ends the process on what clap says about the command line: help and the
+/// version on stdout with status 0 as clap prints them; a usage error on
+/// stderr, its lines fitted to 100 columns, with clap's status (2).
+fn usage_error(e: &clap::Error) -> ! {
+    if !e.use_stderr() {
+        e.exit()
+    }
+    output::eprint_line(e.render().to_string().trim_end());
+    std::process::exit(e.exit_code())
+}
+
 /// Parses the process's arguments, runs the command and returns its exit status.
 pub fn main(program: Program) -> ExitCode {
-    let cli = if program == Program::Vramlab {
-        let matches = Cli::command().name("vramlab").bin_name("vramlab").get_matches();
-        match Cli::from_arg_matches(&matches) {
-            Ok(cli) => cli,
-            Err(e) => e.exit(),
-        }
-    } else {
-        Cli::parse()
+    let command = match program {
+        Program::Vramlab => Cli::command().name("vramlab").bin_name("vramlab"),
+        Program::Xtask => Cli::command(),
+    };
+    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => usage_error(&e),
     };
     for note in cli.command.size_notes() {
-        let _ = writeln!(std::io::stderr(), "note: {note}");
+        output::eprint_line(&format!("note: {note}"));
     }
     let result = match &cli.command {
         Command::Bench(args) => bench_cmd::run(args),
@@ -114,7 +124,11 @@ pub fn main(program: Program) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             // Nothing sensible is left to do if stderr is gone too.
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            if e.downcast_ref::<output::Located>().is_some() {
+                let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            } else {
+                output::eprint_line(&format!("error: {e:#}"));
+            }
             ExitCode::from(1)
         }
     }

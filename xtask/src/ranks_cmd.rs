@@ -72,7 +72,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         || args.alloc_conf.is_some()
     {
         bail!(
-            "--report, --export-snapshot, --chrome-trace, --from-us, --to-us and --alloc-conf apply to one file; \
+            "--report, --export-snapshot, --chrome-trace, --from-us, --to-us and --alloc-conf\n  apply to one file; \
              with several, replay each on its own (`replay FILE --device D`)"
         );
     }

@@ -51,8 +51,8 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         || args.chrome_trace.is_some()
     {
         bail!(
-            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace apply to PyTorch memory snapshots; \
-             {name} is a vramlab trace (JSON Lines)"
+            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace\n  \
+             apply to PyTorch memory snapshots; {name} is a vramlab trace (JSON Lines)"
         );
     }
     let (report, timeline) = if args.report.is_some() {
@@ -117,7 +117,7 @@ fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
 /// `FILE line N: what` for errors about the trace's content.
 fn replay_error(name: &str, e: ReplayError) -> anyhow::Error {
     match e.line() {
-        Some(_) => anyhow!("{name} {e}"),
+        Some(_) => anyhow::Error::new(crate::output::Located(format!("{name} {e}"))),
         None => anyhow!("{e}"),
     }
 }

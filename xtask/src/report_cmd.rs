@@ -2,7 +2,6 @@
 //! (index.html, summary.md, CSV, charts, trace.json) from a results file alone,
 //! and the short terminal summary that `bench` prints too.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -19,7 +18,7 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
     let loaded = match vramlab_reports::load_results(&args.from) {
         Ok(l) => l,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e}");
+            crate::output::eprint_line(&format!("error: {e}"));
             return Ok(BAD_INPUT);
         }
     };
@@ -29,10 +28,10 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
     let files = vramlab_reports::write_report_with(&loaded.results, &args.out, &shown, Some(&args.from), &options)?;
     print_short_summary(&mut std::io::stdout(), &loaded.results)?;
     for p in &loaded.problems {
-        let _ = writeln!(std::io::stderr(), "error: {p}");
+        crate::output::eprint_line(&format!("error: {p}"));
     }
     for n in &loaded.notes {
-        let _ = writeln!(std::io::stderr(), "note: {n}");
+        crate::output::eprint_line(&format!("note: {n}"));
     }
     println!("report: {}", files.index_html.display());
     Ok(if loaded.problems.is_empty() { 0 } else { BAD_INPUT })

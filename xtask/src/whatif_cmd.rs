@@ -709,7 +709,7 @@ fn many_text(doc: &RanksWhatif) -> String {
             let peak = r.results[0].replay.peak_reserved_bytes;
             let _ = writeln!(
                 s,
-                "\nclosest to capacity {}: peak reserved {} of {} ({:.1}%) under the recorded settings",
+                "\nclosest to capacity {}: peak reserved {} of {} ({:.1}%)\n  under the recorded settings",
                 r.label(),
                 fmt_bytes(peak),
                 fmt_bytes(limit),
