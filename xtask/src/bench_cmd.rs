@@ -51,9 +51,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     environment.rustc = command_output("rustc", &["--version"]);
     environment.git_commit = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
     if cfg!(feature = "test-slowdown") {
-        crate::output::eprint_line(&format!(
-            "warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work"
-        ));
+        crate::output::eprint_line(
+            "warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work",
+        );
     }
     announce(args, &ctx, suites.len());
     let history = args.out.join(HISTORY_FILE);

@@ -106,7 +106,7 @@ pub fn run(args: &GpuCheckArgs) -> Result<u8> {
         .with_context(|| format!("cannot run {}", bundle.join("run.sh").display()))?;
     match status.code() {
         Some(0) => {
-            crate::output::eprint_line(&format!("\nvramlab gpu-check: passed on this machine's GPU"));
+            crate::output::eprint_line("\nvramlab gpu-check: passed on this machine's GPU");
             Ok(0)
         }
         Some(code) if code == i32::from(NO_GPU_EXIT) => {
