@@ -65,7 +65,7 @@ fn known_noise(path: &Path, exclude: &[&str]) -> Result<KnownNoise, String> {
     let floors = history.noise_floors_without(" time", HISTORY_RUNS, exclude).map_err(|e| e.to_string())?;
     let builds = floors.iter().map(|f| f.builds).max().unwrap_or(0);
     crate::output::eprint_line(&format!(
-        "the history {} knows the between-run noise of {} time figure(s), from up to {builds} other build(s) run more than once",
+        "the history {}\n  knows the between-run noise of {} time figure(s), from up to {builds} other build(s) run more than once",
         path.display(),
         floors.len()
     ));
