@@ -29,11 +29,14 @@ pub fn report_dir_ok(dir: Option<&Path>) -> bool {
     }
 }
 
+/// The bytes a JSON document starts with.
+const JSON_STARTS: &[u8] = b"{[";
+
 /// Writes everything to stdout, text fitted to [`WIDTH`] ([`fit_lines`]) and
 /// a JSON document (`--json`: it starts with `{` or `[`) as it is; a reader
 /// that went away (`| head`) is not an error.
 pub fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
-    let json = bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|b| b"{[".contains(b));
+    let json = bytes.iter().find(|b| !b.is_ascii_whitespace()).is_some_and(|b| JSON_STARTS.contains(b));
     let fitted = match std::str::from_utf8(bytes) {
         Ok(text) if !json => Some(fit_lines(text)),
         _ => None,
