@@ -19,6 +19,7 @@ pub mod memory_snapshot;
 pub mod peak_table;
 mod plot;
 pub mod record;
+pub mod replay_doc;
 pub mod replay_page;
 pub mod report;
 pub mod results_diff;

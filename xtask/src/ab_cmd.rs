@@ -10,46 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::Result;
-use clap::Args;
 use vramlab_reports::check::{Design, RunSet};
 use vramlab_suites::RunResults;
 
-use crate::check_cmd::{CheckArgs, Settings};
-
-/// Where the A/B runs go by default.
-pub const DEFAULT_AB_DIR: &str = "target/vramlab/ab";
-
-/// The A/B sitting's settings (used with `--ab`).
-#[derive(Debug, Args)]
-pub struct AbOptions {
-    /// With --ab: rounds of the two builds (pairs of runs); at least 2
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=100))]
-    pub pairs: u32,
-
-    /// With --ab: this build's binary [default: the running one]
-    #[arg(long, value_name = "BIN", requires = "ab")]
-    pub candidate: Option<PathBuf>,
-
-    /// With --ab: quick runs (bench --quick)
-    #[arg(long, requires = "ab")]
-    pub quick: bool,
-
-    /// With --ab: a suite to run (repeatable) [default: every suite of this build]
-    #[arg(long = "suite", value_name = "NAME", requires = "ab")]
-    pub suites: Vec<String>,
-
-    /// With --ab: the device both builds run on
-    #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    pub device: String,
-
-    /// With --ab: timed samples per case [default: adaptive]
-    #[arg(long, value_name = "N", requires = "ab")]
-    pub samples: Option<u32>,
-
-    /// With --ab: the seed of every random input
-    #[arg(long, value_name = "N", default_value_t = 42)]
-    pub seed: u64,
-}
+use crate::cli::{AbOptions, CheckArgs, DEFAULT_AB_DIR};
+use crate::compare::{Settings, impossible, load_config, report};
 
 /// One build in the sitting.
 struct Build {
@@ -58,19 +23,19 @@ struct Build {
 }
 
 pub fn run(args: &CheckArgs) -> Result<u8> {
-    let Some(base) = &args.ab else { return Ok(crate::check_cmd::impossible("--baseline or --ab is required")) };
+    let Some(base) = &args.ab else { return Ok(impossible("--baseline or --ab is required")) };
     let opts = &args.ab_options;
     let candidate = match &opts.candidate {
         Some(c) => c.clone(),
         None => std::env::current_exe()?,
     };
-    let cfg = match crate::check_cmd::load_config(args.options.config.as_deref()) {
+    let cfg = match load_config(args.options.config.as_deref()) {
         Ok(c) => Settings { design: Design::Pairs, ..c },
-        Err(e) => return Ok(crate::check_cmd::impossible(&e.to_string())),
+        Err(e) => return Ok(impossible(&e.to_string())),
     };
     for (what, bin) in [("--ab", base), ("--candidate", &candidate)] {
         if !bin.is_file() {
-            return Ok(crate::check_cmd::impossible(&format!(
+            return Ok(impossible(&format!(
                 "{what} {}: no such file — build the baseline's binary first (e.g. `git worktree add ../base main && cargo build --release -p xtask` there)",
                 bin.display()
             )));
@@ -83,18 +48,18 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     };
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_AB_DIR));
     if let Err(e) = vramlab_reports::prepare_out_dir(&out) {
-        return Ok(crate::check_cmd::impossible(&format!("cannot write into {}: {e}", out.display())));
+        return Ok(impossible(&format!("cannot write into {}: {e}", out.display())));
     }
     let builds = [Build { label: "a", bin: base.clone() }, Build { label: "b", bin: candidate }];
     let pairs = opts.pairs as usize;
-    eprintln!(
+    crate::output::eprint_line(&format!(
         "A/B: {} (a, the baseline) and {} (b, this build), {pairs} rounds of {} suite{}, interleaved; runs in {}",
         builds[0].bin.display(),
         builds[1].bin.display(),
         suites.len(),
         if suites.len() == 1 { "" } else { "s" },
         out.display()
-    );
+    ));
     let mut sides: [Vec<RunResults>; 2] = [Vec::new(), Vec::new()];
     for round in 0..pairs {
         // A B in even rounds, B A in odd ones.
@@ -104,10 +69,10 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
             for &side in &order {
                 let b = &builds[side];
                 let dir = out.join(b.label).join(format!("round-{}", round + 1)).join(suite);
-                eprintln!("  round {}/{pairs}: {suite} on {}", round + 1, b.label);
+                crate::output::eprint_line(&format!("  round {}/{pairs}: {suite} on {}", round + 1, b.label));
                 let run = match bench(&b.bin, suite, &dir, opts) {
                     Ok(r) => r,
-                    Err(message) => return Ok(crate::check_cmd::impossible(&message)),
+                    Err(message) => return Ok(impossible(&message)),
                 };
                 match &mut merged[side] {
                     None => merged[side] = Some(run),
@@ -121,20 +86,20 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     }
     let [a, b] = sides;
     let (Some(a), Some(b)) = (RunSet::new(a), RunSet::new(b)) else {
-        return Ok(crate::check_cmd::impossible("no suite ran"));
+        return Ok(impossible("no suite ran"));
     };
     let (a_path, b_path) = (out.join("a.json"), out.join("b.json"));
     for (set, path) in [(&a, &a_path), (&b, &b_path)] {
         vramlab_reports::write_atomic(path, &set.to_json()?)?;
     }
-    eprintln!(
+    crate::output::eprint_line(&format!(
         "wrote {} and {} (again: `check --baseline {} --from {} --paired`)\n",
         a_path.display(),
         b_path.display(),
         a_path.display(),
         b_path.display()
-    );
-    crate::check_cmd::report(&a, &a_path, &b, &b_path, &cfg, &args.options, &out)
+    ));
+    report(&a, &a_path, &b, &b_path, &cfg, &args.options, &out)
 }
 
 /// Runs `bin bench --suite SUITE --out DIR …`; its results, or why not.

@@ -8,6 +8,7 @@
 //! recordings as PyTorch snapshots (`snapshot_export.rs`).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -21,26 +22,79 @@ use vramlab_suites::{
 };
 
 use vramlab_reports::check::RunSet;
+use vramlab_reports::history::{HISTORY_FILE, History};
 
 use crate::cli::BenchArgs;
+use crate::compare::{Settings, impossible, load_config, report, resolve_baseline, save_baseline};
+use crate::output::paragraph;
+use crate::snapshot_export::SnapshotExport;
 
 pub fn run(args: &BenchArgs) -> Result<u8> {
     let suites = select_suites(&args.suites)?;
     // A baseline that cannot be compared is found before the run, not after it.
-    let baseline = match &args.baseline {
-        None => None,
-        Some(name) => {
-            let path = crate::check_cmd::resolve_baseline(name, &args.baseline_dir);
-            let loaded =
-                crate::check_cmd::load_config(args.check.config.as_deref()).map_err(|e| e.to_string()).and_then(
-                    |cfg| Ok((cfg, vramlab_reports::check::load_runs(&path, "baseline").map_err(|e| e.to_string())?)),
-                );
-            match loaded {
-                Ok((cfg, b)) => Some((cfg, b, path)),
-                Err(message) => return Ok(crate::check_cmd::impossible(&message)),
-            }
-        }
+    let baseline = match load_baseline(args) {
+        Ok(b) => b,
+        Err(message) => return Ok(impossible(&message)),
     };
+    let ctx = context(args)?;
+    vramlab_reports::prepare_out_dir(&args.out)
+        .with_context(|| format!("cannot write into the output folder {}", args.out.display()))?;
+    let export = match &args.export_snapshot {
+        Some(dir) => {
+            vramlab_reports::prepare_out_dir(dir)
+                .with_context(|| format!("cannot write into the snapshot folder {}", dir.display()))?;
+            Some(SnapshotExport::new(dir, &args.export_cases))
+        }
+        None => None,
+    };
+    let mut environment = vramlab_suites::env::detect(&ctx.device);
+    environment.rustc = command_output("rustc", &["--version"]);
+    environment.git_commit = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
+    if cfg!(feature = "test-slowdown") {
+        crate::output::eprint_line(
+            "warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work",
+        );
+    }
+    announce(args, &ctx, suites.len());
+    let history = args.out.join(HISTORY_FILE);
+    let mut runs = Vec::with_capacity(args.repeat as usize);
+    let mut appended = Vec::new();
+    for i in 0..args.repeat {
+        if args.repeat > 1 {
+            crate::output::eprint_line(&format!("run {} of {}", i + 1, args.repeat));
+        }
+        let results = RunResults {
+            schema_version: SCHEMA_VERSION,
+            vramlab_version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            options: ctx.options.clone(),
+            environment: environment.clone(),
+            suites: Vec::new(),
+        };
+        let results = measure(&suites, &ctx, results, export.as_ref(), &args.out)?;
+        // Every run goes into the history (runs of one commit teach it the noise
+        // between runs), first, so the report's trends include it.
+        appended.push(History::open_or_create(&history).and_then(|mut h| h.append(&results)));
+        runs.push(results);
+    }
+    let set = RunSet::new(runs).context("no run")?;
+    finish(args, &set, appended, &history, export.as_ref(), baseline)
+}
+
+/// The baseline `--baseline` names, with the thresholds: loaded before the
+/// run, so one that cannot be compared stops it first. Errors are messages
+/// for exit 2.
+fn load_baseline(args: &BenchArgs) -> Result<Option<(Settings, RunSet, PathBuf)>, String> {
+    let Some(name) = &args.baseline else { return Ok(None) };
+    let path = resolve_baseline(name, &args.baseline_dir);
+    let cfg = load_config(args.check.config.as_deref()).map_err(|e| e.to_string())?;
+    let base = vramlab_reports::check::load_runs(&path, "baseline").map_err(|e| e.to_string())?;
+    Ok(Some((cfg, base, path)))
+}
+
+/// The device `--device` names (the best one present for `auto`) and what
+/// every case of the run shares.
+fn context(args: &BenchArgs) -> Result<Context> {
     let (device, gpu_unavailable) = match args.device.as_str() {
         "auto" => Device::auto(),
         name => {
@@ -49,17 +103,6 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             (d, why.map(|w| format!("CUDA unavailable: {w}")))
         }
     };
-    vramlab_reports::prepare_out_dir(&args.out)
-        .with_context(|| format!("cannot write into the output folder {}", args.out.display()))?;
-    let export = match &args.export_snapshot {
-        Some(dir) => {
-            vramlab_reports::prepare_out_dir(dir)
-                .with_context(|| format!("cannot write into the snapshot folder {}", dir.display()))?;
-            Some(crate::snapshot_export::SnapshotExport::new(dir, &args.export_cases))
-        }
-        None => None,
-    };
-
     let options = RunOptions {
         suites: args.suites.clone(),
         device: args.device.clone(),
@@ -70,114 +113,93 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     };
     let mut harness = if args.quick { HarnessConfig::quick() } else { HarnessConfig::standard() };
     harness.fixed_samples = options.samples;
-    let ctx =
-        Context { device: device.clone(), gpu_unavailable, options: options.clone(), harness, hooks: Hooks::new() };
+    Ok(Context { device, gpu_unavailable, options, harness, hooks: Hooks::new() })
+}
 
-    let mut environment = vramlab_suites::env::detect(&device);
-    environment.rustc = command_output("rustc", &["--version"]);
-    environment.git_commit = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
-    if cfg!(feature = "test-slowdown") {
-        eprintln!("warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work");
-    }
-
-    let repeat = args.repeat as usize;
-    eprintln!(
-        "vramlab bench on {device}{}{} — {} suite{}{}, results in {}",
+/// What runs where, on stderr: the device, why CUDA is unavailable, the
+/// suites, the runs and the output folder.
+fn announce(args: &BenchArgs, ctx: &Context, suites: usize) {
+    let repeat = args.repeat;
+    let line = format!(
+        "vramlab bench on {}{} — {suites} suite{}{}, results in {}",
+        ctx.device,
         if args.quick { " (quick)" } else { "" },
-        ctx.gpu_unavailable.as_deref().map(|r| format!("; {r}")).unwrap_or_default(),
-        suites.len(),
-        if suites.len() == 1 { "" } else { "s" },
+        if suites == 1 { "" } else { "s" },
         if repeat > 1 { format!(", {repeat} runs") } else { String::new() },
         args.out.display()
     );
-    let history = args.out.join(vramlab_reports::history::HISTORY_FILE);
-    let mut runs = Vec::with_capacity(repeat);
-    let mut appended = Vec::new();
-    for i in 0..repeat {
-        if repeat > 1 {
-            eprintln!("run {} of {repeat}", i + 1);
-        }
-        let results = RunResults {
-            schema_version: SCHEMA_VERSION,
-            vramlab_version: env!("CARGO_PKG_VERSION").to_owned(),
-            started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-            options: options.clone(),
-            environment: environment.clone(),
-            suites: Vec::new(),
-        };
-        let results = measure(&suites, &ctx, results, export.as_ref(), &args.out)?;
-        // Every run goes into the history (runs of one commit teach it the noise
-        // between runs), first, so the report's trends include it.
-        appended.push(vramlab_reports::history::History::open_or_create(&history).and_then(|mut h| h.append(&results)));
-        runs.push(results);
+    eprint!("{}", paragraph(&line, "  "));
+    if let Some(reason) = &ctx.gpu_unavailable {
+        eprint!("{}", paragraph(&format!("  {reason}"), "  "));
     }
-    let set = RunSet::new(runs).context("no run")?;
-    let results = set.runs().last().expect("at least one run").clone();
+}
+
+/// After the runs: `runs.json`, the report, the short summary and what was
+/// written, the baseline saved; then the comparison with `--baseline`'s.
+/// With `--json`, stdout carries only the comparison: the summary goes to stderr.
+fn finish(
+    args: &BenchArgs,
+    set: &RunSet,
+    appended: Vec<Result<i64, vramlab_reports::history::HistoryError>>,
+    history: &Path,
+    export: Option<&SnapshotExport>,
+    baseline: Option<(Settings, RunSet, PathBuf)>,
+) -> Result<u8> {
+    let repeat = args.repeat;
+    let results = set.runs().last().expect("at least one run");
+    let runs_json = args.out.join(vramlab_reports::check::RUNS_JSON);
     if repeat > 1 {
-        let path = args.out.join(vramlab_reports::check::RUNS_JSON);
-        vramlab_reports::write_atomic(&path, &set.to_json().context("serializing the runs")?)?;
+        vramlab_reports::write_atomic(&runs_json, &set.to_json().context("serializing the runs")?)?;
     }
     let history_ok = appended.iter().any(|a| a.is_ok()) || history.is_file();
-    let index = crate::report_cmd::write_for_bench(
-        &results,
-        &args.out.join("report"),
-        history_ok.then_some(history.as_path()),
-    )?;
-    // With --json, stdout carries only the comparison: the summary goes to stderr.
+    let index = crate::report_cmd::write_for_bench(results, &args.out.join("report"), history_ok.then_some(history))?;
     let mut summary: Box<dyn std::io::Write> =
         if args.check.json { Box::new(std::io::stderr()) } else { Box::new(std::io::stdout()) };
-    crate::report_cmd::print_short_summary(&mut *summary, &results)?;
+    crate::report_cmd::print_short_summary(&mut *summary, results)?;
     for a in appended {
         match a {
-            Ok(id) => writeln!(summary, "history: run {id} appended to {}", history.display())?,
-            Err(e) => eprintln!("warning: the run was not added to the history: {e}"),
+            Ok(id) => {
+                write!(summary, "{}", paragraph(&format!("history: run {id} appended to {}", history.display()), "  "))?
+            }
+            Err(e) => eprint!("{}", paragraph(&format!("warning: the run was not added to the history: {e}"), "  ")),
         }
     }
-    if let (Some(e), Some(dir)) = (&export, &args.export_snapshot) {
-        let written = e.written();
-        writeln!(
-            summary,
+    if let (Some(e), Some(dir)) = (export, &args.export_snapshot) {
+        let line = format!(
             "memory snapshots: {} written to {} (open them in pytorch.org/memory_viz, or `cargo xtask replay FILE`)",
-            written.len(),
+            e.written().len(),
             dir.display()
-        )?;
+        );
+        write!(summary, "{}", paragraph(&line, "  "))?;
         for p in e.problems() {
-            eprintln!("warning: {p}");
+            eprint!("{}", paragraph(&format!("warning: {p}"), "  "));
         }
     }
     if let Some(name) = &args.save_baseline {
-        match crate::check_cmd::save_baseline(&set, name, &args.baseline_dir, args.append) {
-            Ok((path, n)) => writeln!(
-                summary,
-                "baseline '{name}' saved: {} ({n} run{})",
-                path.display(),
-                if n == 1 { "" } else { "s" }
-            )?,
+        match save_baseline(set, name, &args.baseline_dir, args.append) {
+            Ok((path, n)) => {
+                let line =
+                    format!("baseline '{name}' saved: {} ({n} run{})", path.display(), if n == 1 { "" } else { "s" });
+                write!(summary, "{}", paragraph(&line, "  "))?;
+            }
             Err(message) => {
                 drop(summary);
-                return Ok(crate::check_cmd::impossible(&message));
+                return Ok(impossible(&message));
             }
         }
     }
     // The report's path comes last: it is what a person opens next.
-    writeln!(summary, "\nresults: {}", args.out.join(vramlab_reports::RESULTS_JSON).display())?;
+    let results_json = args.out.join(vramlab_reports::RESULTS_JSON);
+    writeln!(summary, "\nresults: {}", results_json.display())?;
     if repeat > 1 {
-        writeln!(summary, "runs:    {} ({repeat} runs)", args.out.join(vramlab_reports::check::RUNS_JSON).display())?;
+        writeln!(summary, "runs:    {} ({repeat} runs)", runs_json.display())?;
     }
     writeln!(summary, "report:  {}", index.display())?;
-    match baseline {
-        None => Ok(0),
-        Some((cfg, base, path)) => {
-            writeln!(summary)?;
-            drop(summary);
-            let results_path = args.out.join(if repeat > 1 {
-                vramlab_reports::check::RUNS_JSON
-            } else {
-                vramlab_reports::RESULTS_JSON
-            });
-            crate::check_cmd::report(&base, &path, &set, &results_path, &cfg, &args.check, &args.out)
-        }
-    }
+    let Some((cfg, base, path)) = baseline else { return Ok(0) };
+    writeln!(summary)?;
+    drop(summary);
+    let compared = if repeat > 1 { runs_json } else { results_json };
+    report(&base, &path, set, &compared, &cfg, &args.check, &args.out)
 }
 
 /// One run of the suites, its results written after every suite.
@@ -185,8 +207,8 @@ fn measure(
     suites: &[Box<dyn Suite>],
     ctx: &Context,
     mut results: RunResults,
-    export: Option<&crate::snapshot_export::SnapshotExport>,
-    out: &std::path::Path,
+    export: Option<&SnapshotExport>,
+    out: &Path,
 ) -> Result<RunResults> {
     let bars = Bars::new();
     for suite in suites {
@@ -264,7 +286,7 @@ impl Progress for Bars {
     fn case_finished(&self, suite: &str, case: &CaseResult) {
         if let Some(b) = self.bar(suite) {
             if let Outcome::Failed { message } = &case.outcome {
-                b.println(format!("  {suite}/{}: FAILED: {message}", case.name));
+                b.println(paragraph(&format!("  {suite}/{}: FAILED: {message}", case.name), "    ").trim_end());
             }
             b.inc(1);
         }

@@ -10,77 +10,24 @@
 //! both, or the one `--case SUITE/CASE` names.
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::io::Read as _;
+use std::path::Path;
 
 use anyhow::{Context, bail};
-use clap::Args;
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_reports::diff_page::{self, fmt_change, fmt_relative};
 use vramlab_reports::results_diff::{self, ResultsDiff};
-use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Snapshot, SnapshotDiff, SnapshotReplayOptions};
 
-use crate::replay_cmd::{BAD_REPORT_DIR, report_dir_ok};
-
-pub const ABOUT: &str = "Compare two PyTorch memory snapshots: peaks, who gained or lost bytes, segments";
-
-pub const LONG_ABOUT: &str = "\
-Compare two PyTorch memory snapshots (torch.cuda.memory._dump_snapshot(), any pickle protocol),
-A before and B after, offline: each is replayed through vramlab's model of the caching allocator
-under its own settings (the allocator_settings it recorded, else PyTorch's defaults), then the
-peak allocated and reserved memory before and after and the change; the call paths of your own
-code (frames inside torch, packages, the standard library and C++ folded) that gained or lost
-bytes at each replay's allocated peak, largest change first; the segments at each reserved peak
-(count and sizes) and the fragmentation then (reserved - allocated, the largest free block).
-
-A and B may instead be two results files of `cargo xtask bench` (results.json): each suite case
-in both (or the one --case SUITE/CASE names) is compared: peak allocated, reserved and active
-bytes, the allocated bytes by category (tag) at the allocated peak, and the median time.";
-
-pub const AFTER_HELP: &str = "\
-Examples:
-  cargo xtask diff before.pickle after.pickle
-  cargo xtask diff before.pickle after.pickle --json
-  cargo xtask diff before.pickle after.pickle --report target/diff   then open target/diff/index.html
-  cargo xtask diff old/results.json new/results.json --case memory/train_step
-
-Exit status: 0 when both files were compared (whatever changed); 1 when a file is not a readable
-snapshot or results file, cannot be replayed, or the results have no such case in common; 2 for
-usage errors and when the --report folder cannot be written.";
+use crate::cli::DiffArgs;
+use crate::output::{BAD_REPORT_DIR, report_dir_ok};
 
 /// The document's version: raised whenever a key changes meaning or goes away.
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Call paths the terminal table lists (`--json` has them all).
 const PATH_ROWS_TEXT: usize = 15;
-
-#[derive(Debug, Args)]
-pub struct DiffArgs {
-    /// The snapshot before (A)
-    #[arg(value_name = "A")]
-    pub before: PathBuf,
-
-    /// The snapshot after (B)
-    #[arg(value_name = "B")]
-    pub after: PathBuf,
-
-    /// The device whose trace to replay in both [default: in each, the one with the most entries]
-    #[arg(long, value_name = "N")]
-    pub device: Option<usize>,
-
-    /// Two results files: compare only this suite case (SUITE/CASE, e.g. memory/train_step)
-    #[arg(long, value_name = "SUITE/CASE")]
-    pub case: Option<String>,
-
-    /// Print one JSON object instead of the tables
-    #[arg(long)]
-    pub json: bool,
-
-    /// Also write an offline HTML page into DIR
-    #[arg(long, value_name = "DIR")]
-    pub report: Option<PathBuf>,
-}
 
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
@@ -100,6 +47,9 @@ pub struct ResultsDiffDoc<'a> {
     pub diff: &'a ResultsDiff,
 }
 
+/// The first byte of a JSON object (a results file).
+const JSON_OPEN: u8 = b'{';
+
 /// Whether the file starts like JSON (`{` after blanks): a results file, not a pickle.
 fn is_json(path: &Path) -> anyhow::Result<bool> {
     if path.is_dir() {
@@ -108,7 +58,7 @@ fn is_json(path: &Path) -> anyhow::Result<bool> {
     let mut head = [0u8; 64];
     let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let n = f.read(&mut head).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(head[..n].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
+    Ok(head[..n].iter().find(|b| !b.is_ascii_whitespace()) == Some(&JSON_OPEN))
 }
 
 fn run_results(args: &DiffArgs, a_name: &str, b_name: &str) -> anyhow::Result<u8> {
@@ -151,8 +101,7 @@ fn print_diff(
         }
         text.into_bytes()
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&out).and_then(|()| stdout.flush()).context("cannot write to standard output")?;
+    crate::output::write_stdout(&out)?;
     Ok(0)
 }
 

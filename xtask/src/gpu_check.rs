@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::Value;
-use vramlab_reports::units::fmt_bytes;
+use vramlab_display::format::fmt_bytes;
 
 use crate::cli::GpuCheckArgs;
 
@@ -51,7 +51,7 @@ pub fn run(args: &GpuCheckArgs) -> Result<u8> {
     let build_dir = root.join("target/gpu-check/build");
     let started = Instant::now();
 
-    eprintln!("vramlab gpu-check: building the bundle in {}", bundle.display());
+    crate::output::eprint_line(&format!("vramlab gpu-check: building the bundle in {}", bundle.display()));
     let target_dir = build_dir.to_string_lossy().into_owned();
     let mut test_args = vec!["test", "--release", "--no-run"];
     for package in ENGINE_PACKAGES {
@@ -74,7 +74,7 @@ pub fn run(args: &GpuCheckArgs) -> Result<u8> {
     prepare_bundle_dir(&bundle)?;
     let manifest = assemble(&root, &bundle, &binaries)?;
     let size = dir_size(&bundle)?;
-    eprintln!(
+    crate::output::eprint_line(&format!(
         "  bundle: {} test binaries ({}), {}, {} and the scripts — {} in all, built in {:.0} s",
         binaries.tests.len(),
         binaries.tests.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "),
@@ -82,33 +82,40 @@ pub fn run(args: &GpuCheckArgs) -> Result<u8> {
         CLI_BIN,
         fmt_bytes(size),
         started.elapsed().as_secs_f64(),
-    );
+    ));
     if size > TRANSFER_LIMIT_BYTES {
-        eprintln!("  note: the bundle is larger than {}", fmt_bytes(TRANSFER_LIMIT_BYTES));
+        crate::output::eprint_line(&format!("  note: the bundle is larger than {}", fmt_bytes(TRANSFER_LIMIT_BYTES)));
     }
-    eprintln!("  commit {}; to run it elsewhere: copy the folder, then {}/run.sh", manifest.commit, bundle.display());
+    crate::output::eprint_line(&format!(
+        "  commit {}; to run it elsewhere: copy the folder, then {}/run.sh",
+        manifest.commit,
+        bundle.display()
+    ));
     if args.bundle_only {
         return Ok(0);
     }
 
     let results = bundle.join("results");
-    eprintln!("\nvramlab gpu-check: running the bundle here (results in {})\n", results.display());
+    crate::output::eprint_line(&format!(
+        "\nvramlab gpu-check: running the bundle here (results in {})\n",
+        results.display()
+    ));
     let status = Command::new(bundle.join("run.sh"))
         .arg(&results)
         .status()
         .with_context(|| format!("cannot run {}", bundle.join("run.sh").display()))?;
     match status.code() {
         Some(0) => {
-            eprintln!("\nvramlab gpu-check: passed on this machine's GPU");
+            crate::output::eprint_line("\nvramlab gpu-check: passed on this machine's GPU");
             Ok(0)
         }
         Some(code) if code == i32::from(NO_GPU_EXIT) => {
-            eprintln!(
+            crate::output::eprint_line(&format!(
                 "\nvramlab gpu-check: no GPU found on this machine — the tests passed, the CUDA tests skipped and no \
                  GPU figures were measured (exit status {NO_GPU_EXIT}). Copy {} to a machine with an NVIDIA GPU and \
                  run its run.sh there.",
                 bundle.display()
-            );
+            ));
             Ok(NO_GPU_EXIT)
         }
         _ => bail!("the GPU check failed ({status}); logs in {}", results.join("logs").display()),
@@ -133,10 +140,13 @@ struct Artifact {
     path: PathBuf,
 }
 
+/// How cargo's JSON messages start (its other lines are text).
+const JSON_OPEN: char = '{';
+
 /// The executables among cargo's JSON messages (`--message-format=json`).
 fn parse_artifacts(stdout: &str) -> Result<Vec<Artifact>> {
     let mut out = Vec::new();
-    for line in stdout.lines().filter(|l| l.starts_with('{')) {
+    for line in stdout.lines().filter(|l| l.starts_with(JSON_OPEN)) {
         let v: Value = serde_json::from_str(line).with_context(|| format!("cargo printed a bad JSON line: {line}"))?;
         if v["reason"] != "compiler-artifact" {
             continue;
@@ -199,7 +209,7 @@ fn cargo_artifacts(root: &Path, what: &str, args: &[&str]) -> Result<Vec<Artifac
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         bail!("building the {what} failed (cargo {}: {status}):\n{}", args.join(" "), tail.join("\n"));
     }
-    eprintln!("  built the {what} (release)");
+    crate::output::eprint_line(&format!("  built the {what} (release)"));
     parse_artifacts(&stdout_text)
 }
 

@@ -13,18 +13,43 @@
 //! found, 126 not runnable). `check`
 //! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
 //! be made.
+//!
+//! The files (paths from the crate's root):
+//! - `src/lib.rs` — the modules, [`main`] and [`check_args`].
+//! - `src/main.rs`, `src/bin/vramlab.rs` — the two binaries, `xtask` and `vramlab`.
+//! - `src/cli/` — the command line's shape: clap's definitions and help text,
+//!   one file per command's flags; the commands import their flags from it.
+//! - `src/output.rs` — stdout, prose wrapped to 100 columns, the `--report` folder's check.
+//! - `src/size.rs` — size arguments (`24GiB`, `1.5GiB`, plain bytes).
+//! - `src/bench_cmd.rs` — `bench`: the suites with progress bars, results, history,
+//!   report and short summary; `src/snapshot_export.rs` — its `--export-snapshot`.
+//! - `src/report_cmd.rs` — `report`: the report from a results file; the bench's summary.
+//! - `src/replay_cmd.rs` — `replay` of a trace; `src/snapshot_cmd.rs` — of a PyTorch
+//!   snapshot; `src/ranks_cmd.rs` — of several (a job's ranks).
+//! - `src/whatif_cmd.rs` — `whatif`: a snapshot under other settings, the recommendation.
+//! - `src/diff_cmd.rs` — `diff`: two snapshots or two results files compared.
+//! - `src/record_cmd.rs` — `record -- CMD`: runs CMD with `src/record_hook.py`, then
+//!   replays and reports every snapshot written.
+//! - `src/check_cmd.rs` — `check --baseline`; `src/ab_cmd.rs` — `check --ab`, the A/B
+//!   sitting; `src/compare.rs` — what they and `bench --baseline` share: baselines,
+//!   thresholds, the comparison and its outputs.
+//! - `src/history_cmd.rs` — `history`: trends with change points, `--import`, `--noise`.
+//! - `src/gpu_check.rs` — `gpu-check`: the GPU test bundle, built and run.
+//! - `tests/` — end-to-end tests of the binaries (`terminal/` checks every line
+//!   fits in 100 columns; `common/` runs PyTorch's `_memory_viz.py`).
 
 mod ab_cmd;
 mod bench_cmd;
 mod check_cmd;
 mod cli;
+mod compare;
 mod diff_cmd;
 mod gpu_check;
 mod history_cmd;
+mod output;
 mod ranks_cmd;
 mod record_cmd;
 mod replay_cmd;
-mod replay_doc;
 mod report_cmd;
 mod size;
 mod snapshot_cmd;
@@ -60,19 +85,29 @@ where
     Cli::try_parse_from(words).map(drop).map_err(|e| e.to_string())
 }
 
+/// Ends the process on what clap says about the command line: help and the
+/// version on stdout with status 0 as clap prints them; a usage error on
+/// stderr, its lines fitted to 100 columns, with clap's status (2).
+fn usage_error(e: &clap::Error) -> ! {
+    if !e.use_stderr() {
+        e.exit()
+    }
+    output::eprint_line(e.render().to_string().trim_end());
+    std::process::exit(e.exit_code())
+}
+
 /// Parses the process's arguments, runs the command and returns its exit status.
 pub fn main(program: Program) -> ExitCode {
-    let cli = if program == Program::Vramlab {
-        let matches = Cli::command().name("vramlab").bin_name("vramlab").get_matches();
-        match Cli::from_arg_matches(&matches) {
-            Ok(cli) => cli,
-            Err(e) => e.exit(),
-        }
-    } else {
-        Cli::parse()
+    let command = match program {
+        Program::Vramlab => Cli::command().name("vramlab").bin_name("vramlab"),
+        Program::Xtask => Cli::command(),
+    };
+    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => usage_error(&e),
     };
     for note in cli.command.size_notes() {
-        let _ = writeln!(std::io::stderr(), "note: {note}");
+        output::eprint_line(&format!("note: {note}"));
     }
     let result = match &cli.command {
         Command::Bench(args) => bench_cmd::run(args),
@@ -89,7 +124,11 @@ pub fn main(program: Program) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             // Nothing sensible is left to do if stderr is gone too.
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            if e.downcast_ref::<output::Located>().is_some() {
+                let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            } else {
+                output::eprint_line(&format!("error: {e:#}"));
+            }
             ExitCode::from(1)
         }
     }

@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_replay::OnOom;
-use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Action, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;
-use crate::replay_cmd::write_stdout;
+use crate::output::write_stdout;
 
 /// One rank and device.
 #[derive(Debug, Clone, Serialize)]
@@ -72,7 +72,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         || args.alloc_conf.is_some()
     {
         bail!(
-            "--report, --export-snapshot, --chrome-trace, --from-us, --to-us and --alloc-conf apply to one file; \
+            "--report, --export-snapshot, --chrome-trace, --from-us, --to-us and --alloc-conf\n  apply to one file; \
              with several, replay each on its own (`replay FILE --device D`)"
         );
     }

@@ -20,6 +20,7 @@ use std::process::{Command, ExitStatus};
 use std::time::SystemTime;
 
 use anyhow::Context;
+use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_replay::OnOom;
 use vramlab_reports::record::{
@@ -27,12 +28,14 @@ use vramlab_reports::record::{
     write_hook, write_record_index,
 };
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
-use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
 use crate::cli::{RecordArgs, WhatifArgs};
-use crate::replay_doc;
 use crate::whatif_cmd;
+
+/// Why a `.part` piece (a process killed while dumping) is not replayed.
+const PART_REASON: &str = "cut short: its process ended while writing it (left as .part), so it is not replayed";
+use vramlab_reports::replay_doc;
 
 /// The hook, written as `sitecustomize.py` into the child's `PYTHONPATH`.
 pub const HOOK: &str = include_str!("record_hook.py");
@@ -54,7 +57,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         .with_context(|| format!("cannot write the recording hook into {}", hook_dir.display()))?;
     let status = run_child(args, &out, &hook_dir);
     if let Err(e) = remove_hook_dir(&hook_dir) {
-        eprintln!("vramlab: warning: {e}");
+        crate::output::eprint_line(&format!("vramlab: warning: {e}"));
     }
     let shown = shell_words(&args.command);
     let code = match status {
@@ -65,7 +68,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
                 std::io::ErrorKind::PermissionDenied => (NOT_RUNNABLE, "permission denied"),
                 _ => (NOT_RUNNABLE, "it cannot be run"),
             };
-            eprintln!("error: cannot run `{}`: {why} ({e})", args.command[0]);
+            crate::output::eprint_line(&format!("error: cannot run `{}`: {why}\n  ({e})", args.command[0]));
             return Ok(code);
         }
     };
@@ -136,7 +139,13 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         }
     }
     // Nothing sensible is left to do if stderr is gone.
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    // Every line fitted to the terminal but a `.part` file's reason, which
+    // stays whole on its line (its tests pin it so).
+    let fitted: String = text
+        .split_inclusive('\n')
+        .map(|l| if l.contains(PART_REASON) { l.to_owned() } else { crate::output::fit_lines(l) })
+        .collect();
+    let _ = std::io::stderr().lock().write_all(fitted.as_bytes());
     Ok(code)
 }
 
@@ -317,7 +326,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
     let result = (|| -> anyhow::Result<()> {
         let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, f)).context(if is_part(path) {
-            "cut short: its process ended while writing it (left as .part), so it is not replayed"
+            PART_REASON
         } else {
             "not a readable PyTorch memory snapshot (cut short by a killed process?)"
         })?;
@@ -329,7 +338,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
         row.ooms = doc.oom_requests.len() as u64;
         let _ = writeln!(
             text,
-            "  {file}: device {}, {} trace entries; peak allocated {}, peak reserved {}; {} recorded OOM(s)",
+            "  {file}: device {}, {} trace entries; peak allocated {},\n    peak reserved {}; {} recorded OOM(s)",
             doc.device, doc.entries, row.peak_allocated, row.peak_reserved, row.ooms
         );
         // Its what-if page: the recorded settings, expandable segments and max_split_size_mb.

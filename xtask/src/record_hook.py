@@ -179,10 +179,10 @@ def _start():
         atexit.register(_final)
         _sys.excepthook = _excepthook_chain(_sys.excepthook)
         rank = _rank()
-        _note(
-            "recording CUDA memory of pid %d%s: snapshots go to %s"
-            % (_os.getpid(), "" if rank is None else " (rank %s)" % rank, _DIR)
-        )
+        head = "recording CUDA memory of pid %d%s:" % (_os.getpid(), "" if rank is None else " (rank %s)" % rank)
+        tail = "snapshots go to %s" % _DIR
+        # One line when it fits; else the folder on a line of its own.
+        _note(head + (" " if len("vramlab: ") + len(head) + 1 + len(tail) <= 100 else "\n  ") + tail)
     except Exception as e:
         _state["recording"] = False
         _failed("to start recording", e)

@@ -1,9 +1,9 @@
 //! `cargo xtask replay`: runs [`vramlab_replay`] on a file or standard
-//! input and prints the report (the document of `replay_doc`), readable or as JSON; with `--report DIR` also
+//! input and prints the report (the document of `vramlab_reports::replay_doc`), readable or as JSON; with `--report DIR` also
 //! the offline HTML page of the replay (written by `vramlab_reports::replay_page`).
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
@@ -11,23 +11,8 @@ use vramlab_replay::{self as replay, ReplayError, ReplayOptions};
 use vramlab_reports::replay_page::{self, ReplayPage};
 
 use crate::cli::ReplayArgs;
-use crate::replay_doc;
-
-/// Exit status when the `--report` folder cannot be written.
-pub const BAD_REPORT_DIR: u8 = 2;
-
-/// Checks that `--report DIR` can be written before anything is replayed; the
-/// message, on stderr, names the folder. `false` when it cannot.
-pub fn report_dir_ok(dir: Option<&Path>) -> bool {
-    let Some(dir) = dir else { return true };
-    match vramlab_reports::prepare_out_dir(dir) {
-        Ok(()) => true,
-        Err(e) => {
-            let _ = writeln!(io::stderr(), "error: cannot write the report into {}: {e}", dir.display());
-            false
-        }
-    }
-}
+use crate::output::{BAD_REPORT_DIR, report_dir_ok, write_stdout};
+use vramlab_reports::replay_doc;
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     if !args.more.is_empty() {
@@ -66,8 +51,8 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         || args.chrome_trace.is_some()
     {
         bail!(
-            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace apply to PyTorch memory snapshots; \
-             {name} is a vramlab trace (JSON Lines)"
+            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace\n  \
+             apply to PyTorch memory snapshots; {name} is a vramlab trace (JSON Lines)"
         );
     }
     let (report, timeline) = if args.report.is_some() {
@@ -132,16 +117,7 @@ fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
 /// `FILE line N: what` for errors about the trace's content.
 fn replay_error(name: &str, e: ReplayError) -> anyhow::Error {
     match e.line() {
-        Some(_) => anyhow!("{name} {e}"),
+        Some(_) => anyhow::Error::new(crate::output::Located(format!("{name} {e}"))),
         None => anyhow!("{e}"),
-    }
-}
-
-/// Writes everything to stdout; a reader that went away (`| head`) is not an error.
-pub fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
-    let mut stdout = io::stdout().lock();
-    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("cannot write the report"),
-        _ => Ok(()),
     }
 }

@@ -2,7 +2,6 @@
 //! (index.html, summary.md, CSV, charts, trace.json) from a results file alone,
 //! and the short terminal summary that `bench` prints too.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -10,6 +9,7 @@ use vramlab_reports::markdown::verdict_text;
 use vramlab_suites::RunResults;
 
 use crate::cli::ReportArgs;
+use crate::output::{WIDTH, fit, wrap};
 
 /// Exit status for a results file that is unreadable or partly unreadable.
 pub const BAD_INPUT: u8 = 2;
@@ -18,7 +18,7 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
     let loaded = match vramlab_reports::load_results(&args.from) {
         Ok(l) => l,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e}");
+            crate::output::eprint_line(&format!("error: {e}"));
             return Ok(BAD_INPUT);
         }
     };
@@ -28,10 +28,10 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
     let files = vramlab_reports::write_report_with(&loaded.results, &args.out, &shown, Some(&args.from), &options)?;
     print_short_summary(&mut std::io::stdout(), &loaded.results)?;
     for p in &loaded.problems {
-        let _ = writeln!(std::io::stderr(), "error: {p}");
+        crate::output::eprint_line(&format!("error: {p}"));
     }
     for n in &loaded.notes {
-        let _ = writeln!(std::io::stderr(), "note: {n}");
+        crate::output::eprint_line(&format!("note: {n}"));
     }
     println!("report: {}", files.index_html.display());
     Ok(if loaded.problems.is_empty() { 0 } else { BAD_INPUT })
@@ -56,7 +56,7 @@ pub fn write_for_bench(results: &RunResults, dir: &Path, history: Option<&Path>)
 }
 
 /// The width the terminal summary fits: no line is longer, and no word is cut.
-pub const SUMMARY_WIDTH: usize = 100;
+pub const SUMMARY_WIDTH: usize = WIDTH;
 
 /// One line per claim — its suite, its verdict and the figure that decides it
 /// (the evidence's first clause), fitted to [`SUMMARY_WIDTH`] columns at a word
@@ -110,48 +110,6 @@ fn key_figure(evidence: &str, reason: Option<&str>) -> String {
     ev.split("; ").next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// `text` on as many lines as it needs, each at most `width` columns, broken
-/// between words; lines after the first start with `indent`. A word longer
-/// than a line stands alone on its line.
-fn wrap(text: &str, width: usize, indent: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        let len = line.chars().count();
-        if len > 0 && len + 1 + word.chars().count() > width && line.trim() != "" {
-            lines.push(std::mem::replace(&mut line, indent.to_owned()));
-        }
-        if !line.is_empty() && !line.ends_with(' ') {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.trim().is_empty() {
-        lines.push(line);
-    }
-    lines
-}
-
-/// `text` in at most `width` columns: whole words, and " …" where words were left out.
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_owned();
-    }
-    let mut out = String::new();
-    for word in text.split_whitespace() {
-        let next = if out.is_empty() { word.chars().count() } else { out.chars().count() + 1 + word.chars().count() };
-        // Room kept for the " …" that says words were left out.
-        if next + 2 > width {
-            break;
-        }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
-    if out.is_empty() { "…".to_owned() } else { out + " …" }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,20 +121,6 @@ mod tests {
             Some("CUDA unavailable: no libcuda.so.1 found"),
         );
         assert_eq!(l, "GPU cases not run: no GPU");
-    }
-
-    #[test]
-    fn wrap_breaks_between_words_and_keeps_every_word() {
-        assert_eq!(wrap("no GPU: libcuda not found", 100, "  "), vec!["no GPU: libcuda not found"]);
-        assert_eq!(wrap("no GPU: libcuda not found", 15, "  "), vec!["no GPU: libcuda", "  not found"]);
-        assert_eq!(wrap("a supercalifragilistic b", 5, " "), vec!["a", " supercalifragilistic", " b"]);
-    }
-
-    #[test]
-    fn fit_keeps_whole_words() {
-        assert_eq!(fit("peak allocated: training 26.15 MiB", 100), "peak allocated: training 26.15 MiB");
-        assert_eq!(fit("peak allocated: training 26.15 MiB", 20), "peak allocated: …");
-        assert_eq!(fit("supercalifragilistic", 5), "…");
     }
 
     /// Every claim of a real full CPU run, one line each, within 100 columns,

@@ -1,6 +1,6 @@
 //! `cargo xtask replay` on a PyTorch memory snapshot (detected from the file's
 //! content by `replay_cmd`): imports it, replays one device's trace, and prints
-//! the report with the fidelity check (the document of `replay_doc`), readable
+//! the report with the fidelity check (the document of `vramlab_reports::replay_doc`), readable
 //! or as JSON; with `--report DIR` also the offline HTML page of the replay.
 
 use std::fmt::Write as _;
@@ -15,7 +15,7 @@ use vramlab_reports::replay_page::{self, ReplayPage};
 use vramlab_snapshot::{self as snapshot, ReadOptions, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;
-use crate::replay_doc;
+use vramlab_reports::replay_doc;
 
 /// Files from this size on show their progress on stderr (where it is a
 /// terminal): the bytes read, then the replay (about 1 s per 100 MB).

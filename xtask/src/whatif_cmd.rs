@@ -9,6 +9,7 @@ use std::io::BufReader;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
@@ -17,15 +18,14 @@ use vramlab_snapshot::{
 };
 
 use crate::cli::WhatifArgs;
-use crate::replay_cmd::write_stdout;
-use vramlab_reports::units::fmt_bytes;
+use crate::output::{BAD_REPORT_DIR, report_dir_ok, write_stdout};
 
 pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if !args.more.is_empty() {
         return run_many(args, None);
     }
-    if !crate::replay_cmd::report_dir_ok(args.report.as_deref()) {
-        return Ok(crate::replay_cmd::BAD_REPORT_DIR);
+    if !report_dir_ok(args.report.as_deref()) {
+        return Ok(BAD_REPORT_DIR);
     }
     let name = args.file.display().to_string();
     let file = File::open(&args.file).with_context(|| format!("cannot open {name}"))?;
@@ -108,7 +108,7 @@ pub(crate) fn analyse(args: &WhatifArgs, name: &str, snap: &Snapshot, timelines:
     } else {
         None
     };
-    let attribution = holders(snap, &results[0], args.top.max(crate::replay_doc::ATTRIBUTION_ROWS));
+    let attribution = holders(snap, &results[0], args.top.max(vramlab_reports::replay_doc::ATTRIBUTION_ROWS));
     Ok(Analysis { results, timelines, best, batch, attribution })
 }
 
@@ -492,7 +492,7 @@ fn text(
     }
     for a in attribution {
         s.push('\n');
-        s += &crate::replay_doc::holders_text(a, args.top);
+        s += &vramlab_reports::replay_doc::holders_text(a, args.top);
     }
     s
 }
@@ -709,7 +709,7 @@ fn many_text(doc: &RanksWhatif) -> String {
             let peak = r.results[0].replay.peak_reserved_bytes;
             let _ = writeln!(
                 s,
-                "\nclosest to capacity {}: peak reserved {} of {} ({:.1}%) under the recorded settings",
+                "\nclosest to capacity {}: peak reserved {} of {} ({:.1}%)\n  under the recorded settings",
                 r.label(),
                 fmt_bytes(peak),
                 fmt_bytes(limit),

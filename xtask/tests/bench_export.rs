@@ -10,10 +10,11 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod common;
+mod terminal;
 use common::{memory_viz, run_viz, segments_and_segsum};
 
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap()
+    terminal::fits(Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap())
 }
 
 fn text(b: &[u8]) -> String {

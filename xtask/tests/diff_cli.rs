@@ -9,12 +9,14 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod terminal;
+
 fn snap(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-snapshots").join(name).display().to_string()
 }
 
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap()
+    terminal::fits(Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap())
 }
 
 fn stdout(o: &Output) -> String {

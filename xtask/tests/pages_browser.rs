@@ -16,8 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod terminal;
+
 fn xtask(args: &[&str]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap();
+    let o = terminal::fits(Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -97,7 +99,8 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     let figures = &json["cases"][0]["figures"];
     assert_eq!(figures[0]["name"], "peak_allocated_bytes");
     assert_eq!(figures[0]["change"], (50u64 << 20) as f64);
-    let o = Command::new(env!("CARGO_BIN_EXE_xtask")).args(["diff", ra, rb, "--case", "memory/nope"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask")).args(["diff", ra, rb, "--case", "memory/nope"]).output();
+    let o = terminal::fits(o.unwrap());
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no case memory/nope in both files"));
     let mlp = root.join("tests/data/torch-snapshots/mlp-default.pickle");

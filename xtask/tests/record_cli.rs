@@ -17,6 +17,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod terminal;
+
 const TORCH_INIT: &str = "from . import _C, cuda\n";
 const TORCH_C: &str = "\
 _observers = []
@@ -105,7 +107,7 @@ fn record(dir: &Path, snapshot: &Path, extra: &[&str], cmd: &[&str], envs: &[(&s
     for (k, v) in envs {
         c.env(k, v);
     }
-    c.output().unwrap()
+    terminal::fits(c.output().unwrap())
 }
 
 fn script(dir: &Path, name: &str, body: &str) -> String {
@@ -318,7 +320,7 @@ fn whatif_of_several_ranks_and_devices_has_a_row_each_a_recommendation_each_and_
     // Rank 2 was killed while dumping: cut short.
     fs::write(&r2, &fs::read(data.join("medium_p5.pickle")).unwrap()[..3000]).unwrap();
     let run = |args: &[&std::ffi::OsStr]| {
-        Command::new(env!("CARGO_BIN_EXE_xtask")).arg("whatif").args(args).output().unwrap()
+        terminal::fits(Command::new(env!("CARGO_BIN_EXE_xtask")).arg("whatif").args(args).output().unwrap())
     };
     let (a, b, c) = (r0.as_os_str(), r1.as_os_str(), r2.as_os_str());
     let conf = ["--capacity", "1GiB", "--alloc-conf", "expandable_segments:True"].map(std::ffi::OsStr::new);
@@ -393,7 +395,8 @@ fn no_torch_a_command_that_cannot_run_and_an_out_that_cannot_be_written_are_said
     let ran = dir.join("ran");
     let mark = script(&dir, "mark.py", &format!("open({:?}, 'w').close()\n", ran.display().to_string()));
     let mut c = Command::new(env!("CARGO_BIN_EXE_xtask"));
-    let o = c.arg("record").arg("--out").arg(dir.join("train.py/out")).args(["--", "python3", &mark]).output().unwrap();
+    let o = c.arg("record").arg("--out").arg(dir.join("train.py/out")).args(["--", "python3", &mark]).output();
+    let o = terminal::fits(o.unwrap());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot write snapshots into") && stderr.contains("nothing was run"), "{stderr}");
@@ -499,7 +502,7 @@ fn ctrl_c_reaches_the_program_and_its_snapshot_is_replayed() {
     // As `kill -INT` (or a scheduler) sends it: to vramlab alone, which passes it on.
     let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(killed.success());
-    let o = child.wait_with_output().unwrap();
+    let o = terminal::fits(child.wait_with_output().unwrap());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "the program's status, ended by SIGINT: {stderr}");
     assert!(stderr.contains("KeyboardInterrupt"), "{stderr}");

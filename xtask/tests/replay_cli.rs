@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
 
+mod terminal;
+
 /// A trace file in the temp directory, removed when dropped.
 struct TempTrace(PathBuf);
 
@@ -41,7 +43,7 @@ fn xtask(args: &[&str], stdin: Option<&str>) -> Output {
     if let Some(input) = stdin {
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     }
-    child.wait_with_output().unwrap()
+    terminal::fits(child.wait_with_output().unwrap())
 }
 
 fn stdout(o: &Output) -> String {
@@ -443,6 +445,6 @@ fn a_closed_stdout_is_not_a_panic() {
         .spawn()
         .unwrap();
     drop(child.stdout.take());
-    let o = child.wait_with_output().unwrap();
+    let o = terminal::fits(child.wait_with_output().unwrap());
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }

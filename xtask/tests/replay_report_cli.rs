@@ -7,12 +7,14 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod terminal;
+
 fn repo(path: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path).display().to_string()
 }
 
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap()
+    terminal::fits(Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap())
 }
 
 fn stderr(o: &Output) -> String {

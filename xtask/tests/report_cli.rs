@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+mod terminal;
+
 fn temp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("vramlab-report-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -14,14 +16,15 @@ fn temp(tag: &str) -> PathBuf {
 }
 
 fn report(file: &std::path::Path, out: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask"))
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .arg("report")
         .arg("--from")
         .arg(file)
         .arg("--out")
         .arg(out)
         .output()
-        .expect("xtask runs")
+        .expect("xtask runs");
+    terminal::fits(o)
 }
 
 const GOOD_SUITE: &str = r#"{"name":"memory","description":"d","device":"cpu","duration_ns":1,

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod terminal;
+
 fn temp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("vramlab-report-trends-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -14,6 +16,7 @@ fn temp(tag: &str) -> PathBuf {
 
 fn xtask(dir: &Path, args: &[&str]) -> Output {
     let o = Command::new(env!("CARGO_BIN_EXE_xtask")).current_dir(dir).args(args).output().expect("xtask runs");
+    let o = terminal::fits(o);
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     o
 }

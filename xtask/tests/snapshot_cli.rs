@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod common;
+mod terminal;
 use common::{memory_viz, run_viz, segments_and_segsum};
 
 fn fixture(name: &str) -> String {
@@ -14,7 +15,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap()
+    terminal::fits(Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().unwrap())
 }
 
 fn stdout(o: &Output) -> String {
@@ -232,9 +233,10 @@ fn the_installable_vramlab_binary_runs_from_any_folder() {
         .args(["whatif", &fixture("small_p4.pickle"), "--capacity", "24GiB"])
         .output()
         .unwrap();
+    let o = terminal::fits(o);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("recorded: PyTorch defaults"), "{}", stdout(&o));
-    let o = Command::new(env!("CARGO_BIN_EXE_vramlab")).arg("--help").output().unwrap();
+    let o = terminal::fits(Command::new(env!("CARGO_BIN_EXE_vramlab")).arg("--help").output().unwrap());
     assert!(stdout(&o).contains("Usage: vramlab"), "{}", stdout(&o));
 }
 
@@ -337,7 +339,7 @@ fn a_snapshot_on_stdin_replays_as_the_file_does() {
             .spawn()
             .unwrap();
         child.stdin.take().unwrap().write_all(&std::fs::read(&path).unwrap()).unwrap();
-        let piped = child.wait_with_output().unwrap();
+        let piped = terminal::fits(child.wait_with_output().unwrap());
         assert!(piped.status.success(), "{}", stderr(&piped));
         let mut a: Value = serde_json::from_slice(&file.stdout).unwrap();
         let mut b: Value = serde_json::from_slice(&piped.stdout).unwrap();

@@ -10,16 +10,16 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::OutOfMemoryError;
 use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
-use vramlab_reports::replay_page::{Fact, StatNote};
 use vramlab_snapshot::{
     Action, Attribution, CategorySource, FidelityReport, InferredCapacity, LiveAtStart, OomRequest, Placement,
     PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
 };
 
-use vramlab_reports::units::fmt_bytes;
+use crate::replay_page::{Fact, StatNote};
 
 /// The document's version: raised whenever a key changes meaning or goes away.
 /// Version 1 replaced the two shapes of earlier releases (`trace`/`snapshot`
@@ -374,7 +374,26 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 /// `snapshot_has_settings`: whether a snapshot recorded its allocator settings.
 pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
     let mut s = String::new();
-    // Writing to a String cannot fail.
+    title_lines(&mut s, d);
+    let capacity = capacity_text(d);
+    match d.format {
+        InputFormat::VramlabTrace => trace_input_lines(&mut s, d, &capacity),
+        InputFormat::PytorchSnapshot => snapshot_input_lines(&mut s, d, &capacity, snapshot_has_settings),
+    }
+    oom_lines(&mut s, d);
+    recorded_oom_lines(&mut s, d);
+    peak_lines(&mut s, d);
+    match d.format {
+        InputFormat::VramlabTrace => trace_detail_lines(&mut s, d),
+        InputFormat::PytorchSnapshot => snapshot_detail_lines(&mut s, d),
+    }
+    s
+}
+
+// Writing to a String cannot fail: the functions below drop `writeln!`'s Ok.
+
+/// The report's first line, and for a snapshot the device replayed.
+fn title_lines(s: &mut String, d: &ReplayDoc) {
     match d.format {
         InputFormat::VramlabTrace => {
             let _ = writeln!(s, "vramlab replay of {}", d.input);
@@ -397,6 +416,11 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
             let _ = writeln!(s, "  device             {}{how}", d.device);
         }
     }
+}
+
+/// The simulated device's memory: its capacity (and where it comes from) and
+/// the per-process limit.
+fn capacity_text(d: &ReplayDoc) -> String {
     let mut capacity = d.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
     if d.capacity_inferred.is_some() {
         capacity += " (inferred from the recorded OOM: no --capacity given)";
@@ -404,51 +428,58 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
     if let Some(limit) = d.memory_limit_bytes {
         capacity += &format!("; per-process limit {}", exact(limit));
     }
-    let origin = match (d.format, d.settings_from_snapshot, snapshot_has_settings) {
-        (InputFormat::VramlabTrace, ..) => "",
-        (_, true, true) => " (the snapshot's allocator_settings)",
-        (_, true, false) => " (the snapshot records none: PyTorch's defaults)",
-        (_, false, _) => " (--alloc-conf)",
+    capacity
+}
+
+/// A trace's device, settings and how much was replayed.
+fn trace_input_lines(s: &mut String, d: &ReplayDoc, capacity: &str) {
+    let _ = writeln!(s, "  simulated device   {capacity}");
+    let _ = writeln!(s, "  allocator config   {}", conf_text(&d.alloc_conf));
+    let _ = writeln!(s, "  events replayed    {} ({} lines read)", d.entries_replayed, d.lines.unwrap_or(0));
+}
+
+/// A snapshot's settings (and where they come from), device, entries, the
+/// memory live before its trace and the entries skipped.
+fn snapshot_input_lines(s: &mut String, d: &ReplayDoc, capacity: &str, snapshot_has_settings: bool) {
+    let origin = match (d.settings_from_snapshot, snapshot_has_settings) {
+        (true, true) => " (the snapshot's allocator_settings)",
+        (true, false) => " (the snapshot records none: PyTorch's defaults)",
+        (false, _) => " (--alloc-conf)",
     };
-    match d.format {
-        InputFormat::VramlabTrace => {
-            let _ = writeln!(s, "  simulated device   {capacity}");
-            let _ = writeln!(s, "  allocator config   {}", conf_text(&d.alloc_conf));
-            let _ = writeln!(s, "  events replayed    {} ({} lines read)", d.entries_replayed, d.lines.unwrap_or(0));
-        }
-        InputFormat::PytorchSnapshot => {
-            let _ = writeln!(s, "  allocator config   {}{origin}", conf_text(&d.alloc_conf));
-            let _ = writeln!(s, "  simulated device   {capacity}");
-            let window = if d.entries_replayed != d.entries {
-                format!(", {} in the time window", d.entries_replayed)
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                s,
-                "  trace entries      {}{window}: {} allocs, {} frees",
-                d.entries,
-                d.allocs.unwrap_or(0),
-                d.frees.unwrap_or(0)
-            );
-            if let Some(n) = d.entries_before_window {
-                let _ = writeln!(
-                    s,
-                    "  before --from-us   {n} entries, dropped while reading (entry numbers count from the first after them)"
-                );
-            }
-            live_at_start_lines(&mut s, d);
-            if d.skipped_entries > 0 {
-                let _ = writeln!(
-                    s,
-                    "  skipped entries    {} (the first: {})",
-                    d.skipped_entries,
-                    d.first_skipped.as_deref().unwrap_or("")
-                );
-            }
-        }
+    let _ = writeln!(s, "  allocator config   {}{origin}", conf_text(&d.alloc_conf));
+    let _ = writeln!(s, "  simulated device   {capacity}");
+    let window = if d.entries_replayed != d.entries {
+        format!(", {} in the time window", d.entries_replayed)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        s,
+        "  trace entries      {}{window}: {} allocs, {} frees",
+        d.entries,
+        d.allocs.unwrap_or(0),
+        d.frees.unwrap_or(0)
+    );
+    if let Some(n) = d.entries_before_window {
+        let _ = writeln!(
+            s,
+            "  before --from-us   {n} entries, dropped while reading (entry numbers count from the first after them)"
+        );
     }
-    oom_lines(&mut s, d);
+    live_at_start_lines(s, d);
+    if d.skipped_entries > 0 {
+        let _ = writeln!(
+            s,
+            "  skipped entries    {} (the first: {})",
+            d.skipped_entries,
+            d.first_skipped.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// The out-of-memory errors the snapshot recorded, each replayed request's
+/// outcome, the inferred capacity and the releases before the errors.
+fn recorded_oom_lines(s: &mut String, d: &ReplayDoc) {
     if let Some(n) = d.recorded_ooms.filter(|&n| n > 0) {
         let _ = writeln!(s, "  recorded OOMs      {n} in the snapshot's own trace");
         if d.oom_requests.is_empty() {
@@ -476,91 +507,88 @@ pub fn text(d: &ReplayDoc, snapshot_has_settings: bool) -> String {
     if let Some(rel) = d.releases.as_ref().filter(|r| r.runs > 0) {
         let _ = writeln!(s, "  releases           {}", rel.describe());
     }
+}
+
+/// The peaks and the final figures.
+fn peak_lines(s: &mut String, d: &ReplayDoc) {
     let since = d.last_reset_peak_line.map(|l| format!(", since the reset_peak at line {l}")).unwrap_or_default();
     let _ = writeln!(s, "  peak allocated     {}{since}", exact(d.peak_allocated_bytes));
     let _ = writeln!(s, "  peak reserved      {}{since}", exact(d.peak_reserved_bytes));
     let _ = writeln!(s, "  final allocated    {}", exact(d.final_allocated_bytes));
     let _ = writeln!(s, "  final reserved     {}", exact(d.final_reserved_bytes));
-    match d.format {
-        InputFormat::VramlabTrace => {
-            let _ = writeln!(s, "  live allocations   {}", d.live_allocations);
-            if d.devices.len() > 1 {
-                let _ = writeln!(
-                    s,
-                    "  devices            {} (the figures above and the summary are device 0's)",
-                    d.devices.len()
-                );
-                for dev in &d.devices {
-                    let _ = writeln!(
-                        s,
-                        "    device {}: peak allocated {}, peak reserved {}, final reserved {}",
-                        dev.device,
-                        exact(dev.peak_allocated_bytes),
-                        exact(dev.peak_reserved_bytes),
-                        exact(dev.final_reserved_bytes)
-                    );
-                }
-            }
-            if let Some(summary) = &d.summary {
-                s.push('\n');
-                s.push_str(summary);
-            }
-        }
-        InputFormat::PytorchSnapshot => {
+}
+
+/// A trace's live allocations, its devices' figures and the memory summary.
+fn trace_detail_lines(s: &mut String, d: &ReplayDoc) {
+    let _ = writeln!(s, "  live allocations   {}", d.live_allocations);
+    if d.devices.len() > 1 {
+        let _ =
+            writeln!(s, "  devices            {} (the figures above and the summary are device 0's)", d.devices.len());
+        for dev in &d.devices {
             let _ = writeln!(
                 s,
-                "  segment allocs     {} (cudaMalloc calls or mappings, after the placed memory)",
-                d.segment_allocs.unwrap_or(0)
+                "    device {}: peak allocated {}, peak reserved {}, final reserved {}",
+                dev.device,
+                exact(dev.peak_allocated_bytes),
+                exact(dev.peak_reserved_bytes),
+                exact(dev.final_reserved_bytes)
             );
-            if !d.private_pools.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "  private pools      {:?}: CUDA graphs / MemPools, replayed in their own pools (by their final segments)",
-                    d.private_pools
-                );
-            }
-            if let Some(pi) = &d.pool_inference
-                && (pi.inferred_private > 0 || (!d.private_pools.is_empty() && pi.freed_assumed_default > 0))
-            {
-                let _ = writeln!(
-                    s,
-                    "  pools of segments  {} known from the final segments, {} freed ones inferred in a private pool, \
-                     {} freed ones replayed in the default pool (their pool is not in the trace)",
-                    pi.known_from_final_segments, pi.inferred_private, pi.freed_assumed_default
-                );
-            }
-            if let Some(n) = d.frees_deferred.filter(|&n| n > 0) {
-                let _ = writeln!(
-                    s,
-                    "  deferred frees     {n} (record_stream: allocated no more at free_requested, reusable at \
-                     free_completed); {} still waiting for other streams at the dump",
-                    d.frees_pending_at_end.unwrap_or(0)
-                );
-            }
-            for n in stat_notes(d) {
-                let _ = writeln!(s, "  not derivable      {}: {} ({})", n.key, n.value, n.reason);
-            }
-            fidelity_lines(&mut s, d.fidelity.as_ref());
-            for a in &d.attribution {
-                s.push('\n');
-                s.push_str(&holders_text(a, ATTRIBUTION_ROWS_TEXT));
-            }
         }
     }
-    s
+    if let Some(summary) = &d.summary {
+        s.push('\n');
+        s.push_str(summary);
+    }
+}
+
+/// A snapshot's segment allocations, pools, deferred frees, the figures it
+/// cannot derive, the fidelity check and who holds memory at the peaks.
+fn snapshot_detail_lines(s: &mut String, d: &ReplayDoc) {
+    let _ = writeln!(
+        s,
+        "  segment allocs     {} (cudaMalloc calls or mappings, after the placed memory)",
+        d.segment_allocs.unwrap_or(0)
+    );
+    if !d.private_pools.is_empty() {
+        let _ = writeln!(
+            s,
+            "  private pools      {:?}: CUDA graphs / MemPools, replayed in their own pools (by their final segments)",
+            d.private_pools
+        );
+    }
+    if let Some(pi) = &d.pool_inference
+        && (pi.inferred_private > 0 || (!d.private_pools.is_empty() && pi.freed_assumed_default > 0))
+    {
+        let _ = writeln!(
+            s,
+            "  pools of segments  {} known from the final segments, {} freed ones inferred in a private pool, \
+             {} freed ones replayed in the default pool (their pool is not in the trace)",
+            pi.known_from_final_segments, pi.inferred_private, pi.freed_assumed_default
+        );
+    }
+    if let Some(n) = d.frees_deferred.filter(|&n| n > 0) {
+        let _ = writeln!(
+            s,
+            "  deferred frees     {n} (record_stream: allocated no more at free_requested, reusable at \
+             free_completed); {} still waiting for other streams at the dump",
+            d.frees_pending_at_end.unwrap_or(0)
+        );
+    }
+    for n in stat_notes(d) {
+        let _ = writeln!(s, "  not derivable      {}: {} ({})", n.key, n.value, n.reason);
+    }
+    fidelity_lines(s, d.fidelity.as_ref());
+    for a in &d.attribution {
+        s.push('\n');
+        s.push_str(&holders_text(a, ATTRIBUTION_ROWS_TEXT));
+    }
 }
 
 /// "Who holds …": one attributed point as a table, the user's call path first.
 pub fn holders_text(a: &Attribution, top: usize) -> String {
     let mut s = String::new();
-    let at = a.time_us.map(|t| format!(", time_us {t}")).unwrap_or_default();
-    let _ = writeln!(
-        s,
-        "Who holds {}{at}: {} requested in {} live block(s), by the call path of your code",
-        a.title(),
-        fmt_bytes(a.total_bytes),
-        a.blocks
-    );
+    let _ =
+        writeln!(s, "Who holds {}: {} requested in {} live block(s)", a.title(), fmt_bytes(a.total_bytes), a.blocks);
     if let Some(r) = &a.request {
         let _ = writeln!(s, "  the request that failed: {} from {}", fmt_bytes(r.bytes), r.label);
     }
@@ -619,8 +647,8 @@ fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
     }
     let _ = writeln!(
         s,
-        "  live at start      {} segment(s) of {} and {} block(s) of {}, rewound from the final segments;\n                     \
-         {} block(s), {} allocated in the final segments without an entry;\n                     \
+        "  live at start\n    {} segment(s) of {} and {} block(s) of {}, rewound from the final segments;\n    \
+         {} block(s), {} allocated in the final segments without an entry;\n    \
          {} block(s), {} freed without an alloc entry (lost from the ring buffer)",
         l.segments,
         fmt_bytes(l.segments_bytes),
@@ -634,7 +662,7 @@ fn live_at_start_lines(s: &mut String, d: &ReplayDoc) {
     if l.outside_segments + l.entries_not_undone > 0 {
         let _ = writeln!(
             s,
-            "                     {} block(s) in no segment placed in segments of the replay's own making; \
+            "    {} block(s) in no segment placed in segments of the replay's own making;\n    \
              {} entr(ies) not undone{}",
             l.outside_segments,
             l.entries_not_undone,
