@@ -38,44 +38,14 @@ use std::collections::hash_map::Entry;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use serde::Serialize;
-
-use super::model::{Action, SegmentType, Snapshot, StackId, TraceEntry};
-use super::replay::{SnapshotReplayError, malloc_in};
+use super::pools::malloc_in;
+use super::report::{LiveAtStart, SnapshotReplayError};
+use crate::format::model::{Action, SegmentType, Snapshot, StackId, TraceEntry};
 use vramlab_allocator::consts::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 use vramlab_allocator::{
     Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolKind, RestoreBlock, RestoreSegment,
     SimulatedMemory, StreamId,
 };
-
-/// Memory live when the recording began: the trace rewound from the final
-/// segments, set up before the first entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct LiveAtStart {
-    /// Segments reserved at the first entry (rewound), and their bytes.
-    pub segments: u64,
-    pub segments_bytes: u64,
-    /// Blocks allocated at the first entry, and their bytes (block sizes).
-    pub blocks: u64,
-    pub blocks_bytes: u64,
-    /// Of those, the blocks still allocated in the final segments with no
-    /// entry in the trace (bytes requested).
-    pub blocks_in_segments: u64,
-    pub blocks_in_segments_bytes: u64,
-    /// Of those, the blocks freed in the trace whose `alloc` is not in it
-    /// (lost from the ring buffer; bytes requested).
-    pub freed_without_alloc: u64,
-    pub freed_without_alloc_bytes: u64,
-    /// Blocks allocated at the first entry that lie in no segment then (the
-    /// trace contradicts the final segments): placed in segments of the
-    /// replay's own making.
-    pub outside_segments: u64,
-    /// Trace entries the backward walk could not undo (an `alloc` of a block
-    /// not live, a free of one live, a segment event of no segment), and the
-    /// first of them.
-    pub entries_not_undone: u64,
-    pub first_not_undone: Option<String>,
-}
 
 /// A block allocated at the start.
 #[derive(Debug, Clone, PartialEq, Eq)]

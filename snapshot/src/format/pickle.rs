@@ -24,11 +24,12 @@ use std::sync::Arc;
 
 use std::sync::mpsc::SyncSender;
 
-use super::SnapshotError;
+use super::error::SnapshotError;
+use super::fields::{ENTRY_KEYS, Fields, K_ACTION, K_FRAMES};
+pub use super::fields::{EntryProblem, ProblemKind};
 use super::model::{Action, Frame, TraceEntry};
-use super::oom;
-use super::overlap::Message;
-use vramlab_replay::MAX_BYTES;
+use super::stream::{Message, Streamer};
+pub use super::value::Value;
 
 /// The longest string or bytes object accepted (a frame name, a conf string…).
 const MAX_STRING_BYTES: u64 = 64 << 20;
@@ -40,68 +41,6 @@ const INPUT_BUFFER: usize = 2 << 20;
 /// How many bytes the entry reader wants in the buffer before it tries a dict
 /// (an entry with a 40-frame stack is well under 1 KiB).
 const ENTRY_LOOKAHEAD: usize = 4096;
-
-/// A value on the pickle machine's stack: a handle, cheap to copy. Laid out
-/// as two words (tag, payload) so that copies are whole-word moves.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[repr(u64)]
-pub enum Value {
-    None,
-    Bool(bool),
-    Int(i64),
-    /// An integer beyond 64 bits (its sign): kept only to be reported.
-    BigInt(bool),
-    Float(f64),
-    Str(u32),
-    Bytes,
-    List(u32),
-    Dict(u32),
-    Tuple(u32),
-    Set(u32),
-    /// A finished trace entry not yet appended: its serial number (see [`Heap::append_entries`]).
-    Entry(u32),
-    /// A frames list already interned as a stack id.
-    Stack(u32),
-}
-
-impl Value {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::None => "None",
-            Value::Bool(_) => "bool",
-            Value::Int(_) | Value::BigInt(_) => "int",
-            Value::Float(_) => "float",
-            Value::Str(_) => "str",
-            Value::Bytes => "bytes",
-            Value::List(_) | Value::Stack(_) => "list",
-            Value::Dict(_) => "dict",
-            Value::Tuple(_) => "tuple",
-            Value::Set(_) => "set",
-            Value::Entry(_) => "dict (a trace entry)",
-        }
-    }
-}
-
-/// What is wrong with a trace entry, found as it is read and reported when the
-/// list holding it turns out to be a device's trace (the error names it by path).
-#[derive(Debug, Clone)]
-pub struct EntryProblem {
-    /// The entry's position in its list.
-    pub index: usize,
-    /// Byte offset where the entry was completed.
-    pub offset: u64,
-    /// The entry's action, as written.
-    pub action: Arc<str>,
-    pub kind: ProblemKind,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum ProblemKind {
-    /// `size`, `addr` out of range.
-    Absurd { field: &'static str, value: i128 },
-    /// A key the action needs is absent.
-    Missing { field: &'static str },
-}
 
 /// The trace entries appended to one list, in order.
 #[derive(Debug, Default)]
@@ -120,68 +59,6 @@ pub struct EntryList {
 pub struct ReadOptions {
     /// Drop the leading entries of each trace whose `time_us` is before this.
     pub from_us: Option<i64>,
-}
-
-/// A trace entry's fields as read, before the checks.
-#[derive(Debug, Clone, Copy)]
-struct Fields {
-    /// The action string's id (`u32::MAX`: none).
-    action: u32,
-    has: u8,
-    /// The address, or for `oom` entries the device's free bytes. Integers
-    /// beyond 64 bits are saturated (and then fail the range checks).
-    addr: i64,
-    size: i64,
-    stream: i64,
-    time_us: i64,
-    frames: u32,
-}
-
-const HAS_ADDR: u8 = 1;
-const HAS_SIZE: u8 = 2;
-const HAS_DEVICE_FREE: u8 = 4;
-
-impl Fields {
-    const EMPTY: Fields = Fields { action: u32::MAX, has: 0, addr: 0, size: 0, stream: 0, time_us: 0, frames: 0 };
-
-    /// Sets the number under key `key` (a string id; keys other than the
-    /// numeric fields are ignored); `Err(key name)` when `v` is not a number.
-    #[inline(always)]
-    fn set(&mut self, key: u32, v: Value) -> Result<(), &'static str> {
-        let int = |name: &'static str| match v {
-            Value::Int(n) => Ok(n),
-            Value::BigInt(neg) => Ok(if neg { i64::MIN } else { i64::MAX }),
-            Value::Bool(b) => Ok(b as i64),
-            _ => Err(name),
-        };
-        match key {
-            K_ADDR => {
-                let n = int("addr")?;
-                if self.has & HAS_DEVICE_FREE == 0 {
-                    self.addr = n;
-                }
-                self.has |= HAS_ADDR;
-            }
-            K_SIZE => {
-                self.size = int("size")?;
-                self.has |= HAS_SIZE;
-            }
-            K_DEVICE_FREE => {
-                self.addr = int("device_free")?;
-                self.has |= HAS_DEVICE_FREE;
-            }
-            K_STREAM => self.stream = int("stream")?,
-            // Integral or not, a time is a time.
-            K_TIME_US => {
-                self.time_us = match v {
-                    Value::Float(x) => x as i64,
-                    _ => int("time_us")?.max(0),
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
 }
 
 /// Containers, interned strings, frames and stacks, and the trace entries read.
@@ -228,58 +105,13 @@ pub struct Heap {
     pub(crate) stream: Option<Streamer>,
 }
 
-/// How many entries go to the replay at a time.
-const STREAM_CHUNK: usize = 1 << 16;
-
-/// Sends the entries of the first device trace read to a replay on another
-/// thread as they are read (`overlap.rs`), with what each new stack's frames
-/// say ([`oom::stack_flags`]), instead of keeping them.
-pub(crate) struct Streamer {
-    tx: SyncSender<Message>,
-    /// Whether the trace to send is chosen (the first list to get entries, if
-    /// it is an item of `device_traces`).
-    decided: bool,
-    list: Option<u32>,
-    /// Its index in `device_traces`.
-    pub(crate) device: Option<usize>,
-    buf: Vec<TraceEntry>,
-    stacks_sent: usize,
-}
-
-impl Streamer {
-    pub(crate) fn new(tx: SyncSender<Message>) -> Streamer {
-        Streamer { tx, decided: false, list: None, device: None, buf: Vec::new(), stacks_sent: 0 }
-    }
-}
-
-impl std::fmt::Debug for Streamer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Streamer").field("device", &self.device).field("buffered", &self.buf.len()).finish()
-    }
-}
-
 /// How many emptied containers [`Heap`] keeps for reuse, and up to what capacity.
 const SPARES: usize = 64;
 const SPARE_CAPACITY: usize = 256;
 
-/// The ids of the keys [`Heap::new`] interns first, in that order.
-const K_ACTION: u32 = 0;
-const K_ADDR: u32 = 1;
-const K_SIZE: u32 = 2;
-const K_STREAM: u32 = 3;
-const K_TIME_US: u32 = 4;
-const K_FRAMES: u32 = 5;
-const K_DEVICE_FREE: u32 = 6;
-
+/// The ids of a frame dict's keys.
 #[derive(Debug, Default)]
 struct Keys {
-    action: u32,
-    addr: u32,
-    size: u32,
-    stream: u32,
-    time_us: u32,
-    frames: u32,
-    device_free: u32,
     filename: u32,
     line: u32,
     name: u32,
@@ -288,30 +120,11 @@ struct Keys {
 impl Heap {
     fn new(opts: ReadOptions) -> Heap {
         let mut heap = Heap { from_us: opts.from_us, ..Heap::default() };
-        heap.keys = Keys {
-            action: heap.intern("action"),
-            addr: heap.intern("addr"),
-            size: heap.intern("size"),
-            stream: heap.intern("stream"),
-            time_us: heap.intern("time_us"),
-            frames: heap.intern("frames"),
-            device_free: heap.intern("device_free"),
-            filename: heap.intern("filename"),
-            line: heap.intern("line"),
-            name: heap.intern("name"),
-        };
-        debug_assert_eq!(
-            [K_ACTION, K_ADDR, K_SIZE, K_STREAM, K_TIME_US, K_FRAMES, K_DEVICE_FREE],
-            [
-                heap.keys.action,
-                heap.keys.addr,
-                heap.keys.size,
-                heap.keys.stream,
-                heap.keys.time_us,
-                heap.keys.frames,
-                heap.keys.device_free
-            ]
-        );
+        for (id, key) in ENTRY_KEYS.iter().enumerate() {
+            let interned = heap.intern(key);
+            debug_assert_eq!(interned, id as u32, "the entry keys are interned first, in order");
+        }
+        heap.keys = Keys { filename: heap.intern("filename"), line: heap.intern("line"), name: heap.intern("name") };
         heap.empty = heap.intern("");
         heap.stacks.push(Box::new([]));
         heap.stack_ids.insert(Box::new([]), 0);
@@ -480,9 +293,9 @@ impl Heap {
         let mut frames = None;
         for &(k, v) in &items {
             let Value::Str(k) = k else { continue };
-            if k == self.keys.frames {
+            if k == K_FRAMES {
                 frames = Some(v);
-            } else if k == self.keys.action {
+            } else if k == K_ACTION {
                 if let Value::Str(a) = v {
                     f.action = a;
                 }
@@ -542,40 +355,7 @@ impl Heap {
                 a
             }
         };
-        let mut problem = None;
-        let size = match (f.has & HAS_SIZE != 0).then_some(f.size) {
-            Some(s) if (0..=MAX_BYTES as i64).contains(&s) => s as u64,
-            Some(s) => {
-                problem = Some(ProblemKind::Absurd { field: "size", value: s as i128 });
-                0
-            }
-            None if action == Action::Other || action == Action::Snapshot => 0,
-            None => {
-                problem = Some(ProblemKind::Missing { field: "size" });
-                0
-            }
-        };
-        let addr = match (action, f.has & (HAS_ADDR | HAS_DEVICE_FREE) != 0) {
-            (Action::Oom, true) => f.addr.max(0) as u64,
-            (_, true) if f.addr >= 0 => f.addr as u64,
-            (_, true) => {
-                problem.get_or_insert(ProblemKind::Absurd { field: "addr", value: f.addr as i128 });
-                0
-            }
-            (
-                Action::Alloc
-                | Action::FreeRequested
-                | Action::FreeCompleted
-                | Action::SegmentAlloc
-                | Action::SegmentFree,
-                false,
-            ) => {
-                problem.get_or_insert(ProblemKind::Missing { field: "addr" });
-                0
-            }
-            _ => 0,
-        };
-        let entry = TraceEntry { action, addr, size, stream: f.stream, time_us: f.time_us, frames: f.frames };
+        let (entry, problem) = f.entry(action);
         let problem = problem.map(|kind| {
             Box::new(EntryProblem { index: 0, offset, action: self.strings[f.action as usize].clone(), kind })
         });
@@ -597,10 +377,9 @@ impl Heap {
             target.problem = Some(p);
         }
         match &mut self.stream {
-            Some(st) if st.list == Some(list) => {
+            Some(st) if st.sends(list) => {
                 target.streamed += 1;
-                st.buf.push(entry);
-                if st.buf.len() >= STREAM_CHUNK {
+                if st.push(&[entry]) {
                     self.flush_stream();
                 }
             }
@@ -610,18 +389,9 @@ impl Heap {
 
     /// Sends the entries buffered for the replay on the other thread.
     pub(crate) fn flush_stream(&mut self) {
-        let Some(st) = &mut self.stream else { return };
-        if st.buf.is_empty() {
-            return;
+        if let Some(st) = &mut self.stream {
+            st.flush(&self.stacks, &self.frames);
         }
-        let stack_flags = self.stacks[st.stacks_sent..]
-            .iter()
-            .map(|s| oom::stack_flags(s.iter().map(|&f| &self.frames[f as usize])))
-            .collect();
-        st.stacks_sent = self.stacks.len();
-        let entries = std::mem::take(&mut st.buf);
-        // A replay that went away has panicked; its thread's join says so.
-        let _ = st.tx.send(Message::Entries { entries, stack_flags });
     }
 
     /// Chooses list `list`, item `device` of `device_traces` (`None`: it is
@@ -629,23 +399,14 @@ impl Heap {
     fn choose_stream(&mut self, list: u32, device: Option<usize>) {
         // Only a list with no entries yet: the replay must get them all.
         let fresh = self.entry_lists.get(&list).is_none_or(|l| l.entries.is_empty() && l.skipped == 0);
-        let Some(st) = &mut self.stream else { return };
-        if st.decided {
-            return;
-        }
-        st.decided = true;
-        if let Some(device) = device
-            && fresh
-            && st.tx.send(Message::Start { device }).is_ok()
-        {
-            st.list = Some(list);
-            st.device = Some(device);
+        if let Some(st) = &mut self.stream {
+            st.choose(list, device, fresh);
         }
     }
 
     /// Whether a trace to send is still to be chosen.
     fn choosing_stream(&self) -> bool {
-        self.stream.as_ref().is_some_and(|s| !s.decided)
+        self.stream.as_ref().is_some_and(Streamer::choosing)
     }
 
     /// Appends the `n` entries from serial number `first` to list `list`:
@@ -681,10 +442,9 @@ impl Heap {
         }
         let mut full = false;
         match &mut self.stream {
-            Some(st) if st.list == Some(list) => {
+            Some(st) if st.sends(list) => {
                 target.streamed += batch.len();
-                st.buf.extend_from_slice(batch);
-                full = st.buf.len() >= STREAM_CHUNK;
+                full = st.push(batch);
             }
             _ => target.entries.extend_from_slice(batch),
         }
@@ -1210,15 +970,16 @@ impl<R: Read> Machine<R> {
             match key {
                 K_ACTION => f.action = self.entry_str(b, i)?,
                 K_FRAMES => f.frames = self.entry_frames(b, i)?,
-                K_ADDR | K_SIZE | K_STREAM | K_TIME_US | K_DEVICE_FREE => {
-                    f.set(key, Machine::<R>::entry_int(b, i)?).ok()?;
-                }
-                // A key this reader does not use: a number or a string.
-                _ => {
-                    if Machine::<R>::entry_int(b, i).is_none() {
+                // A number: a field's (a value of another type is left to
+                // the general machine, which reports it) or one this reader
+                // does not use; else a string.
+                _ => match Machine::<R>::entry_int(b, i) {
+                    Some(v) => f.set(key, v).ok()?,
+                    None if Fields::is_number(key) => return None,
+                    None => {
                         self.entry_str(b, i)?;
                     }
-                }
+                },
             }
         }
         (f.action != u32::MAX).then_some(f)

@@ -14,9 +14,10 @@
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
-use super::attribution::{Classifier, GroupKey, Live, describe_key, frame_text, free_action, live_at_start};
-use super::model::{Action, Snapshot, StackId};
-use crate::{NoFrames, StackFrame, frame_kind};
+use super::attribution::{
+    Classifier, GroupKey, Live, NoFrames, StackFrame, describe_key, frame_kind, frame_text, free_action, live_at_start,
+};
+use crate::format::model::{Action, Snapshot, StackId};
 
 /// Columns kept at most (the page draws one or more per pixel at full width
 /// and still has detail when zoomed in 8×).

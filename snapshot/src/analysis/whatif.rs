@@ -17,10 +17,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::attribution::{Category, NoFrames, Point, PointKind, attribute, entry_categories};
-use super::model::{Action, Snapshot};
-use super::replay::{
-    SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
-};
+use crate::format::model::{Action, Snapshot};
+use crate::replay::report::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions};
+use crate::replay::run::{replay_snapshot, replay_snapshot_timeline};
 use vramlab_allocator::AllocatorConfig;
 use vramlab_replay::OnOom;
 use vramlab_replay::timeline::ReplayTimeline;
@@ -392,7 +391,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::{Frame, FrameTable, TraceEntry};
+    use crate::format::model::{Frame, FrameTable, TraceEntry};
 
     const MIB: u64 = 1 << 20;
     const MODULE: &str = "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";

@@ -19,7 +19,8 @@
 
 use serde::Serialize;
 
-use super::model::{Action, Frame, FrameTable, Snapshot, StackId, TraceEntry};
+use crate::format::model::{Action, FrameTable, Snapshot, StackId, TraceEntry};
+use crate::format::stream::{NAMES_ALLOCATOR_RELEASE, NAMES_EMPTY_CACHE, stack_flags};
 use vramlab_allocator::consts::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use vramlab_allocator::{AllocError, AllocatorConfig, CachingAllocator, StreamId, format_size};
 
@@ -117,30 +118,6 @@ impl ReleaseSummary {
             self.left_to_allocator
         )
     }
-}
-
-/// What a stack's frames say about a segment free made under it ([`stack_flags`]).
-pub(crate) const NAMES_EMPTY_CACHE: u8 = 1;
-pub(crate) const NAMES_ALLOCATOR_RELEASE: u8 = 2;
-
-/// Whether a stack names a call of `empty_cache` (Python) or c10's
-/// `emptyCache` ([`NAMES_EMPTY_CACHE`]), and whether it names the allocator's
-/// own release paths ([`NAMES_ALLOCATOR_RELEASE`]).
-pub(crate) fn stack_flags<'a>(frames: impl Iterator<Item = &'a Frame>) -> u8 {
-    let mut flags = 0;
-    for f in frames {
-        if &*f.name == "empty_cache" || f.name.contains("emptyCache") {
-            flags |= NAMES_EMPTY_CACHE;
-        }
-        if f.name.contains("garbage_collect_cached_blocks")
-            || f.name.contains("release_cached_blocks")
-            || f.name.contains("release_available_cached_blocks")
-            || f.name.contains("DeviceCachingAllocator::malloc")
-        {
-            flags |= NAMES_ALLOCATOR_RELEASE;
-        }
-    }
-    flags
 }
 
 /// Whose release the run of segment frees (or unmaps) starting at trace index
