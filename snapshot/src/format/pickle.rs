@@ -715,6 +715,14 @@ struct Machine<R> {
     entry_reader: bool,
 }
 
+/// Returns a [`SnapshotError::Malformed`] at byte `$off` saying what, from
+/// the function it is used in.
+macro_rules! malformed {
+    ($off:expr, $($t:tt)*) => {
+        return Err(SnapshotError::Malformed { offset: $off, what: format!($($t)*) })
+    };
+}
+
 /// A length field of `n` bytes at byte `at` within [`MAX_STRING_BYTES`].
 fn fits(at: u64, what: &'static str, n: u64) -> Result<(), SnapshotError> {
     if n > MAX_STRING_BYTES {
@@ -985,253 +993,40 @@ impl<R: Read> Machine<R> {
         (f.action != u32::MAX).then_some(f)
     }
 
+    /// The pickle machine: every opcode to STOP, its value returned.
     fn run(&mut self) -> Result<Value, SnapshotError> {
         let mut stack: Vec<Slot> = Vec::with_capacity(256);
         let mut sbuf: Vec<u8> = Vec::new();
-
-        macro_rules! malformed {
-            ($off:expr, $($t:tt)*) => {
-                return Err(SnapshotError::Malformed { offset: $off, what: format!($($t)*) })
-            };
-        }
-
         loop {
             let at = self.inp.offset();
             let op = self.inp.byte("an opcode")?;
-            let pop = |stack: &mut Vec<Slot>, what: &str| -> Result<Value, SnapshotError> {
-                match stack.pop() {
-                    Some(Slot::V(v)) => Ok(v),
-                    Some(Slot::Mark) => {
-                        Err(SnapshotError::Malformed { offset: at, what: format!("{what}: found a mark") })
-                    }
-                    None => Err(SnapshotError::Malformed { offset: at, what: format!("{what}: the stack is empty") }),
-                }
-            };
-            // Index of the topmost mark.
-            let mark = |stack: &Vec<Slot>| -> Result<usize, SnapshotError> {
-                stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or_else(|| SnapshotError::Malformed {
-                    offset: at,
-                    what: format!("opcode {op:#04x} needs a mark and there is none"),
-                })
-            };
-            let inp = &mut self.inp;
-            let heap = &mut self.heap;
             let v = match op {
-                b'.' => return pop(&mut stack, "STOP with nothing to return"),
+                b'.' => return pop(&mut stack, at, "STOP with nothing to return"),
                 0x95 => {
-                    inp.u64("a FRAME length")?;
+                    self.inp.u64("a FRAME length")?;
                     continue;
                 }
                 0x80 => {
-                    inp.byte("a PROTO version")?;
+                    self.inp.byte("a PROTO version")?;
                     continue;
                 }
-                b'N' => Value::None,
-                0x88 => Value::Bool(true),
-                0x89 => Value::Bool(false),
-                b'K' => Value::Int(inp.byte("a BININT1")? as i64),
-                b'M' => {
-                    let b = inp.take(2, "a BININT2")?;
-                    Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                b'N' | 0x88 | 0x89 | b'K' | b'M' | b'J' | 0x8a | 0x8b | b'I' | b'L' | b'G' | b'F' => {
+                    self.number(op, at)?
                 }
-                b'J' => Value::Int(inp.u32("a BININT")? as i32 as i64),
-                0x8a | 0x8b => {
-                    let n =
-                        if op == 0x8a { inp.byte("a LONG1 length")? as u64 } else { inp.u32("a LONG4 length")? as u64 };
-                    fits(at, "an integer", n)?;
-                    let b = inp.take(n as usize, "a long integer")?;
-                    long_value(b)
-                }
-                b'I' | b'L' => {
-                    let line = inp.line("an INT or LONG")?;
-                    let text = String::from_utf8_lossy(&line);
-                    let text = text.trim_end_matches('L');
-                    match text {
-                        "00" => Value::Bool(false),
-                        "01" => Value::Bool(true),
-                        t => match t.parse::<i64>() {
-                            Ok(n) => Value::Int(n),
-                            Err(_) if t.parse::<i128>().is_ok() || t.bytes().skip(1).all(|c| c.is_ascii_digit()) => {
-                                Value::BigInt(t.starts_with('-'))
-                            }
-                            Err(_) => malformed!(at, "INT opcode with '{t}', not an integer"),
-                        },
-                    }
-                }
-                b'G' => Value::Float(f64::from_be_bytes(inp.take(8, "a BINFLOAT")?.try_into().unwrap_or_default())),
-                b'F' => {
-                    let line = inp.line("a FLOAT")?;
-                    match String::from_utf8_lossy(&line).parse::<f64>() {
-                        Ok(f) => Value::Float(f),
-                        Err(_) => malformed!(at, "FLOAT opcode without a number"),
-                    }
-                }
-                b'X' | 0x8c | 0x8d | b'U' | b'T' | b'B' | b'C' | 0x8e | 0x96 => {
-                    let n = match op {
-                        0x8c | b'U' | b'C' => inp.byte("a string length")? as u64,
-                        0x8d | 0x8e | 0x96 => inp.u64("a string length")?,
-                        _ => inp.u32("a string length")? as u64,
-                    };
-                    fits(at, "a string", n)?;
-                    let bytes = inp.take(n as usize, "a string")?;
-                    match op {
-                        b'X' | 0x8c | 0x8d => match std::str::from_utf8(bytes) {
-                            Ok(s) => Value::Str(heap.intern(s)),
-                            Err(_) => malformed!(at, "a str that is not UTF-8"),
-                        },
-                        // Python 2 strings read as text where they are text.
-                        b'U' | b'T' => {
-                            sbuf.clear();
-                            sbuf.extend_from_slice(bytes);
-                            Value::Str(heap.intern(&String::from_utf8_lossy(&sbuf)))
-                        }
-                        _ => Value::Bytes,
-                    }
-                }
-                b']' => {
-                    let list = heap.new_list();
-                    heap.lists.push(list);
-                    Value::List(heap.lists.len() as u32 - 1)
-                }
-                b'}' => match if self.entry_reader { self.entry(at)? } else { None } {
-                    Some(entry) => entry,
-                    None => {
-                        let heap = &mut self.heap;
-                        let dict = heap.new_dict();
-                        heap.dicts.push(dict);
-                        Value::Dict(heap.dicts.len() as u32 - 1)
-                    }
-                },
-                b')' => {
-                    heap.tuples.push(Box::new([]));
-                    Value::Tuple(heap.tuples.len() as u32 - 1)
-                }
-                0x8f => {
-                    heap.lists.push(Vec::new());
-                    Value::Set(heap.lists.len() as u32 - 1)
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    let mut items = vec![Value::None; n];
-                    for i in (0..n).rev() {
-                        items[i] = pop(&mut stack, "TUPLE with too few items")?;
-                    }
-                    heap.tuples.push(items.into());
-                    Value::Tuple(heap.tuples.len() as u32 - 1)
-                }
+                b'X' | 0x8c | 0x8d | b'U' | b'T' | b'B' | b'C' | 0x8e | 0x96 => self.string(op, at, &mut sbuf)?,
+                b']' | b'}' | b')' | 0x8f => self.empty_container(op, at)?,
+                0x85..=0x87 => self.small_tuple(op, at, &mut stack)?,
                 b'(' => {
                     stack.push(Slot::Mark);
                     continue;
                 }
-                b't' | b'l' | b'd' | 0x91 => {
-                    let m = mark(&stack)?;
-                    let items: Vec<Value> = stack
-                        .drain(m..)
-                        .skip(1)
-                        .map(|s| match s {
-                            Slot::V(v) => v,
-                            Slot::Mark => Value::None,
-                        })
-                        .collect();
-                    match op {
-                        b't' => {
-                            heap.tuples.push(items.into());
-                            Value::Tuple(heap.tuples.len() as u32 - 1)
-                        }
-                        b'l' | 0x91 => {
-                            // Entries in a list built at once (protocol 0/1 style).
-                            let list = heap.lists.len() as u32;
-                            let mut plain = Vec::with_capacity(items.len());
-                            for v in items {
-                                match v {
-                                    Value::Entry(id) if op == b'l' => heap.append_entries(list, id, 1, at)?,
-                                    Value::Dict(d) if op == b'l' => match heap.entry_of(d, at)? {
-                                        Some((entry, problem)) => heap.push_entry(list, entry, problem),
-                                        None => plain.push(v),
-                                    },
-                                    v => plain.push(v),
-                                }
-                            }
-                            heap.lists.push(plain);
-                            if op == b'l' { Value::List(list) } else { Value::Set(list) }
-                        }
-                        _ => {
-                            if !items.len().is_multiple_of(2) {
-                                malformed!(at, "DICT with an odd number of items");
-                            }
-                            heap.dicts.push(items.chunks(2).map(|p| (p[0], p[1])).collect());
-                            Value::Dict(heap.dicts.len() as u32 - 1)
-                        }
-                    }
-                }
+                b't' | b'l' | b'd' | 0x91 => self.build(op, at, &mut stack)?,
                 b'a' | b'e' | 0x90 => {
-                    let (start, target_at) = if op == b'a' {
-                        (stack.len().saturating_sub(1), stack.len().saturating_sub(2))
-                    } else {
-                        let m = mark(&stack)?;
-                        (m + 1, m.wrapping_sub(1))
-                    };
-                    let target = match stack.get(target_at) {
-                        Some(Slot::V(Value::List(l))) => *l,
-                        Some(Slot::V(Value::Set(l))) if op == 0x90 => *l,
-                        Some(Slot::V(v)) => malformed!(at, "APPEND to a {}, not a list", v.type_name()),
-                        _ => malformed!(at, "APPEND with no list below the items"),
-                    };
-                    if start > stack.len() || (op == b'a' && stack.len() < 2) {
-                        malformed!(at, "APPEND with nothing to append");
-                    }
-                    if heap.choosing_stream() && stack[start..].iter().any(|s| matches!(s, Slot::V(Value::Entry(_)))) {
-                        heap.choose_stream(target, trace_position(&stack, target_at, heap));
-                    }
-                    // A run of entries in the order they were read goes in at once.
-                    let run = match (stack.get(start), stack.last()) {
-                        (Some(Slot::V(Value::Entry(a))), Some(Slot::V(Value::Entry(b))))
-                            if (b.wrapping_sub(*a) as usize) == stack.len() - start - 1 =>
-                        {
-                            Some(*a)
-                        }
-                        _ => None,
-                    };
-                    match run {
-                        Some(first) => heap.append_entries(target, first, stack.len() - start, at)?,
-                        None => {
-                            for &slot in &stack[start..] {
-                                let Slot::V(v) = slot else { malformed!(at, "a mark among the items to append") };
-                                match v {
-                                    Value::Entry(id) => heap.append_entries(target, id, 1, at)?,
-                                    Value::Dict(d) => match heap.entry_of(d, at)? {
-                                        Some((entry, problem)) => heap.push_entry(target, entry, problem),
-                                        None => heap.lists[target as usize].push(v),
-                                    },
-                                    v => heap.lists[target as usize].push(v),
-                                }
-                            }
-                        }
-                    }
-                    // The items, and the mark for APPENDS/ADDITEMS.
-                    stack.truncate(if op == b'a' { start } else { start - 1 });
+                    self.append(op, at, &mut stack)?;
                     continue;
                 }
                 b's' | b'u' => {
-                    let start = if op == b's' { stack.len().saturating_sub(2) } else { mark(&stack)? + 1 };
-                    let target_at = start.wrapping_sub(if op == b's' { 1 } else { 2 });
-                    let target = match stack.get(target_at) {
-                        Some(Slot::V(Value::Dict(d))) => *d,
-                        Some(Slot::V(v)) => malformed!(at, "SETITEM on a {}, not a dict", v.type_name()),
-                        _ => malformed!(at, "SETITEM with no dict below the items"),
-                    };
-                    if !(stack.len() - start).is_multiple_of(2) {
-                        malformed!(at, "SETITEMS with a key and no value");
-                    }
-                    let dict = &mut heap.dicts[target as usize];
-                    dict.reserve((stack.len() - start) / 2);
-                    for pair in stack[start..].chunks(2) {
-                        let (Slot::V(k), Slot::V(v)) = (pair[0], pair[1]) else {
-                            malformed!(at, "a mark among the items to set")
-                        };
-                        dict.push((k, v));
-                    }
-                    stack.truncate(if op == b's' { start } else { start - 1 });
+                    self.set_items(op, at, &mut stack)?;
                     continue;
                 }
                 b'0' => {
@@ -1239,87 +1034,354 @@ impl<R: Read> Machine<R> {
                     continue;
                 }
                 b'1' => {
-                    let m = mark(&stack)?;
+                    let m = mark(&stack, at, op)?;
                     stack.truncate(m);
                     continue;
                 }
                 b'2' => {
-                    let top = pop(&mut stack, "DUP")?;
+                    let top = pop(&mut stack, at, "DUP")?;
                     stack.push(Slot::V(top));
                     top
                 }
                 b'q' | b'r' | 0x94 | b'p' => {
-                    let index = match op {
-                        b'q' => inp.byte("a BINPUT index")? as u64,
-                        b'r' => inp.u32("a LONG_BINPUT index")? as u64,
-                        0x94 => self.memo.slots.len() as u64,
-                        _ => {
-                            let line = inp.line("a PUT index")?;
-                            match String::from_utf8_lossy(&line).parse::<u64>() {
-                                Ok(n) => n,
-                                Err(_) => malformed!(at, "PUT without an index"),
-                            }
-                        }
-                    };
-                    let top = match stack.last() {
-                        Some(Slot::V(v)) => *v,
-                        _ => malformed!(at, "a memo put with no value on the stack"),
-                    };
-                    if index >= MAX_MEMO {
-                        return Err(SnapshotError::TooLong {
-                            offset: at,
-                            what: "a memo index",
-                            bytes: index,
-                            limit: MAX_MEMO,
-                        });
-                    }
-                    self.memo.put(index, top);
+                    self.memo_put(op, at, &stack)?;
                     continue;
                 }
-                b'h' | b'j' | b'g' => {
-                    let index = match op {
-                        b'h' => inp.byte("a BINGET index")? as u64,
-                        b'j' => inp.u32("a LONG_BINGET index")? as u64,
-                        _ => {
-                            let line = inp.line("a GET index")?;
-                            String::from_utf8_lossy(&line).parse::<u64>().unwrap_or(u64::MAX)
-                        }
-                    };
-                    match self.memo.get(index) {
-                        Ok(v) => v,
-                        Err(why) => malformed!(at, "memo get of slot {index}, which was {why}"),
-                    }
-                }
-                b'c' | 0x93 | b'R' | b'b' | 0x81 | 0x92 | b'i' | b'o' => {
-                    return Err(SnapshotError::Opcode {
-                        offset: at,
-                        opcode: op,
-                        name: opcode_name(op),
-                        why: "builds a Python object of a class; a memory snapshot holds only dicts, lists, strings and numbers (is this a snapshot from torch.cuda.memory._dump_snapshot?)",
-                    });
-                }
-                0x97 | 0x98 => {
-                    return Err(SnapshotError::Opcode {
-                        offset: at,
-                        opcode: op,
-                        name: opcode_name(op),
-                        why: "refers to an out-of-band buffer, which a snapshot file cannot carry",
-                    });
-                }
-                _ => {
-                    return Err(SnapshotError::Opcode {
-                        offset: at,
-                        opcode: op,
-                        name: "unknown",
-                        why: "is not a pickle opcode; the file is corrupt",
-                    });
-                }
+                b'h' | b'j' | b'g' => self.memo_get(op, at)?,
+                _ => return Err(refused(op, at)),
             };
             stack.push(Slot::V(v));
             if stack.len() > (1 << 24) {
                 malformed!(at, "more than 16 million values on the stack; not a snapshot");
             }
         }
+    }
+
+    /// The numbers: None, booleans, integers of every width and text, floats.
+    #[inline]
+    fn number(&mut self, op: u8, at: u64) -> Result<Value, SnapshotError> {
+        let inp = &mut self.inp;
+        Ok(match op {
+            b'N' => Value::None,
+            0x88 => Value::Bool(true),
+            0x89 => Value::Bool(false),
+            b'K' => Value::Int(inp.byte("a BININT1")? as i64),
+            b'M' => {
+                let b = inp.take(2, "a BININT2")?;
+                Value::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+            }
+            b'J' => Value::Int(inp.u32("a BININT")? as i32 as i64),
+            0x8a | 0x8b => {
+                let n = if op == 0x8a { inp.byte("a LONG1 length")? as u64 } else { inp.u32("a LONG4 length")? as u64 };
+                fits(at, "an integer", n)?;
+                let b = inp.take(n as usize, "a long integer")?;
+                long_value(b)
+            }
+            b'I' | b'L' => {
+                let line = inp.line("an INT or LONG")?;
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end_matches('L');
+                match text {
+                    "00" => Value::Bool(false),
+                    "01" => Value::Bool(true),
+                    t => match t.parse::<i64>() {
+                        Ok(n) => Value::Int(n),
+                        Err(_) if t.parse::<i128>().is_ok() || t.bytes().skip(1).all(|c| c.is_ascii_digit()) => {
+                            Value::BigInt(t.starts_with('-'))
+                        }
+                        Err(_) => malformed!(at, "INT opcode with '{t}', not an integer"),
+                    },
+                }
+            }
+            b'G' => Value::Float(f64::from_be_bytes(inp.take(8, "a BINFLOAT")?.try_into().unwrap_or_default())),
+            _ => {
+                let line = inp.line("a FLOAT")?;
+                match String::from_utf8_lossy(&line).parse::<f64>() {
+                    Ok(f) => Value::Float(f),
+                    Err(_) => malformed!(at, "FLOAT opcode without a number"),
+                }
+            }
+        })
+    }
+
+    /// The strings and bytes objects (`sbuf`: scratch for Python 2 strings).
+    #[inline]
+    fn string(&mut self, op: u8, at: u64, sbuf: &mut Vec<u8>) -> Result<Value, SnapshotError> {
+        let (inp, heap) = (&mut self.inp, &mut self.heap);
+        let n = match op {
+            0x8c | b'U' | b'C' => inp.byte("a string length")? as u64,
+            0x8d | 0x8e | 0x96 => inp.u64("a string length")?,
+            _ => inp.u32("a string length")? as u64,
+        };
+        fits(at, "a string", n)?;
+        let bytes = inp.take(n as usize, "a string")?;
+        Ok(match op {
+            b'X' | 0x8c | 0x8d => match std::str::from_utf8(bytes) {
+                Ok(s) => Value::Str(heap.intern(s)),
+                Err(_) => malformed!(at, "a str that is not UTF-8"),
+            },
+            // Python 2 strings read as text where they are text.
+            b'U' | b'T' => {
+                sbuf.clear();
+                sbuf.extend_from_slice(bytes);
+                Value::Str(heap.intern(&String::from_utf8_lossy(sbuf)))
+            }
+            _ => Value::Bytes,
+        })
+    }
+
+    /// EMPTY_LIST, EMPTY_DICT (a trace entry, where the entry reader reads
+    /// one), EMPTY_TUPLE, EMPTY_SET.
+    #[inline]
+    fn empty_container(&mut self, op: u8, at: u64) -> Result<Value, SnapshotError> {
+        let heap = &mut self.heap;
+        Ok(match op {
+            b']' => {
+                let list = heap.new_list();
+                heap.lists.push(list);
+                Value::List(heap.lists.len() as u32 - 1)
+            }
+            b'}' => match if self.entry_reader { self.entry(at)? } else { None } {
+                Some(entry) => entry,
+                None => {
+                    let heap = &mut self.heap;
+                    let dict = heap.new_dict();
+                    heap.dicts.push(dict);
+                    Value::Dict(heap.dicts.len() as u32 - 1)
+                }
+            },
+            b')' => {
+                heap.tuples.push(Box::new([]));
+                Value::Tuple(heap.tuples.len() as u32 - 1)
+            }
+            _ => {
+                heap.lists.push(Vec::new());
+                Value::Set(heap.lists.len() as u32 - 1)
+            }
+        })
+    }
+
+    /// TUPLE1 to TUPLE3: the top items as a tuple.
+    #[inline]
+    fn small_tuple(&mut self, op: u8, at: u64, stack: &mut Vec<Slot>) -> Result<Value, SnapshotError> {
+        let n = (op - 0x84) as usize;
+        let mut items = vec![Value::None; n];
+        for i in (0..n).rev() {
+            items[i] = pop(stack, at, "TUPLE with too few items")?;
+        }
+        self.heap.tuples.push(items.into());
+        Ok(Value::Tuple(self.heap.tuples.len() as u32 - 1))
+    }
+
+    /// TUPLE, LIST, DICT, FROZENSET: a container of the items above the top
+    /// mark (a list's trace entries into its entry list).
+    #[inline]
+    fn build(&mut self, op: u8, at: u64, stack: &mut Vec<Slot>) -> Result<Value, SnapshotError> {
+        let heap = &mut self.heap;
+        let m = mark(stack, at, op)?;
+        let items: Vec<Value> = stack
+            .drain(m..)
+            .skip(1)
+            .map(|s| match s {
+                Slot::V(v) => v,
+                Slot::Mark => Value::None,
+            })
+            .collect();
+        Ok(match op {
+            b't' => {
+                heap.tuples.push(items.into());
+                Value::Tuple(heap.tuples.len() as u32 - 1)
+            }
+            b'l' | 0x91 => {
+                // Entries in a list built at once (protocol 0/1 style).
+                let list = heap.lists.len() as u32;
+                let mut plain = Vec::with_capacity(items.len());
+                for v in items {
+                    match v {
+                        Value::Entry(id) if op == b'l' => heap.append_entries(list, id, 1, at)?,
+                        Value::Dict(d) if op == b'l' => match heap.entry_of(d, at)? {
+                            Some((entry, problem)) => heap.push_entry(list, entry, problem),
+                            None => plain.push(v),
+                        },
+                        v => plain.push(v),
+                    }
+                }
+                heap.lists.push(plain);
+                if op == b'l' { Value::List(list) } else { Value::Set(list) }
+            }
+            _ => {
+                if !items.len().is_multiple_of(2) {
+                    malformed!(at, "DICT with an odd number of items");
+                }
+                heap.dicts.push(items.chunks(2).map(|p| (p[0], p[1])).collect());
+                Value::Dict(heap.dicts.len() as u32 - 1)
+            }
+        })
+    }
+
+    /// APPEND, APPENDS, ADDITEMS: the items into the list (or set) below
+    /// them; trace entries into its entry list, a run of them in the order
+    /// they were read at once.
+    #[inline]
+    fn append(&mut self, op: u8, at: u64, stack: &mut Vec<Slot>) -> Result<(), SnapshotError> {
+        let heap = &mut self.heap;
+        let (start, target_at) = if op == b'a' {
+            (stack.len().saturating_sub(1), stack.len().saturating_sub(2))
+        } else {
+            let m = mark(stack, at, op)?;
+            (m + 1, m.wrapping_sub(1))
+        };
+        let target = match stack.get(target_at) {
+            Some(Slot::V(Value::List(l))) => *l,
+            Some(Slot::V(Value::Set(l))) if op == 0x90 => *l,
+            Some(Slot::V(v)) => malformed!(at, "APPEND to a {}, not a list", v.type_name()),
+            _ => malformed!(at, "APPEND with no list below the items"),
+        };
+        if start > stack.len() || (op == b'a' && stack.len() < 2) {
+            malformed!(at, "APPEND with nothing to append");
+        }
+        if heap.choosing_stream() && stack[start..].iter().any(|s| matches!(s, Slot::V(Value::Entry(_)))) {
+            heap.choose_stream(target, trace_position(stack, target_at, heap));
+        }
+        // A run of entries in the order they were read goes in at once.
+        let run = match (stack.get(start), stack.last()) {
+            (Some(Slot::V(Value::Entry(a))), Some(Slot::V(Value::Entry(b))))
+                if (b.wrapping_sub(*a) as usize) == stack.len() - start - 1 =>
+            {
+                Some(*a)
+            }
+            _ => None,
+        };
+        match run {
+            Some(first) => heap.append_entries(target, first, stack.len() - start, at)?,
+            None => {
+                for &slot in &stack[start..] {
+                    let Slot::V(v) = slot else { malformed!(at, "a mark among the items to append") };
+                    match v {
+                        Value::Entry(id) => heap.append_entries(target, id, 1, at)?,
+                        Value::Dict(d) => match heap.entry_of(d, at)? {
+                            Some((entry, problem)) => heap.push_entry(target, entry, problem),
+                            None => heap.lists[target as usize].push(v),
+                        },
+                        v => heap.lists[target as usize].push(v),
+                    }
+                }
+            }
+        }
+        // The items, and the mark for APPENDS/ADDITEMS.
+        stack.truncate(if op == b'a' { start } else { start - 1 });
+        Ok(())
+    }
+
+    /// SETITEM, SETITEMS: the key-value pairs into the dict below them.
+    #[inline]
+    fn set_items(&mut self, op: u8, at: u64, stack: &mut Vec<Slot>) -> Result<(), SnapshotError> {
+        let start = if op == b's' { stack.len().saturating_sub(2) } else { mark(stack, at, op)? + 1 };
+        let target_at = start.wrapping_sub(if op == b's' { 1 } else { 2 });
+        let target = match stack.get(target_at) {
+            Some(Slot::V(Value::Dict(d))) => *d,
+            Some(Slot::V(v)) => malformed!(at, "SETITEM on a {}, not a dict", v.type_name()),
+            _ => malformed!(at, "SETITEM with no dict below the items"),
+        };
+        if !(stack.len() - start).is_multiple_of(2) {
+            malformed!(at, "SETITEMS with a key and no value");
+        }
+        let dict = &mut self.heap.dicts[target as usize];
+        dict.reserve((stack.len() - start) / 2);
+        for pair in stack[start..].chunks(2) {
+            let (Slot::V(k), Slot::V(v)) = (pair[0], pair[1]) else { malformed!(at, "a mark among the items to set") };
+            dict.push((k, v));
+        }
+        stack.truncate(if op == b's' { start } else { start - 1 });
+        Ok(())
+    }
+
+    /// BINPUT, LONG_BINPUT, MEMOIZE, PUT: the top value into the memo.
+    #[inline]
+    fn memo_put(&mut self, op: u8, at: u64, stack: &[Slot]) -> Result<(), SnapshotError> {
+        let inp = &mut self.inp;
+        let index = match op {
+            b'q' => inp.byte("a BINPUT index")? as u64,
+            b'r' => inp.u32("a LONG_BINPUT index")? as u64,
+            0x94 => self.memo.slots.len() as u64,
+            _ => {
+                let line = inp.line("a PUT index")?;
+                match String::from_utf8_lossy(&line).parse::<u64>() {
+                    Ok(n) => n,
+                    Err(_) => malformed!(at, "PUT without an index"),
+                }
+            }
+        };
+        let top = match stack.last() {
+            Some(Slot::V(v)) => *v,
+            _ => malformed!(at, "a memo put with no value on the stack"),
+        };
+        if index >= MAX_MEMO {
+            return Err(SnapshotError::TooLong { offset: at, what: "a memo index", bytes: index, limit: MAX_MEMO });
+        }
+        self.memo.put(index, top);
+        Ok(())
+    }
+
+    /// BINGET, LONG_BINGET, GET: a value from the memo.
+    #[inline]
+    fn memo_get(&mut self, op: u8, at: u64) -> Result<Value, SnapshotError> {
+        let inp = &mut self.inp;
+        let index = match op {
+            b'h' => inp.byte("a BINGET index")? as u64,
+            b'j' => inp.u32("a LONG_BINGET index")? as u64,
+            _ => {
+                let line = inp.line("a GET index")?;
+                String::from_utf8_lossy(&line).parse::<u64>().unwrap_or(u64::MAX)
+            }
+        };
+        match self.memo.get(index) {
+            Ok(v) => Ok(v),
+            Err(why) => malformed!(at, "memo get of slot {index}, which was {why}"),
+        }
+    }
+}
+
+/// The top value of the stack, popped (`what`: the opcode's need, for the error).
+#[inline]
+fn pop(stack: &mut Vec<Slot>, at: u64, what: &str) -> Result<Value, SnapshotError> {
+    match stack.pop() {
+        Some(Slot::V(v)) => Ok(v),
+        Some(Slot::Mark) => Err(SnapshotError::Malformed { offset: at, what: format!("{what}: found a mark") }),
+        None => Err(SnapshotError::Malformed { offset: at, what: format!("{what}: the stack is empty") }),
+    }
+}
+
+/// Index of the topmost mark, which opcode `op` at byte `at` needs.
+#[inline]
+fn mark(stack: &[Slot], at: u64, op: u8) -> Result<usize, SnapshotError> {
+    stack.iter().rposition(|s| matches!(s, Slot::Mark)).ok_or_else(|| SnapshotError::Malformed {
+        offset: at,
+        what: format!("opcode {op:#04x} needs a mark and there is none"),
+    })
+}
+
+/// The error for opcode `op` at byte `at`, which a snapshot cannot hold.
+fn refused(op: u8, at: u64) -> SnapshotError {
+    match op {
+        b'c' | 0x93 | b'R' | b'b' | 0x81 | 0x92 | b'i' | b'o' => SnapshotError::Opcode {
+            offset: at,
+            opcode: op,
+            name: opcode_name(op),
+            why: "builds a Python object of a class; a memory snapshot holds only dicts, lists, strings and numbers (is this a snapshot from torch.cuda.memory._dump_snapshot?)",
+        },
+        0x97 | 0x98 => SnapshotError::Opcode {
+            offset: at,
+            opcode: op,
+            name: opcode_name(op),
+            why: "refers to an out-of-band buffer, which a snapshot file cannot carry",
+        },
+        _ => SnapshotError::Opcode {
+            offset: at,
+            opcode: op,
+            name: "unknown",
+            why: "is not a pickle opcode; the file is corrupt",
+        },
     }
 }
 
