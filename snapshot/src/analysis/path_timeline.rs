@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::attribution::{
     Classifier, GroupKey, Live, NoFrames, StackFrame, describe_key, frame_kind, frame_text, free_action, live_at_start,
 };
-use crate::format::model::{Action, Snapshot, StackId};
+use crate::format::model::{Action, Snapshot, StackId, TraceEntry};
 
 /// Columns kept at most (the page draws one or more per pixel at full width
 /// and still has detail when zoomed in 8×).
@@ -91,21 +91,82 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline>
     let trace = snapshot.device_traces.get(device)?;
     let free = free_action(trace);
     let mut c = Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
-    let start = live_at_start(snapshot, device, free);
-    // Pass 1: each block's key, each key's highest live bytes and largest blocks.
-    let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
-    let mut cur: Vec<u64> = Vec::new();
-    let mut peak: Vec<u64> = Vec::new();
-    let mut largest: Vec<Vec<(u64, Option<usize>, StackId)>> = Vec::new();
-    let mut note = |k: usize, b: Live, cur: &mut Vec<u64>, peak: &mut Vec<u64>| {
-        if cur.len() <= k {
-            cur.resize(k + 1, 0);
-            peak.resize(k + 1, 0);
-            largest.resize(k + 1, Vec::new());
+    let mut start_blocks: Vec<(u64, Live)> = live_at_start(snapshot, device, free).into_iter().collect();
+    start_blocks.sort_by_key(|(a, _)| *a);
+    let paths = PathPeaks::of(&mut c, trace, free, &start_blocks);
+    let bands = Bands::of(&paths.peak);
+    let columns = Columns::of(trace, free, &start_blocks, &paths, &bands);
+    let time_of = |applied: usize| trace.get(applied.saturating_sub(1)).map_or(0, |e| e.time_us);
+    let time_us = columns.applied.iter().map(|&a| time_of(a as usize)).collect();
+    let series = bands.series(snapshot, &c, &paths, columns.bytes);
+    Some(PathTimeline {
+        applied: columns.applied,
+        time_us,
+        series,
+        entries_per_column: columns.per as u64,
+        entries: trace.len() as u64,
+        paths: bands.order.len() as u64,
+    })
+}
+
+/// A block for the hover: (requested bytes, its `alloc` entry, its stack).
+type BlockNote = (u64, Option<usize>, StackId);
+
+/// Pass 1 over the trace: each block's call path (its key), and per key the
+/// live bytes as the trace goes, their highest, and the largest blocks.
+#[derive(Default)]
+struct PathPeaks {
+    cur: Vec<u64>,
+    peak: Vec<u64>,
+    largest: Vec<Vec<BlockNote>>,
+    /// The key of each block live at the start, in address order.
+    start_keys: Vec<usize>,
+    /// The key of each `alloc` entry (`u32::MAX` for the other entries).
+    keys: Vec<u32>,
+}
+
+impl PathPeaks {
+    fn of(c: &mut Classifier<'_>, trace: &[TraceEntry], free: Action, start_blocks: &[(u64, Live)]) -> PathPeaks {
+        let mut p = PathPeaks { start_keys: Vec::with_capacity(start_blocks.len()), ..PathPeaks::default() };
+        let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
+        for (addr, b) in start_blocks {
+            let k = block_key(c, b.frames, None);
+            p.note(k, *b);
+            live.insert(*addr, (b.size, k));
+            p.start_keys.push(k);
         }
-        cur[k] += b.size;
-        peak[k] = peak[k].max(cur[k]);
-        let l = &mut largest[k];
+        p.keys = vec![u32::MAX; trace.len()];
+        for (i, e) in trace.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    let k = block_key(c, e.frames, Some(i));
+                    p.keys[i] = k as u32;
+                    if let Some((size, old)) = live.insert(e.addr, (e.size, k)) {
+                        p.cur[old] -= size;
+                    }
+                    p.note(k, Live { size: e.size, frames: e.frames, alloc: Some(i) });
+                }
+                a if a == free => {
+                    if let Some((size, k)) = live.remove(&e.addr) {
+                        p.cur[k] -= size;
+                    }
+                }
+                _ => {}
+            }
+        }
+        p
+    }
+
+    /// Block `b` made live on key `k`.
+    fn note(&mut self, k: usize, b: Live) {
+        if self.cur.len() <= k {
+            self.cur.resize(k + 1, 0);
+            self.peak.resize(k + 1, 0);
+            self.largest.resize(k + 1, Vec::new());
+        }
+        self.cur[k] += b.size;
+        self.peak[k] = self.peak[k].max(self.cur[k]);
+        let l = &mut self.largest[k];
         if l.len() < BLOCKS_PER_PATH || l.last().is_some_and(|x| x.0 < b.size) {
             // Distinct stacks only: a loop's same-sized blocks are one line.
             if !l.iter().any(|x| x.2 == b.frames && x.0 >= b.size) {
@@ -115,144 +176,167 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline>
                 l.truncate(BLOCKS_PER_PATH);
             }
         }
-    };
-    let mut start_blocks: Vec<(u64, Live)> = start.into_iter().collect();
-    start_blocks.sort_by_key(|(a, _)| *a);
-    let mut start_keys = Vec::with_capacity(start_blocks.len());
-    for (addr, b) in &start_blocks {
-        let k = block_key(&mut c, b.frames, None);
-        note(k, *b, &mut cur, &mut peak);
-        live.insert(*addr, (b.size, k));
-        start_keys.push(k);
     }
-    let mut keys: Vec<u32> = vec![u32::MAX; trace.len()];
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::Alloc => {
-                let k = block_key(&mut c, e.frames, Some(i));
-                keys[i] = k as u32;
-                if let Some((size, old)) = live.insert(e.addr, (e.size, k)) {
-                    cur[old] -= size;
-                }
-                note(k, Live { size: e.size, frames: e.frames, alloc: Some(i) }, &mut cur, &mut peak);
-            }
-            a if a == free => {
-                if let Some((size, k)) = live.remove(&e.addr) {
-                    cur[k] -= size;
-                }
-            }
-            _ => {}
+}
+
+/// The bands: the keys with the highest peaks, one band each, and the rest
+/// in one "other" band.
+struct Bands {
+    /// The keys that were ever live, highest peak first.
+    order: Vec<usize>,
+    /// The band of each key.
+    band_of: Vec<usize>,
+    count: usize,
+    /// Whether there is an "other" band (the last).
+    other: bool,
+}
+
+impl Bands {
+    fn of(peak: &[u64]) -> Bands {
+        let mut order: Vec<usize> = (0..peak.len()).filter(|&k| peak[k] > 0).collect();
+        order.sort_by(|&a, &b| peak[b].cmp(&peak[a]).then(a.cmp(&b)));
+        let other = order.len() > TOP_PATHS;
+        let count = order.len().min(TOP_PATHS) + usize::from(other);
+        let mut band_of = vec![count.saturating_sub(1); peak.len()];
+        for (band, &k) in order.iter().take(TOP_PATHS).enumerate() {
+            band_of[k] = band;
         }
+        Bands { order, band_of, count, other }
     }
-    // The bands: the largest keys by their own peak; the rest "other".
-    let mut order: Vec<usize> = (0..peak.len()).filter(|&k| peak[k] > 0).collect();
-    order.sort_by(|&a, &b| peak[b].cmp(&peak[a]).then(a.cmp(&b)));
-    let paths = order.len() as u64;
-    let other = order.len() > TOP_PATHS;
-    let bands = order.len().min(TOP_PATHS) + usize::from(other);
-    let mut band_of = vec![bands.saturating_sub(1); peak.len()];
-    for (band, &k) in order.iter().take(TOP_PATHS).enumerate() {
-        band_of[k] = band;
+
+    /// The bands as series, their live bytes at each column given (`bytes`, by band).
+    fn series(
+        &self,
+        snapshot: &Snapshot,
+        c: &Classifier<'_>,
+        paths: &PathPeaks,
+        mut bytes: Vec<Vec<u64>>,
+    ) -> Vec<PathSeries> {
+        let block = |b: &BlockNote| path_block(snapshot, b);
+        let mut series: Vec<PathSeries> = self
+            .order
+            .iter()
+            .take(TOP_PATHS)
+            .zip(bytes.iter_mut())
+            .map(|(&k, b)| {
+                let (label, user_frames) = describe_key(&c.keys[k]);
+                PathSeries {
+                    label,
+                    user_frames,
+                    peak_bytes: paths.peak[k],
+                    largest_blocks: paths.largest[k].iter().map(block).collect(),
+                    bytes: std::mem::take(b),
+                }
+            })
+            .collect();
+        if self.other {
+            let rest = &self.order[TOP_PATHS..];
+            let mut blocks: Vec<_> = rest.iter().flat_map(|&k| paths.largest[k].iter().copied()).collect();
+            blocks.sort_by_key(|x| std::cmp::Reverse(x.0));
+            blocks.truncate(BLOCKS_PER_PATH);
+            let b = std::mem::take(&mut bytes[self.count - 1]);
+            series.push(PathSeries {
+                label: format!("other ({} call paths)", rest.len()),
+                user_frames: Vec::new(),
+                peak_bytes: b.iter().copied().max().unwrap_or(0),
+                largest_blocks: blocks.iter().map(block).collect(),
+                bytes: b,
+            });
+        }
+        series
     }
-    // Pass 2: the columns.
-    let states = trace.len() + 1;
-    let per = states.div_ceil(MAX_COLUMNS).max(1);
-    let columns = states.div_ceil(per);
-    let mut applied = Vec::with_capacity(columns);
-    let mut bytes: Vec<Vec<u64>> = vec![Vec::with_capacity(columns); bands];
-    let mut now = vec![0u64; bands];
-    let mut total = 0u64;
-    let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
-    for ((addr, b), k) in start_blocks.iter().zip(&start_keys) {
-        live.insert(*addr, (b.size, band_of[*k]));
-        now[band_of[*k]] += b.size;
-        total += b.size;
+}
+
+/// A band's block for the hover: every frame of the user's, folded frames up
+/// to [`FRAMES_PER_STACK`].
+fn path_block(snapshot: &Snapshot, &(size, alloc, frames): &BlockNote) -> PathBlock {
+    let (mut kept, mut folded, mut left) = (Vec::new(), 0usize, 0u64);
+    for f in snapshot.frames.stack(frames) {
+        let kind = frame_kind(f);
+        if kind.folded() {
+            if folded == FRAMES_PER_STACK {
+                left += 1;
+                continue;
+            }
+            folded += 1;
+        }
+        kept.push(StackFrame { text: frame_text(f), kind });
     }
-    let mut best: Option<(u64, usize)> = None;
-    let mut best_bytes = now.clone();
-    let time_of = |applied: usize| trace.get(applied.saturating_sub(1)).map_or(0, |e| e.time_us);
-    for state in 0..states {
-        if state > 0 {
-            let i = state - 1;
-            let e = &trace[i];
-            match e.action {
-                Action::Alloc => {
-                    let band = band_of[keys[i] as usize];
-                    if let Some((size, old)) = live.insert(e.addr, (e.size, band)) {
-                        now[old] -= size;
-                        total -= size;
+    PathBlock { bytes: size, entry: alloc.map(|a| a as u64), frames: kept, frames_left_out: left }
+}
+
+/// Pass 2 over the trace: the columns, each the state where the live total
+/// is highest among its entries.
+struct Columns {
+    /// Per column, the entries applied at its state.
+    applied: Vec<u64>,
+    /// Per band, its live bytes at each column.
+    bytes: Vec<Vec<u64>>,
+    /// Entries per column.
+    per: usize,
+}
+
+impl Columns {
+    fn of(
+        trace: &[TraceEntry],
+        free: Action,
+        start_blocks: &[(u64, Live)],
+        paths: &PathPeaks,
+        bands: &Bands,
+    ) -> Columns {
+        let band_of = &bands.band_of;
+        let states = trace.len() + 1;
+        let per = states.div_ceil(MAX_COLUMNS).max(1);
+        let columns = states.div_ceil(per);
+        let mut applied = Vec::with_capacity(columns);
+        let mut bytes: Vec<Vec<u64>> = vec![Vec::with_capacity(columns); bands.count];
+        let mut now = vec![0u64; bands.count];
+        let mut total = 0u64;
+        let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
+        for ((addr, b), k) in start_blocks.iter().zip(&paths.start_keys) {
+            live.insert(*addr, (b.size, band_of[*k]));
+            now[band_of[*k]] += b.size;
+            total += b.size;
+        }
+        let mut best: Option<(u64, usize)> = None;
+        let mut best_bytes = now.clone();
+        for state in 0..states {
+            if state > 0 {
+                let i = state - 1;
+                let e = &trace[i];
+                match e.action {
+                    Action::Alloc => {
+                        let band = band_of[paths.keys[i] as usize];
+                        if let Some((size, old)) = live.insert(e.addr, (e.size, band)) {
+                            now[old] -= size;
+                            total -= size;
+                        }
+                        now[band] += e.size;
+                        total += e.size;
                     }
-                    now[band] += e.size;
-                    total += e.size;
-                }
-                a if a == free => {
-                    if let Some((size, band)) = live.remove(&e.addr) {
-                        now[band] -= size;
-                        total -= size;
+                    a if a == free => {
+                        if let Some((size, band)) = live.remove(&e.addr) {
+                            now[band] -= size;
+                            total -= size;
+                        }
                     }
+                    _ => {}
                 }
-                _ => {}
             }
-        }
-        if best.is_none_or(|(b, _)| total > b) {
-            best = Some((total, state));
-            best_bytes.copy_from_slice(&now);
-        }
-        if (state + 1) % per == 0 || state + 1 == states {
-            let (_, at) = best.take().expect("a state in every column");
-            applied.push(at as u64);
-            for (band, v) in bytes.iter_mut().zip(&best_bytes) {
-                band.push(*v);
+            if best.is_none_or(|(b, _)| total > b) {
+                best = Some((total, state));
+                best_bytes.copy_from_slice(&now);
             }
-        }
-    }
-    let time_us = applied.iter().map(|&a| time_of(a as usize)).collect();
-    let block = |&(size, alloc, frames): &(u64, Option<usize>, StackId)| {
-        // Every frame of the user's; folded frames up to FRAMES_PER_STACK.
-        let (mut kept, mut folded, mut left) = (Vec::new(), 0usize, 0u64);
-        for f in snapshot.frames.stack(frames) {
-            let kind = frame_kind(f);
-            if kind.folded() {
-                if folded == FRAMES_PER_STACK {
-                    left += 1;
-                    continue;
+            if (state + 1) % per == 0 || state + 1 == states {
+                let (_, at) = best.take().expect("a state in every column");
+                applied.push(at as u64);
+                for (band, v) in bytes.iter_mut().zip(&best_bytes) {
+                    band.push(*v);
                 }
-                folded += 1;
             }
-            kept.push(StackFrame { text: frame_text(f), kind });
         }
-        PathBlock { bytes: size, entry: alloc.map(|a| a as u64), frames: kept, frames_left_out: left }
-    };
-    let mut series: Vec<PathSeries> = order
-        .iter()
-        .take(TOP_PATHS)
-        .zip(bytes.iter_mut())
-        .map(|(&k, b)| {
-            let (label, user_frames) = describe_key(&c.keys[k]);
-            PathSeries {
-                label,
-                user_frames,
-                peak_bytes: peak[k],
-                largest_blocks: largest[k].iter().map(block).collect(),
-                bytes: std::mem::take(b),
-            }
-        })
-        .collect();
-    if other {
-        let rest = &order[TOP_PATHS..];
-        let mut blocks: Vec<_> = rest.iter().flat_map(|&k| largest[k].iter().copied()).collect();
-        blocks.sort_by_key(|x| std::cmp::Reverse(x.0));
-        blocks.truncate(BLOCKS_PER_PATH);
-        let b = std::mem::take(&mut bytes[bands - 1]);
-        series.push(PathSeries {
-            label: format!("other ({} call paths)", rest.len()),
-            user_frames: Vec::new(),
-            peak_bytes: b.iter().copied().max().unwrap_or(0),
-            largest_blocks: blocks.iter().map(block).collect(),
-            bytes: b,
-        });
+        Columns { applied, bytes, per }
     }
-    Some(PathTimeline { applied, time_us, series, entries_per_column: per as u64, entries: trace.len() as u64, paths })
 }
 
 #[cfg(test)]
