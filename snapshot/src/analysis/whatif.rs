@@ -21,6 +21,7 @@ use crate::format::model::{Action, Snapshot};
 use crate::replay::report::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions};
 use crate::replay::run::{replay_snapshot, replay_snapshot_timeline};
 use vramlab_allocator::AllocatorConfig;
+use vramlab_display::format::fmt_bytes;
 use vramlab_replay::OnOom;
 use vramlab_replay::timeline::ReplayTimeline;
 
@@ -292,8 +293,8 @@ pub fn smaller_batch(snapshot: &Snapshot, base: &SnapshotReplayOptions) -> Resul
         return cannot(format!(
             "{} of the {} live at the out-of-memory error at entry {} ({:.0}%) is of unknown use ({why}): \
              what grows with the batch cannot be told",
-            vramlab_allocator::format_size(unknown),
-            vramlab_allocator::format_size(at_oom.total_bytes),
+            fmt_bytes(unknown),
+            fmt_bytes(at_oom.total_bytes),
             oom.trace_index,
             unknown as f64 * 100.0 / at_oom.total_bytes as f64
         ));

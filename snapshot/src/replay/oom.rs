@@ -22,7 +22,8 @@ use serde::Serialize;
 use crate::format::model::{Action, FrameTable, Snapshot, StackId, TraceEntry};
 use crate::format::stream::{NAMES_ALLOCATOR_RELEASE, NAMES_EMPTY_CACHE, stack_flags};
 use vramlab_allocator::consts::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
-use vramlab_allocator::{AllocError, AllocatorConfig, CachingAllocator, StreamId, format_size};
+use vramlab_allocator::{AllocError, AllocatorConfig, CachingAllocator, StreamId};
+use vramlab_display::format::fmt_bytes;
 
 /// Whose release a run of recorded segment frees was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -198,23 +199,23 @@ impl InferredCapacity {
             LimitKind::Device => format!(
                 "{} inferred from the recorded OOM at entry {}: {} reserved after the release plus {} free on the \
                  device, less than the {} segment it needed",
-                format_size(self.bytes),
+                fmt_bytes(self.bytes),
                 self.entry,
-                format_size(self.reserved_at_oom_bytes),
-                format_size(self.device_free_bytes),
-                format_size(self.segment_bytes)
+                fmt_bytes(self.reserved_at_oom_bytes),
+                fmt_bytes(self.device_free_bytes),
+                fmt_bytes(self.segment_bytes)
             ),
             LimitKind::Fraction => format!(
                 "{} inferred from the recorded OOM at entry {}: the device had {} free, so a per-process limit \
                  (set_per_process_memory_fraction) refused {} more on top of {} reserved; the limit lies in [{}, {}) \
                  and the replay takes its lower end, the most the recording reserved",
-                format_size(self.bytes),
+                fmt_bytes(self.bytes),
                 self.entry,
-                format_size(self.device_free_bytes),
-                format_size(self.segment_bytes),
-                format_size(self.reserved_at_oom_bytes),
-                format_size(self.at_least),
-                format_size(self.below)
+                fmt_bytes(self.device_free_bytes),
+                fmt_bytes(self.segment_bytes),
+                fmt_bytes(self.reserved_at_oom_bytes),
+                fmt_bytes(self.at_least),
+                fmt_bytes(self.below)
             ),
         }
     }
@@ -281,9 +282,9 @@ pub(crate) fn infer_capacity(
         return Err(format!(
             "no single limit explains the recording: it reserved {} at most, yet {} more on top of {} failed at \
              entry {entry} (the limit, or other processes' use of the device, changed while it ran)",
-            format_size(at_least),
-            format_size(segment_bytes),
-            format_size(reserved_at_oom_bytes)
+            fmt_bytes(at_least),
+            fmt_bytes(segment_bytes),
+            fmt_bytes(reserved_at_oom_bytes)
         ));
     }
     let (kind, bytes) = if device_free_bytes < segment_bytes {
