@@ -5,6 +5,7 @@
 pub(crate) mod error;
 pub(crate) mod export;
 pub(crate) mod fields;
+pub(crate) mod heap;
 pub(crate) mod import;
 pub(crate) mod model;
 pub mod pickle;
