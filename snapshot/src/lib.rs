@@ -12,6 +12,67 @@
 //! entries become compact [`TraceEntry`] values as soon as they are complete,
 //! strings and frames are interned, and no generic value tree of the whole file
 //! is ever built (ARCHITECTURE.md says why no pickle crate is used).
+//!
+//! Three module folders, imports pointing one way: `format` imports from
+//! neither of the others, `replay` builds on `format`, `analysis` on both.
+//! The files:
+//!
+//! - `src/lib.rs` — the public surface (re-exports only).
+//! - `src/format/mod.rs` — the format's modules.
+//! - `src/format/error.rs` — `SnapshotError`: where (a byte offset or a path
+//!   such as `device_traces[0][17].size`) and what was expected.
+//! - `src/format/model.rs` — the typed model: `Snapshot`, `Segment`, `Block`,
+//!   `TraceEntry`, `Action`, `FrameTable`, `AllocatorSettings`.
+//! - `src/format/value.rs` — the pickle machine's 16-byte value handles.
+//! - `src/format/fields.rs` — a trace entry's fields as the pickle holds them:
+//!   the keys, how each value is taken, the checks that make a `TraceEntry`.
+//! - `src/format/heap.rs` — the reader's heap: containers, interned strings,
+//!   frames and stacks, each list's trace entries (`EntryList`), the window.
+//! - `src/format/stream.rs` — what the reader sends a replay on another
+//!   thread (`Message`, `Streamer`) and what a stack names (`stack_flags`).
+//! - `src/format/pickle.rs` — the streaming pickle machine (protocols 2–5),
+//!   its memo and input, and the entry reader that reads trace entries
+//!   straight from the buffer.
+//! - `src/format/import.rs` — from the pickle's values to the model (segments,
+//!   blocks, traces, settings; both layouts); `peek_allocator_settings`.
+//! - `src/format/export.rs` — `write_snapshot` (a protocol-2 pickle) and
+//!   `write_chrome_trace`.
+//! - `src/replay/mod.rs` — the replay's modules.
+//! - `src/replay/report.rs` — what a replay is asked and gives back:
+//!   `SnapshotReplayOptions`, `SnapshotReplay`, `FidelityReport`,
+//!   `LiveAtStart`, `SnapshotReplayError`.
+//! - `src/replay/run.rs` — `replay_snapshot`, `replay_snapshot_timeline`: the
+//!   device, settings and capacity worked out, and the start chosen (assumed
+//!   empty where the segment events say so, else rewound).
+//! - `src/replay/walk.rs` — the walk over the trace from a start (`Walk`: one
+//!   method a step) and its outcome.
+//! - `src/replay/feed.rs` — where the walk takes its entries from (`Feed`).
+//! - `src/replay/overlap.rs` — `read_and_replay`: reading and replaying at once.
+//! - `src/replay/rewind.rs` — the state at the first entry, rewound from the
+//!   final segments, and its placing in the allocator.
+//! - `src/replay/pools.rs` — the pool plan (private pools per allocation).
+//! - `src/replay/two_step.rs` — `record_stream`'s two-step free.
+//! - `src/replay/oom.rs` — recorded out-of-memory errors and whose releases
+//!   the segment frees were; the capacity they imply.
+//! - `src/replay/underivable.rs` — the `memory_stats()` keys a trace cannot determine.
+//! - `src/replay/fidelity.rs` — the fidelity check: segment events and
+//!   placements side by side, final segments and totals.
+//! - `src/replay/recording.rs` — the replay's own events, and the replay as a `Snapshot`.
+//! - `src/analysis/mod.rs` — the analyses' modules.
+//! - `src/analysis/attribution.rs` — who holds the memory at a point, by the
+//!   user's call path, with categories.
+//! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path.
+//! - `src/analysis/diff.rs` — two snapshots compared (`diff_snapshots`).
+//! - `src/analysis/whatif.rs` — what-if under other settings, the
+//!   recommendation, the smaller-batch answer at an OOM.
+//! - `tests/snapshot.rs` — the fixtures at every protocol and layout, the
+//!   fidelity check, bad files, export round trips.
+//! - `tests/partial_traces.rs` — recordings cut short: the rewound start, windows.
+//! - `tests/torch_snapshots.rs` — six real PyTorch 2.11 snapshots replayed exactly.
+//! - `tests/shared_fixtures.rs` — the H200 snapshots (when present): every stat equal.
+//! - `tests/recorded_oom.rs` — recorded OOMs: the inferred limit, the releases.
+//! - `tests/record_stream.rs` — a `record_stream` free pending at the dump.
+//! - `benches/snapshot.rs` — import plus replay of a 2-million-entry snapshot.
 
 mod analysis;
 mod format;
