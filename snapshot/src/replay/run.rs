@@ -1,4 +1,4 @@
-//! Replaying a snapshot's trace through the [`CachingAllocator`] on a simulated
+//! Replaying a snapshot's trace through the `CachingAllocator` on a simulated
 //! device, and the fidelity check: with the snapshot's own allocator settings
 //! the replay must reproduce the recorded segment allocations and frees (sizes,
 //! in order), put every allocation at the same offset of the same segment (the
@@ -9,9 +9,9 @@
 //!
 //! Memory live before the first entry (a ring buffer that lost its start, a
 //! recording begun after the model was built) is the allocator's state at that
-//! entry, rewound from the final segments through the trace (the `rewind`
-//! module): its segments restored at their addresses and their blocks at their
-//! offsets before the first entry, and counted in [`LiveAtStart`]. A window
+//! entry, rewound from the final segments through the trace (`rewind.rs`):
+//! its segments restored at their addresses and their blocks at their
+//! offsets before the first entry, and counted in `LiveAtStart`. A window
 //! (`from_us`) starts from the state rewound to its first entry.
 //!
 //! Private pools (CUDA graphs, `MemPool`): every pool a final segment names by its
@@ -20,7 +20,7 @@
 //! pools known from the final segments or inferred) puts in a private pool is made
 //! there (`beginAllocateToPool` for its stream around the `malloc`).
 //!
-//! Recorded out-of-memory errors and releases ([`super::oom`]): each `oom` entry's
+//! Recorded out-of-memory errors and releases (`oom.rs`): each `oom` entry's
 //! request is made again against a limited device — the capacity given, or where
 //! none is, the one the recorded OOMs imply ([`InferredCapacity`]) — so that the
 //! release, the retry and the failure happen in the allocator as they did in
@@ -28,12 +28,16 @@
 //! segment frees are replayed as `empty_cache()` only when they were the
 //! program's (or cannot be told); the allocator's own releases belong to its
 //! settings and are left to the replayed allocator.
+//!
+//! This file holds the entry points and what comes before the walk (the
+//! device, settings and capacity, and the start: assumed empty or rewound);
+//! the walk itself is `walk.rs`'s.
 
 use super::feed::SliceFeed;
-use super::oom;
+use super::oom::{self, InferredCapacity};
 use super::pools::PoolPlan;
 use super::report::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions};
-use super::rewind;
+use super::rewind::{self, StartState};
 use super::walk::{Run, Setup, Track, in_window, replay_from};
 use crate::format::model::{Action, Snapshot, TraceEntry};
 use vramlab_replay::MAX_BYTES;
@@ -89,70 +93,18 @@ fn replay(
     mut track: Option<&mut Track>,
     how: Start,
 ) -> Result<SnapshotReplay, SnapshotReplayError> {
-    let (device, device_chosen) = match opts.device {
-        Some(d) if d < snapshot.device_traces.len() => (d, false),
-        Some(d) => {
-            return Err(SnapshotReplayError::NoSuchDevice { device: d, available: snapshot.device_traces.len() });
-        }
-        None => (snapshot.busiest_device().ok_or(SnapshotReplayError::NoTrace)?, true),
-    };
+    let (device, device_chosen) = choose_device(snapshot, opts)?;
+    check_limits(opts)?;
     let trace = &snapshot.device_traces[device];
     let windowed = opts.from_us.is_some() || opts.to_us.is_some();
     let (config, settings_from_snapshot) = match &opts.config {
         Some(c) => (c.clone(), false),
         None => (snapshot.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default(), true),
     };
-    if let Some(c) = opts.capacity_bytes
-        && c > MAX_BYTES
-    {
-        return Err(SnapshotReplayError::CapacityTooLarge(c));
-    }
-    if let Some(f) = opts.memory_fraction
-        && !(0.0..=1.0).contains(&f)
-    {
-        return Err(SnapshotReplayError::InvalidFraction(f));
-    }
     let (marks, free_on_completed) = trace_marks(trace);
-    let marked = || marks.iter().map(|&i| &trace[i]);
-    // Without a capacity, the one the recorded OOMs imply (under the recorded settings).
-    let (capacity_inferred, capacity_not_inferred) = if opts.capacity_bytes.is_some() || opts.no_capacity_inference {
-        (None, None)
-    } else if windowed {
-        let has_oom = marked().any(|e| in_window(opts, e) && e.action == Action::Oom);
-        (None, has_oom.then(|| "a time window was given: the reserved memory at the OOM is not known".to_owned()))
-    } else {
-        let recorded = snapshot.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default();
-        match oom::infer_capacity(snapshot, device, &marks, &recorded) {
-            Ok(c) => (c, None),
-            Err(why) => (None, Some(why)),
-        }
-    };
-    // The device: the capacity given; for an inferred per-process limit, the
-    // device the recording saw (reserved then + its free bytes) under that limit.
-    let device_bytes = match (&capacity_inferred, opts.capacity_bytes) {
-        (_, Some(c)) => c,
-        (Some(c), None) if c.kind == oom::LimitKind::Fraction => {
-            (c.reserved_at_oom_bytes + c.device_free_bytes).clamp(c.below, MAX_BYTES)
-        }
-        (Some(c), None) => c.bytes,
-        (None, None) => MAX_BYTES,
-    };
-    let first = opts.from_us.map_or(0, |f| trace.iter().position(|e| e.time_us >= f).unwrap_or(trace.len()));
+    let (capacity_inferred, capacity_not_inferred) = capacity(snapshot, opts, device, &marks);
+    let device_bytes = device_bytes(opts, capacity_inferred.as_ref());
     let pools = PoolPlan::new(snapshot, device, &marks);
-    // The state at the first entry (of the window), rewound from the final segments.
-    let rewound = || {
-        let mut start = rewind::rewind(snapshot, device, &trace[first..], &config, free_on_completed);
-        if first == 0 {
-            // Segments reserved before the trace and freed in it: their pool is the
-            // plan's (known from a final segment, or inferred), not the address's.
-            for seg in start.segments.iter_mut().filter(|s| s.pool_id == (0, 0)) {
-                if let Some((a, b)) = pools.pool_at_start(seg.address) {
-                    seg.pool_id = (a as i64, b as i64);
-                }
-            }
-        }
-        start
-    };
     let setup = Setup {
         device,
         device_chosen,
@@ -179,8 +131,7 @@ fn replay(
         && rewind::segments_start_empty(snapshot, device, trace, &marks)
     {
         let mut feed = SliceFeed { trace, frames: &snapshot.frames };
-        match replay_from(snapshot, &mut feed, opts, track.as_deref_mut(), &setup, rewind::StartState::default(), true)
-        {
+        match replay_from(snapshot, &mut feed, opts, track.as_deref_mut(), &setup, StartState::default(), true) {
             Ok(Run { replay, start_confirmed: true }) => return Ok(replay),
             Ok(_) => {}
             Err(e) if rewind::blocks_start_empty(snapshot, device, trace, free_on_completed) => return Err(e),
@@ -191,8 +142,87 @@ fn replay(
             t.peak = None;
         }
     }
+    let start = rewound_start(snapshot, opts, &setup);
     let mut feed = SliceFeed { trace, frames: &snapshot.frames };
-    replay_from(snapshot, &mut feed, opts, track, &setup, rewound(), false).map(|run| run.replay)
+    replay_from(snapshot, &mut feed, opts, track, &setup, start, false).map(|run| run.replay)
+}
+
+/// The device to replay: the one asked for, or the busiest (then `true`).
+fn choose_device(snapshot: &Snapshot, opts: &SnapshotReplayOptions) -> Result<(usize, bool), SnapshotReplayError> {
+    match opts.device {
+        Some(d) if d < snapshot.device_traces.len() => Ok((d, false)),
+        Some(d) => Err(SnapshotReplayError::NoSuchDevice { device: d, available: snapshot.device_traces.len() }),
+        None => Ok((snapshot.busiest_device().ok_or(SnapshotReplayError::NoTrace)?, true)),
+    }
+}
+
+/// The capacity and memory fraction asked for, checked.
+fn check_limits(opts: &SnapshotReplayOptions) -> Result<(), SnapshotReplayError> {
+    if let Some(c) = opts.capacity_bytes
+        && c > MAX_BYTES
+    {
+        return Err(SnapshotReplayError::CapacityTooLarge(c));
+    }
+    if let Some(f) = opts.memory_fraction
+        && !(0.0..=1.0).contains(&f)
+    {
+        return Err(SnapshotReplayError::InvalidFraction(f));
+    }
+    Ok(())
+}
+
+/// Without a capacity, the one the recorded OOMs of `device`'s trace imply
+/// (under the recorded settings), or why there is none.
+fn capacity(
+    snapshot: &Snapshot,
+    opts: &SnapshotReplayOptions,
+    device: usize,
+    marks: &[usize],
+) -> (Option<InferredCapacity>, Option<String>) {
+    let trace = &snapshot.device_traces[device];
+    if opts.capacity_bytes.is_some() || opts.no_capacity_inference {
+        (None, None)
+    } else if opts.from_us.is_some() || opts.to_us.is_some() {
+        let has_oom = marks.iter().map(|&i| &trace[i]).any(|e| in_window(opts, e) && e.action == Action::Oom);
+        (None, has_oom.then(|| "a time window was given: the reserved memory at the OOM is not known".to_owned()))
+    } else {
+        let recorded = snapshot.allocator_settings.as_ref().map(|s| s.to_config()).unwrap_or_default();
+        match oom::infer_capacity(snapshot, device, marks, &recorded) {
+            Ok(c) => (c, None),
+            Err(why) => (None, Some(why)),
+        }
+    }
+}
+
+/// The simulated device's bytes: the capacity given; for an inferred
+/// per-process limit, the device the recording saw (reserved then + its free
+/// bytes) under that limit.
+fn device_bytes(opts: &SnapshotReplayOptions, inferred: Option<&InferredCapacity>) -> u64 {
+    match (inferred, opts.capacity_bytes) {
+        (_, Some(c)) => c,
+        (Some(c), None) if c.kind == oom::LimitKind::Fraction => {
+            (c.reserved_at_oom_bytes + c.device_free_bytes).clamp(c.below, MAX_BYTES)
+        }
+        (Some(c), None) => c.bytes,
+        (None, None) => MAX_BYTES,
+    }
+}
+
+/// The state at the first entry (of the window), rewound from the final segments.
+fn rewound_start(snapshot: &Snapshot, opts: &SnapshotReplayOptions, setup: &Setup) -> StartState {
+    let trace = &snapshot.device_traces[setup.device];
+    let first = opts.from_us.map_or(0, |f| trace.iter().position(|e| e.time_us >= f).unwrap_or(trace.len()));
+    let mut start = rewind::rewind(snapshot, setup.device, &trace[first..], setup.config, setup.free_on_completed);
+    if first == 0 {
+        // Segments reserved before the trace and freed in it: their pool is the
+        // plan's (known from a final segment, or inferred), not the address's.
+        for seg in start.segments.iter_mut().filter(|s| s.pool_id == (0, 0)) {
+            if let Some((a, b)) = setup.pools.pool_at_start(seg.address) {
+                seg.pool_id = (a as i64, b as i64);
+            }
+        }
+    }
+    start
 }
 
 /// One pass over a trace for what the passes before the replay need: the
