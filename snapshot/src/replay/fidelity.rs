@@ -45,7 +45,7 @@ impl SegmentCheck {
 
     /// A segment event of the replay's (action, size, address) caused by entry
     /// `i`; whether it allocated a segment.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn replayed(&mut self, i: u64, a: Action, size: u64, addr: u64) -> bool {
         let alloc = matches!(a, Action::SegmentAlloc | Action::SegmentMap);
         if alloc {
@@ -63,7 +63,7 @@ impl SegmentCheck {
     /// address plan holds, the replay's segments sit at the recording's (and
     /// fresh addresses lie above every recorded segment), so only a different
     /// address is looked up.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn placed(&mut self, i: u64, requested: u64, recorded_addr: u64, replayed_addr: u64) {
         if self.check_placement
             && self.first_misplaced.is_none()

@@ -49,7 +49,7 @@ impl SegmentLog {
     }
 
     /// Hands each segment event since the last call to `each` (action, size, address).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn drain_segment_events(&self, mut each: impl FnMut(Action, u64, u64)) {
         if self.segment_events.load(Ordering::Relaxed)
             && let Ok(mut v) = self.events.lock()

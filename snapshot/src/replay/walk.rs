@@ -59,7 +59,7 @@ pub(crate) struct Run {
 }
 
 /// Whether entry `e` is in the replay's time window.
-#[inline]
+#[inline(always)]
 pub(crate) fn in_window(opts: &SnapshotReplayOptions, e: &TraceEntry) -> bool {
     opts.from_us.is_none_or(|f| e.time_us >= f) && opts.to_us.is_none_or(|t| e.time_us <= t)
 }
@@ -100,7 +100,7 @@ struct Streams {
 }
 
 impl Streams {
-    #[inline]
+    #[inline(always)]
     fn id(&mut self, raw: i64) -> Result<StreamId, SnapshotReplayError> {
         let n = self.ids.len() as StreamId;
         let id = *self.ids.entry(raw).or_insert(n);
@@ -262,7 +262,7 @@ impl<'a> Walk<'a> {
 
     /// Entry `e` (index `i`) made in the allocator; for an `alloc`, where it
     /// was recorded and where the replay put it.
-    #[inline]
+    #[inline(always)]
     fn entry<F: Feed>(
         &mut self,
         feed: &mut F,
@@ -298,7 +298,7 @@ impl<'a> Walk<'a> {
 
     /// An `alloc`: the request made (in its private pool, if any); a failure
     /// is an out-of-memory of the replay.
-    #[inline]
+    #[inline(always)]
     fn alloc(
         &mut self,
         i: u64,
@@ -355,7 +355,7 @@ impl<'a> Walk<'a> {
 
     /// A `free_requested` in a trace whose frees complete apart: the two-step
     /// free (two_step.rs), allocated no more from here.
-    #[inline]
+    #[inline(always)]
     fn free_requested<F: Feed>(&mut self, feed: &mut F, i: u64, e: &TraceEntry) -> Result<(), SnapshotReplayError> {
         if let Some(h) = self.handles.remove(&e.addr) {
             let after = feed.get(i as usize + 1);
@@ -369,7 +369,7 @@ impl<'a> Walk<'a> {
 
     /// The free that makes a block reusable (`free_completed`, or
     /// `free_requested` in traces without completions).
-    #[inline]
+    #[inline(always)]
     fn free(&mut self, i: u64, e: &TraceEntry) -> Result<ControlFlow<Walked>, SnapshotReplayError> {
         self.r.frees += 1;
         if self.frees.complete(&self.allocator, &self.raw, e.addr) {
@@ -433,7 +433,7 @@ impl<'a> Walk<'a> {
     /// After entry `e` (index `i`): the replay's segment events and the
     /// allocation's place (`placed`) compared, the peaks and the timeline
     /// noted; a break where the timeline asks the walk to stop.
-    #[inline]
+    #[inline(always)]
     fn after_entry(
         &mut self,
         i: u64,
