@@ -12,80 +12,96 @@
 //! entries become compact [`TraceEntry`] values as soon as they are complete,
 //! strings and frames are interned, and no generic value tree of the whole file
 //! is ever built (ARCHITECTURE.md says why no pickle crate is used).
+//!
+//! Three module folders, imports pointing one way: `format` imports from
+//! neither of the others, `replay` builds on `format`, `analysis` on both.
+//! The files:
+//!
+//! - `src/lib.rs` — the public surface (re-exports only).
+//! - `src/format/mod.rs` — the format's modules.
+//! - `src/format/error.rs` — `SnapshotError`: where (a byte offset or a path
+//!   such as `device_traces[0][17].size`) and what was expected.
+//! - `src/format/model.rs` — the typed model: `Snapshot`, `Segment`, `Block`,
+//!   `TraceEntry`, `Action`, `FrameTable`, `AllocatorSettings`.
+//! - `src/format/value.rs` — the pickle machine's 16-byte value handles.
+//! - `src/format/fields.rs` — a trace entry's fields as the pickle holds them:
+//!   the keys, how each value is taken, the checks that make a `TraceEntry`.
+//! - `src/format/heap.rs` — the reader's heap: containers, interned strings,
+//!   frames and stacks, each list's trace entries (`EntryList`), the window.
+//! - `src/format/stream.rs` — what the reader sends a replay on another
+//!   thread (`Message`, `Streamer`) and what a stack names (`stack_flags`).
+//! - `src/format/pickle.rs` — the streaming pickle machine (protocols 2–5),
+//!   its memo and input, and the entry reader that reads trace entries
+//!   straight from the buffer.
+//! - `src/format/import.rs` — from the pickle's values to the model (segments,
+//!   blocks, traces, settings; both layouts); `peek_allocator_settings`.
+//! - `src/format/export.rs` — `write_snapshot` (a protocol-2 pickle) and
+//!   `write_chrome_trace`.
+//! - `src/replay/mod.rs` — the replay's modules.
+//! - `src/replay/report.rs` — what a replay is asked and gives back:
+//!   `SnapshotReplayOptions`, `SnapshotReplay`, `FidelityReport`,
+//!   `LiveAtStart`, `SnapshotReplayError`.
+//! - `src/replay/run.rs` — `replay_snapshot`, `replay_snapshot_timeline`: the
+//!   device, settings and capacity worked out, and the start chosen (assumed
+//!   empty where the segment events say so, else rewound).
+//! - `src/replay/walk.rs` — the walk over the trace from a start (`Walk`: one
+//!   method a step) and its outcome.
+//! - `src/replay/feed.rs` — where the walk takes its entries from (`Feed`).
+//! - `src/replay/overlap.rs` — `read_and_replay`: reading and replaying at once.
+//! - `src/replay/rewind.rs` — the state at the first entry, rewound from the
+//!   final segments, and its placing in the allocator.
+//! - `src/replay/pools.rs` — the pool plan (private pools per allocation).
+//! - `src/replay/two_step.rs` — `record_stream`'s two-step free.
+//! - `src/replay/oom.rs` — recorded out-of-memory errors and whose releases
+//!   the segment frees were; the capacity they imply.
+//! - `src/replay/underivable.rs` — the `memory_stats()` keys a trace cannot determine.
+//! - `src/replay/fidelity.rs` — the fidelity check: segment events and
+//!   placements side by side, final segments and totals.
+//! - `src/replay/recording.rs` — the replay's own events, and the replay as a `Snapshot`.
+//! - `src/analysis/mod.rs` — the analyses' modules.
+//! - `src/analysis/attribution.rs` — who holds the memory at a point, by the
+//!   user's call path, with categories.
+//! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path.
+//! - `src/analysis/diff.rs` — two snapshots compared (`diff_snapshots`).
+//! - `src/analysis/whatif.rs` — what-if under other settings, the
+//!   recommendation, the smaller-batch answer at an OOM.
+//! - `tests/snapshot.rs` — the fixtures at every protocol and layout, the
+//!   fidelity check, bad files, export round trips.
+//! - `tests/partial_traces.rs` — recordings cut short: the rewound start, windows.
+//! - `tests/torch_snapshots.rs` — six real PyTorch 2.11 snapshots replayed exactly.
+//! - `tests/shared_fixtures.rs` — the H200 snapshots (when present): every stat equal.
+//! - `tests/recorded_oom.rs` — recorded OOMs: the inferred limit, the releases.
+//! - `tests/record_stream.rs` — a `record_stream` free pending at the dump.
+//! - `benches/snapshot.rs` — import plus replay of a 2-million-entry snapshot.
 
-mod attribution;
-mod diff;
-mod export;
-mod feed;
-mod import;
-mod model;
-mod oom;
-mod overlap;
-mod path_timeline;
-pub mod pickle;
-mod pools;
+mod analysis;
+mod format;
 mod replay;
-mod rewind;
-mod two_step;
-mod underivable;
-mod whatif;
 
-pub use attribution::{
+pub use analysis::attribution::{
     Attribution, CallPathGroup, Category, CategoryShare, CategorySource, FailedRequest, FrameKind, FullStack, NoFrames,
     Point, PointKind, StackFrame, attribute, entry_categories, frame_kind, replay_attribution, requested_peak_index,
 };
-pub use diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
-pub use export::{write_chrome_trace, write_snapshot};
-pub use import::{is_pickle, peek_allocator_settings, read_snapshot, read_snapshot_file, read_snapshot_with};
-pub use model::{
-    Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
-};
-pub use oom::{InferredCapacity, LimitKind, OomRequest, ReleaseKind, ReleaseSummary};
-pub use overlap::read_and_replay;
-pub use path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
-pub use pickle::ReadOptions;
-pub use pools::PoolInference;
-pub use replay::{
-    FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
-    SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
-};
-pub use underivable::UnderivableStat;
-pub use whatif::{
+pub use analysis::diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
+pub use analysis::path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
+pub use analysis::whatif::{
     BatchTrial, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, WhatIf, recommend, smaller_batch, what_if,
     what_if_timelines,
 };
-
-use thiserror::Error;
-
-/// A file that cannot be read as a memory snapshot. Every variant says where
-/// (a byte offset into the pickle, or a path such as `device_traces[0][17].size`)
-/// and what was expected there.
-#[derive(Debug, Error)]
-pub enum SnapshotError {
-    #[error("cannot read the snapshot at byte {offset}: {source}")]
-    Io {
-        offset: u64,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "not a pickle: it starts with {found}; a PyTorch memory snapshot starts with the pickle PROTO opcode (0x80)"
-    )]
-    NotAPickle { found: String },
-    #[error("pickle protocol {protocol} is not one PyTorch writes (expected 2 to 5)")]
-    Protocol { protocol: u8 },
-    #[error(
-        "the pickle ends at byte {offset} in the middle of {what}; the file is truncated (was the dump interrupted?)"
-    )]
-    Truncated { offset: u64, what: &'static str },
-    #[error("byte {offset}: pickle opcode {opcode:#04x} ({name}) {why}")]
-    Opcode { offset: u64, opcode: u8, name: &'static str, why: &'static str },
-    #[error("byte {offset}: malformed pickle: {what}")]
-    Malformed { offset: u64, what: String },
-    #[error("byte {offset}: {what} of {bytes} bytes is absurd (the limit is {limit} bytes); the file is corrupt")]
-    TooLong { offset: u64, what: &'static str, bytes: u64, limit: u64 },
-    #[error("{path}: expected {expected}, found {found}")]
-    Shape { path: String, expected: &'static str, found: String },
-    #[error("{path}: {value} is not a plausible byte count (expected 0 to 1 PiB); the snapshot is corrupt")]
-    AbsurdSize { path: String, value: i128 },
-}
+pub use format::error::SnapshotError;
+pub use format::export::{write_chrome_trace, write_snapshot};
+pub use format::import::{is_pickle, peek_allocator_settings, read_snapshot, read_snapshot_file, read_snapshot_with};
+pub use format::model::{
+    Action, AllocatorSettings, Block, Frame, FrameTable, Segment, SegmentType, Snapshot, StackId, TraceEntry,
+};
+pub use format::pickle;
+pub use format::pickle::ReadOptions;
+pub use replay::oom::{InferredCapacity, LimitKind, OomRequest, ReleaseKind, ReleaseSummary};
+pub use replay::overlap::read_and_replay;
+pub use replay::pools::PoolInference;
+pub use replay::report::{
+    FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
+    SnapshotReplayError, SnapshotReplayOptions,
+};
+pub use replay::run::{replay_snapshot, replay_snapshot_timeline};
+pub use replay::underivable::UnderivableStat;

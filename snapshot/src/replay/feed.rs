@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use super::model::{Action, FrameTable, Snapshot, TraceEntry};
 use super::oom::{self, ReleaseKind};
+use crate::format::model::{Action, FrameTable, Snapshot, TraceEntry};
 use vramlab_allocator::SimulatedMemory;
 
 pub(crate) trait Feed {

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::attribution::{Category, NoFrames, Point, PointKind, attribute, entry_categories};
-use super::model::{Action, Snapshot};
-use super::replay::{
-    SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_snapshot, replay_snapshot_timeline,
-};
+use crate::format::model::{Action, Snapshot};
+use crate::replay::report::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions};
+use crate::replay::run::{replay_snapshot, replay_snapshot_timeline};
 use vramlab_allocator::AllocatorConfig;
+use vramlab_display::format::fmt_bytes;
 use vramlab_replay::OnOom;
 use vramlab_replay::timeline::ReplayTimeline;
 
@@ -293,8 +293,8 @@ pub fn smaller_batch(snapshot: &Snapshot, base: &SnapshotReplayOptions) -> Resul
         return cannot(format!(
             "{} of the {} live at the out-of-memory error at entry {} ({:.0}%) is of unknown use ({why}): \
              what grows with the batch cannot be told",
-            vramlab_allocator::format_size(unknown),
-            vramlab_allocator::format_size(at_oom.total_bytes),
+            fmt_bytes(unknown),
+            fmt_bytes(at_oom.total_bytes),
             oom.trace_index,
             unknown as f64 * 100.0 / at_oom.total_bytes as f64
         ));
@@ -392,7 +392,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::{Frame, FrameTable, TraceEntry};
+    use crate::format::model::{Frame, FrameTable, TraceEntry};
 
     const MIB: u64 = 1 << 20;
     const MODULE: &str = "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py";

@@ -38,44 +38,14 @@ use std::collections::hash_map::Entry;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use serde::Serialize;
-
-use super::model::{Action, SegmentType, Snapshot, StackId, TraceEntry};
-use super::replay::{SnapshotReplayError, malloc_in};
+use super::pools::malloc_in;
+use super::report::{LiveAtStart, SnapshotReplayError};
+use crate::format::model::{Action, SegmentType, Snapshot, StackId, TraceEntry};
 use vramlab_allocator::consts::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 use vramlab_allocator::{
     Allocation, AllocatorConfig, BlockState, CachingAllocator, MempoolId, PoolKind, RestoreBlock, RestoreSegment,
     SimulatedMemory, StreamId,
 };
-
-/// Memory live when the recording began: the trace rewound from the final
-/// segments, set up before the first entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct LiveAtStart {
-    /// Segments reserved at the first entry (rewound), and their bytes.
-    pub segments: u64,
-    pub segments_bytes: u64,
-    /// Blocks allocated at the first entry, and their bytes (block sizes).
-    pub blocks: u64,
-    pub blocks_bytes: u64,
-    /// Of those, the blocks still allocated in the final segments with no
-    /// entry in the trace (bytes requested).
-    pub blocks_in_segments: u64,
-    pub blocks_in_segments_bytes: u64,
-    /// Of those, the blocks freed in the trace whose `alloc` is not in it
-    /// (lost from the ring buffer; bytes requested).
-    pub freed_without_alloc: u64,
-    pub freed_without_alloc_bytes: u64,
-    /// Blocks allocated at the first entry that lie in no segment then (the
-    /// trace contradicts the final segments): placed in segments of the
-    /// replay's own making.
-    pub outside_segments: u64,
-    /// Trace entries the backward walk could not undo (an `alloc` of a block
-    /// not live, a free of one live, a segment event of no segment), and the
-    /// first of them.
-    pub entries_not_undone: u64,
-    pub first_not_undone: Option<String>,
-}
 
 /// A block allocated at the start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,158 +146,209 @@ pub(crate) fn rewind(
     config: &AllocatorConfig,
     free_on_completed: bool,
 ) -> StartState {
-    let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
-    // Hashed, not ordered: a whole trace's allocs and frees pass through it
-    // (millions on a big recording), so an entry is small — the address and
-    // where its block is described (a final segment's block in `finals`, with
-    // FINAL set, or the free entry that brought it back); the few blocks left
-    // at the start are built and sorted after.
-    const FINAL: u64 = 1 << 63;
-    let mut finals: Vec<Live> = Vec::new();
-    let mut live: FxHashMap<u64, u64> = FxHashMap::default();
-    let mut final_pools: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
-    for s in snapshot.segments.iter().filter(|s| s.device == device as i64) {
-        let pool = match s.segment_type {
-            SegmentType::Small => PoolKind::Small,
-            SegmentType::Large => PoolKind::Large,
-            SegmentType::Unknown => pool_by_size(s.total_size),
-        };
-        segs.insert(
-            s.address,
-            Seg { size: s.total_size, stream: s.stream, pool, pool_id: s.segment_pool_id, expandable: s.is_expandable },
-        );
-        final_pools.insert(s.address, s.segment_pool_id);
-        for b in s.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
-            finals.push(Live {
-                size: Some(b.size),
-                requested: b.requested_size,
-                frames: b.frames,
-                stream: s.stream,
-                untouched: true,
-                freed_at: usize::MAX,
-            });
-            live.insert(b.address, FINAL | (finals.len() - 1) as u64);
-        }
-    }
+    let mut state = Backward::at_dump(snapshot, device);
     let mut counts = LiveAtStart::default();
-    let is_free = |a: Action| if free_on_completed { a == Action::FreeCompleted } else { a == Action::FreeRequested };
-    for (i, e) in undo.iter().enumerate().rev() {
-        let problem = match e.action {
-            Action::Alloc => live.remove(&e.addr).is_none().then_some("no block is allocated there"),
-            a if is_free(a) => match live.entry(e.addr) {
-                Entry::Occupied(_) => Some("the block is allocated already"),
-                Entry::Vacant(v) => {
-                    v.insert(i as u64);
+    state.undo(undo, free_on_completed, &mut counts);
+    state.start(undo, config, counts)
+}
+
+/// In [`Backward::live`]: the block is a final segment's (the rest of the
+/// value indexes [`Backward::finals`]), else the value is its free's index.
+const FINAL: u64 = 1 << 63;
+
+/// The state as the backward walk goes: segments and live blocks.
+struct Backward {
+    segs: BTreeMap<u64, Seg>,
+    /// The final segments' live blocks.
+    finals: Vec<Live>,
+    /// Hashed, not ordered: a whole trace's allocs and frees pass through it
+    /// (millions on a big recording), so an entry is small — the address and
+    /// where its block is described (a final segment's block in `finals`, with
+    /// [`FINAL`] set, or the free entry that brought it back); the few blocks
+    /// left at the start are built and sorted after.
+    live: FxHashMap<u64, u64>,
+    /// The pool of each final segment, by address.
+    final_pools: BTreeMap<u64, (i64, i64)>,
+}
+
+impl Backward {
+    /// The state at the dump: device `device`'s final segments.
+    fn at_dump(snapshot: &Snapshot, device: usize) -> Backward {
+        let mut b = Backward {
+            segs: BTreeMap::new(),
+            finals: Vec::new(),
+            live: FxHashMap::default(),
+            final_pools: BTreeMap::new(),
+        };
+        for s in snapshot.segments.iter().filter(|s| s.device == device as i64) {
+            let pool = match s.segment_type {
+                SegmentType::Small => PoolKind::Small,
+                SegmentType::Large => PoolKind::Large,
+                SegmentType::Unknown => pool_by_size(s.total_size),
+            };
+            b.segs.insert(
+                s.address,
+                Seg {
+                    size: s.total_size,
+                    stream: s.stream,
+                    pool,
+                    pool_id: s.segment_pool_id,
+                    expandable: s.is_expandable,
+                },
+            );
+            b.final_pools.insert(s.address, s.segment_pool_id);
+            for blk in s.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
+                b.finals.push(Live {
+                    size: Some(blk.size),
+                    requested: blk.requested_size,
+                    frames: blk.frames,
+                    stream: s.stream,
+                    untouched: true,
+                    freed_at: usize::MAX,
+                });
+                b.live.insert(blk.address, FINAL | (b.finals.len() - 1) as u64);
+            }
+        }
+        b
+    }
+
+    /// Undoes `undo`'s entries, last first; what cannot be undone is counted.
+    fn undo(&mut self, undo: &[TraceEntry], free_on_completed: bool, counts: &mut LiveAtStart) {
+        let free = if free_on_completed { Action::FreeCompleted } else { Action::FreeRequested };
+        for (i, e) in undo.iter().enumerate().rev() {
+            let problem = match e.action {
+                Action::Alloc => self.live.remove(&e.addr).is_none().then_some("no block is allocated there"),
+                a if a == free => match self.live.entry(e.addr) {
+                    Entry::Occupied(_) => Some("the block is allocated already"),
+                    Entry::Vacant(v) => {
+                        v.insert(i as u64);
+                        None
+                    }
+                },
+                Action::SegmentAlloc => self.segs.remove(&e.addr).is_none().then_some("no segment starts there"),
+                Action::SegmentFree if e.size == 0 => Some("a segment of 0 bytes"),
+                Action::SegmentFree => {
+                    // A segment that ends in the trace is not a final segment: a final
+                    // segment at its address is a later one (a CUDA graph's pool may
+                    // take the range a warm-up segment left), so its pool is not
+                    // known here; the replay's pool plan (pools.rs) decides it.
+                    let pool_id = (0, 0);
+                    let seg =
+                        Seg { size: e.size, stream: e.stream, pool: pool_by_size(e.size), pool_id, expandable: false };
+                    self.segs.insert(e.addr, seg).is_some().then_some("a segment starts there already")
+                }
+                Action::SegmentMap => {
+                    (!unmap_range(&mut self.segs, e.addr, e.size)).then_some("the range is not mapped")
+                }
+                Action::SegmentUnmap => {
+                    map_range(&mut self.segs, &self.final_pools, e);
                     None
                 }
-            },
-            Action::SegmentAlloc => segs.remove(&e.addr).is_none().then_some("no segment starts there"),
-            Action::SegmentFree if e.size == 0 => Some("a segment of 0 bytes"),
-            Action::SegmentFree => {
-                // A segment that ends in the trace is not a final segment: a final
-                // segment at its address is a later one (a CUDA graph's pool may
-                // take the range a warm-up segment left), so its pool is not
-                // known here; the replay's pool plan (pools.rs) decides it.
-                let pool_id = (0, 0);
-                let seg =
-                    Seg { size: e.size, stream: e.stream, pool: pool_by_size(e.size), pool_id, expandable: false };
-                segs.insert(e.addr, seg).is_some().then_some("a segment starts there already")
-            }
-            Action::SegmentMap => (!unmap_range(&mut segs, e.addr, e.size)).then_some("the range is not mapped"),
-            Action::SegmentUnmap => {
-                map_range(&mut segs, &final_pools, e);
-                None
-            }
-            _ => None,
-        };
-        if let Some(why) = problem {
-            counts.entries_not_undone += 1;
-            if counts.first_not_undone.is_none() {
-                counts.first_not_undone =
-                    Some(format!("entry {i} from the start: {} at {:#x}: {why}", e.action.as_str(), e.addr));
+                _ => None,
+            };
+            if let Some(why) = problem {
+                counts.entries_not_undone += 1;
+                if counts.first_not_undone.is_none() {
+                    counts.first_not_undone =
+                        Some(format!("entry {i} from the start: {} at {:#x}: {why}", e.action.as_str(), e.addr));
+                }
             }
         }
     }
 
-    // Every live block to its segment.
-    let mut segments: Vec<StartSegment> = segs
-        .iter()
-        .map(|(&address, s)| StartSegment {
-            address,
-            size: s.size,
-            stream: s.stream,
-            pool: s.pool,
-            pool_id: s.pool_id,
-            expandable: s.expandable,
-            blocks: Vec::new(),
-        })
-        .collect();
-    let mut outside = Vec::new();
-    let mut live: Vec<(u64, Live)> = live
-        .into_iter()
-        .map(|(addr, at)| {
-            let b = if at & FINAL != 0 {
-                finals[(at & !FINAL) as usize].clone()
-            } else {
-                let e = &undo[at as usize];
-                Live {
-                    size: None,
-                    requested: e.size,
-                    frames: e.frames,
-                    stream: e.stream,
-                    untouched: false,
-                    freed_at: at as usize,
-                }
-            };
-            (addr, b)
-        })
-        .collect();
-    live.sort_unstable_by_key(|(addr, _)| *addr);
-    let bounds = alloc_bounds(undo, &live);
-    for (k, (addr, b)) in live.iter().enumerate() {
-        if b.untouched {
-            counts.blocks_in_segments += 1;
-            counts.blocks_in_segments_bytes += b.requested;
-        } else {
-            counts.freed_without_alloc += 1;
-            counts.freed_without_alloc_bytes += b.requested;
-        }
-        let holder = segments.partition_point(|s| s.address <= *addr).checked_sub(1);
-        let Some(seg) = holder.map(|h| &mut segments[h]).filter(|s| *addr < s.address + s.size) else {
-            let size = b.size.unwrap_or_else(|| config.round_size(b.requested));
-            outside.push((b.stream, StartBlock { address: *addr, size, requested: b.requested, frames: b.frames }));
-            counts.outside_segments += 1;
-            continue;
-        };
-        // Up to the next live block in the segment, or the segment's end.
-        let seg_end = seg.address + seg.size;
-        let limit = live.get(k + 1).map_or(seg_end, |(next, _)| (*next).min(seg_end)).min(bounds[k]);
-        let room = limit - addr;
-        let size = match b.size {
-            Some(size) => size.min(room),
-            None => {
-                let rounded = config.round_size(b.requested).min(room);
-                if splits(config, seg.pool, seg.expandable, rounded, room - rounded) {
-                    rounded
-                } else if !seg.expandable && rounded >= config.max_split_size.unwrap_or(u64::MAX) {
-                    // An oversize block is never split, but takes no free block
-                    // of its size plus `max_non_split_rounding` or more.
-                    room.min(rounded + config.max_non_split_rounding - MIN_BLOCK_SIZE)
+    /// The state reached, as segments with their live blocks: every live
+    /// block in the segment holding it, sized (see the module docs), or
+    /// outside any.
+    fn start(self, undo: &[TraceEntry], config: &AllocatorConfig, mut counts: LiveAtStart) -> StartState {
+        let mut segments: Vec<StartSegment> = self
+            .segs
+            .iter()
+            .map(|(&address, s)| StartSegment {
+                address,
+                size: s.size,
+                stream: s.stream,
+                pool: s.pool,
+                pool_id: s.pool_id,
+                expandable: s.expandable,
+                blocks: Vec::new(),
+            })
+            .collect();
+        let finals = &self.finals;
+        let mut live: Vec<(u64, Live)> = self
+            .live
+            .into_iter()
+            .map(|(addr, at)| {
+                let b = if at & FINAL != 0 {
+                    finals[(at & !FINAL) as usize].clone()
                 } else {
-                    room
-                }
+                    let e = &undo[at as usize];
+                    Live {
+                        size: None,
+                        requested: e.size,
+                        frames: e.frames,
+                        stream: e.stream,
+                        untouched: false,
+                        freed_at: at as usize,
+                    }
+                };
+                (addr, b)
+            })
+            .collect();
+        live.sort_unstable_by_key(|(addr, _)| *addr);
+        let bounds = alloc_bounds(undo, &live);
+        let mut outside = Vec::new();
+        for (k, (addr, b)) in live.iter().enumerate() {
+            if b.untouched {
+                counts.blocks_in_segments += 1;
+                counts.blocks_in_segments_bytes += b.requested;
+            } else {
+                counts.freed_without_alloc += 1;
+                counts.freed_without_alloc_bytes += b.requested;
             }
-        };
-        // A block must be a whole number of 512-byte units, as every block PyTorch makes is.
-        let size = (size / MIN_BLOCK_SIZE * MIN_BLOCK_SIZE).max(MIN_BLOCK_SIZE.min(room));
-        seg.blocks.push(StartBlock { address: *addr, size, requested: b.requested, frames: b.frames });
+            let holder = segments.partition_point(|s| s.address <= *addr).checked_sub(1);
+            let Some(seg) = holder.map(|h| &mut segments[h]).filter(|s| *addr < s.address + s.size) else {
+                let size = b.size.unwrap_or_else(|| config.round_size(b.requested));
+                outside.push((b.stream, StartBlock { address: *addr, size, requested: b.requested, frames: b.frames }));
+                counts.outside_segments += 1;
+                continue;
+            };
+            // Up to the next live block in the segment, or the segment's end.
+            let seg_end = seg.address + seg.size;
+            let limit = live.get(k + 1).map_or(seg_end, |(next, _)| (*next).min(seg_end)).min(bounds[k]);
+            let size = start_block_size(config, seg, b, limit - addr);
+            seg.blocks.push(StartBlock { address: *addr, size, requested: b.requested, frames: b.frames });
+        }
+        counts.segments = segments.len() as u64;
+        counts.segments_bytes = segments.iter().map(|s| s.size).sum();
+        counts.blocks = live.len() as u64;
+        counts.blocks_bytes =
+            segments.iter().flat_map(|s| &s.blocks).chain(outside.iter().map(|(_, b)| b)).map(|b| b.size).sum();
+        StartState { segments, outside, live_at_start: counts }
     }
-    counts.segments = segments.len() as u64;
-    counts.segments_bytes = segments.iter().map(|s| s.size).sum();
-    counts.blocks = live.len() as u64;
-    counts.blocks_bytes =
-        segments.iter().flat_map(|s| &s.blocks).chain(outside.iter().map(|(_, b)| b)).map(|b| b.size).sum();
-    StartState { segments, outside, live_at_start: counts }
+}
+
+/// The block size of live block `b` in `seg`, with `room` bytes to the next
+/// live block (or the segment's end): the final segments' size, or for a
+/// block freed without its `alloc` in the trace, its request as the
+/// allocator rounds and splits it.
+fn start_block_size(config: &AllocatorConfig, seg: &StartSegment, b: &Live, room: u64) -> u64 {
+    let size = match b.size {
+        Some(size) => size.min(room),
+        None => {
+            let rounded = config.round_size(b.requested).min(room);
+            if splits(config, seg.pool, seg.expandable, rounded, room - rounded) {
+                rounded
+            } else if !seg.expandable && rounded >= config.max_split_size.unwrap_or(u64::MAX) {
+                // An oversize block is never split, but takes no free block
+                // of its size plus `max_non_split_rounding` or more.
+                room.min(rounded + config.max_non_split_rounding - MIN_BLOCK_SIZE)
+            } else {
+                room
+            }
+        }
+    };
+    // A block must be a whole number of 512-byte units, as every block PyTorch makes is.
+    (size / MIN_BLOCK_SIZE * MIN_BLOCK_SIZE).max(MIN_BLOCK_SIZE.min(room))
 }
 
 /// Whether the segment events of `undo` (the entries at `marks`, in order;

@@ -24,7 +24,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::Serialize;
 
-use super::model::{Action, Frame, Snapshot, StackId};
+use crate::format::model::{Action, Frame, Snapshot, StackId};
+use crate::replay::report::SnapshotReplay;
 use vramlab_allocator::BlockState;
 
 /// Full stacks kept per row, largest first.
@@ -513,7 +514,7 @@ pub fn requested_peak_index(snapshot: &Snapshot, device: usize) -> Option<u64> {
 /// The action that ends a block's life as allocated memory: `free_requested`
 /// when the trace has it (PyTorch counts a block unallocated from there),
 /// else `free_completed`.
-pub(crate) fn free_action(trace: &[super::model::TraceEntry]) -> Action {
+pub(crate) fn free_action(trace: &[crate::format::model::TraceEntry]) -> Action {
     if trace.iter().any(|e| e.action == Action::FreeRequested) { Action::FreeRequested } else { Action::FreeCompleted }
 }
 
@@ -873,7 +874,7 @@ fn group(classifier: &mut Classifier, live: &HashMap<u64, Live>, lifetimes: &Lif
 
 /// The points of a replay: its allocated peak, each out-of-memory it ran into,
 /// and each recorded failed request it could not serve either; attributed.
-pub fn replay_attribution(snapshot: &Snapshot, replay: &super::replay::SnapshotReplay) -> Vec<Attribution> {
+pub fn replay_attribution(snapshot: &Snapshot, replay: &SnapshotReplay) -> Vec<Attribution> {
     let mut points = vec![Point { kind: PointKind::AllocatedPeak, trace_index: replay.peak_allocated_index }];
     let mut ooms: Vec<u64> = replay.ooms.iter().map(|o| o.trace_index).collect();
     ooms.extend(replay.oom_requests.iter().filter(|o| !o.served).map(|o| o.trace_index));
@@ -888,7 +889,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::{FrameTable, Segment, SegmentType, TraceEntry};
+    use crate::format::model::{FrameTable, Segment, SegmentType, TraceEntry};
     use vramlab_allocator::BlockState;
 
     fn frame(file: &str, line: i64, name: &str) -> Frame {
@@ -1078,7 +1079,7 @@ mod tests {
             segment_pool_id: (0, 0),
             is_expandable: false,
             frames: 0,
-            blocks: vec![crate::model::Block {
+            blocks: vec![crate::format::model::Block {
                 address: 0x10_0000,
                 size: 2 << 20,
                 requested_size: 2 << 20,

@@ -1,7 +1,7 @@
 //! Two snapshots compared (`vramlab diff A B`): each replayed under its own
 //! settings (the snapshot's `allocator_settings`, else PyTorch's defaults), then
 //! their peaks, who holds the allocated peak by call path
-//! ([`crate::attribution`]'s grouping at each replay's own allocated peak, rows
+//! ([`crate::analysis::attribution`]'s grouping at each replay's own allocated peak, rows
 //! matched by call path), the segments at each reserved peak (count and sizes)
 //! and the fragmentation then (reserved − allocated, the largest free block),
 //! before and after. [`SnapshotDiff`] is plain data: xtask prints it and wraps it
@@ -11,9 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::attribution::{Attribution, Category, Point, PointKind, attribute};
-use crate::model::Snapshot;
-use crate::replay::{SnapshotReplayError, SnapshotReplayOptions, replay_snapshot_timeline};
+use super::attribution::{Attribution, Category, Point, PointKind, attribute};
+use crate::format::model::Snapshot;
+use crate::replay::report::{SnapshotReplayError, SnapshotReplayOptions};
+use crate::replay::run::replay_snapshot_timeline;
 
 /// One snapshot's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -246,7 +247,7 @@ fn compare(
 mod tests {
     use super::*;
 
-    const SMALL: &[u8] = include_bytes!("../../tests/data/snapshots/small_p5.pickle");
+    const SMALL: &[u8] = include_bytes!("../../../tests/data/snapshots/small_p5.pickle");
 
     #[test]
     fn a_snapshot_against_itself_changes_nothing() {

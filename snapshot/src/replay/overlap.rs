@@ -6,7 +6,7 @@
 //! The replay cannot wait for what only the end of the file says, so it
 //! assumes what most recordings are: the trace it gets is the busiest
 //! device's, the allocator settings are the ones read from the file's tail
-//! ([`peek_allocator_settings`](super::peek_allocator_settings)) or PyTorch's
+//! ([`peek_allocator_settings`](crate::format::import::peek_allocator_settings)) or PyTorch's
 //! defaults, frees complete apart from their requests (`free_completed`), no
 //! out-of-memory was recorded, no private pool is in use, and nothing was
 //! live before the first entry. Once the whole snapshot is read, each of
@@ -22,28 +22,19 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};
 
 use super::feed::Feed;
-use super::import::read_snapshot_streaming;
-use super::model::{Action, Snapshot, TraceEntry};
 use super::oom::{self, ReleaseKind};
-use super::pickle::ReadOptions;
 use super::pools::PoolPlan;
-use super::replay::{
-    Setup, SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions, replay_from, replay_snapshot, trace_marks,
-};
-use super::{SnapshotError, read_snapshot_with, rewind};
+use super::report::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions};
+use super::rewind;
+use super::run::{replay_snapshot, trace_marks};
+use super::walk::{Run, Setup, replay_from};
+use crate::format::error::SnapshotError;
+use crate::format::import::{read_snapshot_streaming, read_snapshot_with};
+use crate::format::model::{Action, Snapshot, TraceEntry};
+use crate::format::pickle::ReadOptions;
+use crate::format::stream::Message;
 use vramlab_allocator::{AllocatorConfig, SimulatedMemory};
 use vramlab_replay::MAX_BYTES;
-
-/// What the reading thread sends the replaying one.
-pub(crate) enum Message {
-    /// The entries that follow are those of `device_traces[device]`.
-    Start { device: usize },
-    /// More of them, and what each stack interned since the last message
-    /// names ([`oom::stack_flags`], by stack id in order).
-    Entries { entries: Vec<TraceEntry>, stack_flags: Vec<u8> },
-    /// The snapshot, read: the sent trace left empty, and its device.
-    Done(Box<Result<(Snapshot, Option<usize>), SnapshotError>>),
-}
 
 /// How many messages may wait unread (each up to 64 Ki entries, 2.5 MiB).
 const QUEUE: usize = 8;
@@ -102,7 +93,7 @@ fn replay_streamed(
     device: usize,
     config: &AllocatorConfig,
     opts: &SnapshotReplayOptions,
-) -> (usize, Result<super::replay::Run, SnapshotReplayError>) {
+) -> (usize, Result<Run, SnapshotReplayError>) {
     let pools = PoolPlan::default();
     let setup = Setup {
         device,
@@ -154,7 +145,7 @@ fn holds(snap: &Snapshot, device: usize, config: &AllocatorConfig, feed: &Stream
 pub(crate) struct StreamFeed {
     rx: Receiver<Message>,
     trace: Vec<TraceEntry>,
-    /// What each stack names ([`oom::stack_flags`]), by stack id.
+    /// What each stack names ([`stack_flags`](crate::format::stream::stack_flags)), by stack id.
     flags: Vec<u8>,
     device: Option<usize>,
     /// The simulated device, whose address plan grows with the entries.

@@ -32,8 +32,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::model::{Action, Snapshot, TraceEntry};
-use vramlab_allocator::MempoolId;
+use crate::format::model::{Action, Snapshot, TraceEntry};
+use vramlab_allocator::{AllocError, Allocation, CachingAllocator, MempoolId, PoolFilter, StreamId};
 
 /// How the replay learned the pool of each segment the trace touches.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -335,4 +335,22 @@ impl PoolPlan {
     pub(crate) fn freeable_for(&self, index: usize) -> &[MempoolId] {
         self.freeable_at.get(&index).map_or(&[], Vec::as_slice)
     }
+}
+
+/// `malloc`, in private pool `pool` when given (begin allocating the stream to it,
+/// allocate, end and give the use back).
+pub(crate) fn malloc_in(
+    allocator: &CachingAllocator,
+    size: u64,
+    stream: StreamId,
+    pool: Option<MempoolId>,
+) -> Result<Allocation, AllocError> {
+    let Some(pool) = pool else {
+        return allocator.malloc(size, stream, None);
+    };
+    allocator.begin_allocate_to_pool(pool, PoolFilter::Streams(vec![stream]))?;
+    let result = allocator.malloc(size, stream, None);
+    allocator.end_allocate_to_pool(pool)?;
+    allocator.release_pool(pool)?;
+    result
 }

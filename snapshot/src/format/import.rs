@@ -8,9 +8,12 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
-use super::SnapshotError;
+use super::error::SnapshotError;
+use super::fields::ProblemKind;
 use super::model::{AllocatorSettings, Block, FrameTable, Segment, SegmentType, Snapshot, TraceEntry};
-use super::pickle::{self, Heap, Pickle, ProblemKind, ReadOptions, Value};
+use super::pickle::{self, Heap, Pickle, ReadOptions};
+use super::stream::Message;
+use super::value::Value;
 use vramlab_allocator::{BlockState, ROUNDUP_BUCKETS};
 use vramlab_replay::MAX_BYTES;
 
@@ -40,7 +43,7 @@ pub fn read_snapshot_with<R: Read>(input: R, opts: ReadOptions) -> Result<Snapsh
 /// The allocator settings of a snapshot, read from the last bytes of its file
 /// (`tail`; PyTorch writes `allocator_settings` after the traces): `None` when
 /// they are not there, or refer to something written before the tail. What
-/// lets a replay start before the whole file is read (`overlap.rs`, which
+/// lets a replay start before the whole file is read (`replay/overlap.rs`, which
 /// checks it against the settings read in full).
 pub fn peek_allocator_settings(tail: &[u8]) -> Option<AllocatorSettings> {
     const KEY: &[u8] = b"allocator_settings";
@@ -179,12 +182,12 @@ fn skim_value(b: &[u8], gets: &mut Vec<(usize, usize)>) -> Option<usize> {
 }
 
 /// [`read_snapshot_with`], the entries of the first device trace sent to
-/// `tx` as they are read (see `overlap.rs`): the snapshot comes back with that
+/// `tx` as they are read (see `replay/overlap.rs`): the snapshot comes back with that
 /// trace empty, and its device index.
 pub(crate) fn read_snapshot_streaming<R: Read>(
     input: R,
     opts: ReadOptions,
-    tx: std::sync::mpsc::SyncSender<super::overlap::Message>,
+    tx: std::sync::mpsc::SyncSender<Message>,
 ) -> Result<(Snapshot, Option<usize>), SnapshotError> {
     let pickle = pickle::read_streaming(input, opts, tx)?;
     let streamed = pickle.heap.stream.as_ref().and_then(|s| s.device);
@@ -509,11 +512,7 @@ fn device_traces(heap: &mut Heap, v: Value) -> Result<(Vec<Vec<TraceEntry>>, Vec
                 ProblemKind::Absurd { field, value } => SnapshotError::AbsurdSize { path: path(field), value },
                 ProblemKind::Missing { field } => SnapshotError::Shape {
                     path: format!("{p}[{i}]"),
-                    expected: if field == "size" {
-                        "a 'size' key in the trace entry"
-                    } else {
-                        "an 'addr' key in the trace entry"
-                    },
+                    expected: ProblemKind::missing_key(field),
                     found: format!("a '{}' entry without one", problem.action),
                 },
             });
@@ -580,7 +579,7 @@ mod tests {
 
     /// The snapshot with every stack id replaced by its frames (the readers
     /// number stacks in the order they meet them).
-    fn resolved(s: &Snapshot) -> (Snapshot, Vec<Vec<super::super::model::Frame>>) {
+    fn resolved(s: &Snapshot) -> (Snapshot, Vec<Vec<crate::format::model::Frame>>) {
         let mut s = s.clone();
         let mut stacks = Vec::new();
         let frames = std::mem::take(&mut s.frames);

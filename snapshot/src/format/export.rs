@@ -79,6 +79,12 @@ impl<W: Write> Pickler<W> {
         }
     }
 
+    /// A dict item: the key `key` and the integer `n`.
+    fn key_int(&mut self, key: &str, n: i128) -> io::Result<()> {
+        self.str(key)?;
+        self.int(n)
+    }
+
     fn float(&mut self, f: f64) -> io::Result<()> {
         self.out.write_all(b"G")?;
         self.out.write_all(&f.to_be_bytes())
@@ -144,24 +150,17 @@ pub fn write_snapshot<W: Write>(snap: &Snapshot, out: W) -> io::Result<()> {
     p.list_start()?;
     for seg in &snap.segments {
         p.dict_start()?;
-        p.str("device")?;
-        p.int(seg.device as i128)?;
-        p.str("address")?;
-        p.int(seg.address as i128)?;
-        p.str("total_size")?;
-        p.int(seg.total_size as i128)?;
+        p.key_int("device", seg.device as i128)?;
+        p.key_int("address", seg.address as i128)?;
+        p.key_int("total_size", seg.total_size as i128)?;
         let allocated: u64 = seg.allocated_bytes();
         let active: u64 = seg.blocks.iter().filter(|b| b.state != BlockState::Inactive).map(|b| b.size).sum();
         let requested: u64 =
             seg.blocks.iter().filter(|b| b.state != BlockState::Inactive).map(|b| b.requested_size).sum();
-        p.str("allocated_size")?;
-        p.int(allocated as i128)?;
-        p.str("active_size")?;
-        p.int(active as i128)?;
-        p.str("requested_size")?;
-        p.int(requested as i128)?;
-        p.str("stream")?;
-        p.int(seg.stream as i128)?;
+        p.key_int("allocated_size", allocated as i128)?;
+        p.key_int("active_size", active as i128)?;
+        p.key_int("requested_size", requested as i128)?;
+        p.key_int("stream", seg.stream as i128)?;
         p.str("segment_type")?;
         let large = match seg.segment_type {
             SegmentType::Large => true,
@@ -181,12 +180,9 @@ pub fn write_snapshot<W: Write>(snap: &Snapshot, out: W) -> io::Result<()> {
         p.list_start()?;
         for b in &seg.blocks {
             p.dict_start()?;
-            p.str("address")?;
-            p.int(b.address as i128)?;
-            p.str("size")?;
-            p.int(b.size as i128)?;
-            p.str("requested_size")?;
-            p.int(if b.state == BlockState::Inactive { 0 } else { b.requested_size as i128 })?;
+            p.key_int("address", b.address as i128)?;
+            p.key_int("size", b.size as i128)?;
+            p.key_int("requested_size", if b.state == BlockState::Inactive { 0 } else { b.requested_size as i128 })?;
             p.str("state")?;
             p.str(match b.state {
                 BlockState::ActiveAllocated => "active_allocated",
@@ -211,12 +207,9 @@ pub fn write_snapshot<W: Write>(snap: &Snapshot, out: W) -> io::Result<()> {
             p.str(e.action.as_str())?;
             p.str(if e.action == Action::Oom { "device_free" } else { "addr" })?;
             p.int(e.addr as i128)?;
-            p.str("size")?;
-            p.int(e.size as i128)?;
-            p.str("stream")?;
-            p.int(e.stream as i128)?;
-            p.str("time_us")?;
-            p.int(e.time_us as i128)?;
+            p.key_int("size", e.size as i128)?;
+            p.key_int("stream", e.stream as i128)?;
+            p.key_int("time_us", e.time_us as i128)?;
             p.str("frames")?;
             p.frames(snap, e.frames)?;
             p.dict_end()?;
@@ -229,8 +222,7 @@ pub fn write_snapshot<W: Write>(snap: &Snapshot, out: W) -> io::Result<()> {
         p.dict_start()?;
         p.str("PYTORCH_CUDA_ALLOC_CONF")?;
         p.str(&s.alloc_conf)?;
-        p.str("max_split_size")?;
-        p.int(s.max_split_size.map_or(-1, |m| m as i128))?;
+        p.key_int("max_split_size", s.max_split_size.map_or(-1, |m| m as i128))?;
         p.str("garbage_collection_threshold")?;
         p.float(s.garbage_collection_threshold.unwrap_or(0.0))?;
         p.str("expandable_segments")?;

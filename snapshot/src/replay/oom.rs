@@ -19,9 +19,11 @@
 
 use serde::Serialize;
 
-use super::model::{Action, Frame, FrameTable, Snapshot, StackId, TraceEntry};
+use crate::format::model::{Action, FrameTable, Snapshot, StackId, TraceEntry};
+use crate::format::stream::{NAMES_ALLOCATOR_RELEASE, NAMES_EMPTY_CACHE, stack_flags};
 use vramlab_allocator::consts::{MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
-use vramlab_allocator::{AllocError, AllocatorConfig, CachingAllocator, StreamId, format_size};
+use vramlab_allocator::{AllocError, AllocatorConfig, CachingAllocator, StreamId};
+use vramlab_display::format::fmt_bytes;
 
 /// Whose release a run of recorded segment frees was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -119,30 +121,6 @@ impl ReleaseSummary {
     }
 }
 
-/// What a stack's frames say about a segment free made under it ([`stack_flags`]).
-pub(crate) const NAMES_EMPTY_CACHE: u8 = 1;
-pub(crate) const NAMES_ALLOCATOR_RELEASE: u8 = 2;
-
-/// Whether a stack names a call of `empty_cache` (Python) or c10's
-/// `emptyCache` ([`NAMES_EMPTY_CACHE`]), and whether it names the allocator's
-/// own release paths ([`NAMES_ALLOCATOR_RELEASE`]).
-pub(crate) fn stack_flags<'a>(frames: impl Iterator<Item = &'a Frame>) -> u8 {
-    let mut flags = 0;
-    for f in frames {
-        if &*f.name == "empty_cache" || f.name.contains("emptyCache") {
-            flags |= NAMES_EMPTY_CACHE;
-        }
-        if f.name.contains("garbage_collect_cached_blocks")
-            || f.name.contains("release_cached_blocks")
-            || f.name.contains("release_available_cached_blocks")
-            || f.name.contains("DeviceCachingAllocator::malloc")
-        {
-            flags |= NAMES_ALLOCATOR_RELEASE;
-        }
-    }
-    flags
-}
-
 /// Whose release the run of segment frees (or unmaps) starting at trace index
 /// `start` was: the entries from `start` with its action that `keep` selects,
 /// up to the first that is not. The replay asks at each run's first entry, so
@@ -221,23 +199,23 @@ impl InferredCapacity {
             LimitKind::Device => format!(
                 "{} inferred from the recorded OOM at entry {}: {} reserved after the release plus {} free on the \
                  device, less than the {} segment it needed",
-                format_size(self.bytes),
+                fmt_bytes(self.bytes),
                 self.entry,
-                format_size(self.reserved_at_oom_bytes),
-                format_size(self.device_free_bytes),
-                format_size(self.segment_bytes)
+                fmt_bytes(self.reserved_at_oom_bytes),
+                fmt_bytes(self.device_free_bytes),
+                fmt_bytes(self.segment_bytes)
             ),
             LimitKind::Fraction => format!(
                 "{} inferred from the recorded OOM at entry {}: the device had {} free, so a per-process limit \
                  (set_per_process_memory_fraction) refused {} more on top of {} reserved; the limit lies in [{}, {}) \
                  and the replay takes its lower end, the most the recording reserved",
-                format_size(self.bytes),
+                fmt_bytes(self.bytes),
                 self.entry,
-                format_size(self.device_free_bytes),
-                format_size(self.segment_bytes),
-                format_size(self.reserved_at_oom_bytes),
-                format_size(self.at_least),
-                format_size(self.below)
+                fmt_bytes(self.device_free_bytes),
+                fmt_bytes(self.segment_bytes),
+                fmt_bytes(self.reserved_at_oom_bytes),
+                fmt_bytes(self.at_least),
+                fmt_bytes(self.below)
             ),
         }
     }
@@ -304,9 +282,9 @@ pub(crate) fn infer_capacity(
         return Err(format!(
             "no single limit explains the recording: it reserved {} at most, yet {} more on top of {} failed at \
              entry {entry} (the limit, or other processes' use of the device, changed while it ran)",
-            format_size(at_least),
-            format_size(segment_bytes),
-            format_size(reserved_at_oom_bytes)
+            fmt_bytes(at_least),
+            fmt_bytes(segment_bytes),
+            fmt_bytes(reserved_at_oom_bytes)
         ));
     }
     let (kind, bytes) = if device_free_bytes < segment_bytes {

@@ -1,0 +1,385 @@
+//! Live memory over a device's trace, stacked by call path, for the replay
+//! page's interactive timeline (like memory_viz's Active Memory Timeline, but
+//! one band per call path of the user's code rather than one per block): the
+//! live blocks' requested bytes grouped as the peak table groups them
+//! ([`crate::attribute`]: the user's frames, library frames folded), the
+//! [`PathTimeline::series`] largest call paths (by their own highest live
+//! bytes) kept and the rest summed as "other".
+//!
+//! Downsampled to at most [`MAX_COLUMNS`] columns of consecutive entries;
+//! each column is the state after the entry where the total live bytes are
+//! highest within it, so the stack's top keeps every peak (and every column
+//! still sums). Each band keeps its largest blocks' stacks for the hover.
+
+use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
+
+use super::attribution::{
+    Classifier, GroupKey, Live, NoFrames, StackFrame, describe_key, frame_kind, frame_text, free_action, live_at_start,
+};
+use crate::format::model::{Action, Snapshot, StackId, TraceEntry};
+
+/// Columns kept at most (the page draws one or more per pixel at full width
+/// and still has detail when zoomed in 8×).
+pub const MAX_COLUMNS: usize = 8192;
+/// Call paths with a band of their own; the rest are one "other" band.
+pub const TOP_PATHS: usize = 12;
+/// Largest blocks (with their stacks) kept per band.
+pub const BLOCKS_PER_PATH: usize = 3;
+/// Folded frames (torch, packages, the standard library, C++) kept per
+/// stack, innermost first; the rest are counted. The user's are all kept.
+pub const FRAMES_PER_STACK: usize = 40;
+
+/// One block of a band, for the hover: its size, when it was made, its stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathBlock {
+    /// Requested bytes.
+    pub bytes: u64,
+    /// The `alloc` entry; `None` when live before the recording began.
+    pub entry: Option<u64>,
+    /// Innermost first: the user's, and the first [`FRAMES_PER_STACK`] folded ones.
+    pub frames: Vec<StackFrame>,
+    /// Folded frames beyond those kept.
+    pub frames_left_out: u64,
+}
+
+/// One band of the stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathSeries {
+    /// The innermost frame of the user's code, or what stands in for it
+    /// (as the peak table's row label); "other" for the rest.
+    pub label: String,
+    /// The user's frames, innermost first.
+    pub user_frames: Vec<String>,
+    /// The band's highest live bytes over the trace.
+    pub peak_bytes: u64,
+    /// The largest blocks ever made on this call path ([`BLOCKS_PER_PATH`]).
+    pub largest_blocks: Vec<PathBlock>,
+    /// Live bytes at each column.
+    pub bytes: Vec<u64>,
+}
+
+/// The stacked timeline of one device's trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathTimeline {
+    /// Per column: entries applied at its state (0: before the first entry),
+    /// in order; the state is after entry `applied − 1`.
+    pub applied: Vec<u64>,
+    /// Per column: the entry's `time_us` (the first entry's for column 0).
+    pub time_us: Vec<i64>,
+    /// Largest bands first; "other" (when there is more) last.
+    pub series: Vec<PathSeries>,
+    /// Entries per column (the last may hold fewer); 1 when every state is kept.
+    pub entries_per_column: u64,
+    /// The trace's entries.
+    pub entries: u64,
+    /// Call paths in all (with a band of their own or not).
+    pub paths: u64,
+}
+
+/// The key of a live block, as the peak table decides it.
+fn block_key(c: &mut Classifier<'_>, frames: StackId, alloc: Option<usize>) -> usize {
+    if frames == 0 || c.snapshot.frames.stack(frames).next().is_none() {
+        let why = if alloc.is_none() { NoFrames::LiveBeforeRecording } else { NoFrames::RecordedWithoutStacks };
+        return c.key(GroupKey::NoFrames(why));
+    }
+    c.info(frames).key
+}
+
+/// The stacked live memory of `device`'s trace; `None` without that device.
+pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline> {
+    let trace = snapshot.device_traces.get(device)?;
+    let free = free_action(trace);
+    let mut c = Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
+    let mut start_blocks: Vec<(u64, Live)> = live_at_start(snapshot, device, free).into_iter().collect();
+    start_blocks.sort_by_key(|(a, _)| *a);
+    let paths = PathPeaks::of(&mut c, trace, free, &start_blocks);
+    let bands = Bands::of(&paths.peak);
+    let columns = Columns::of(trace, free, &start_blocks, &paths, &bands);
+    let time_of = |applied: usize| trace.get(applied.saturating_sub(1)).map_or(0, |e| e.time_us);
+    let time_us = columns.applied.iter().map(|&a| time_of(a as usize)).collect();
+    let series = bands.series(snapshot, &c, &paths, columns.bytes);
+    Some(PathTimeline {
+        applied: columns.applied,
+        time_us,
+        series,
+        entries_per_column: columns.per as u64,
+        entries: trace.len() as u64,
+        paths: bands.order.len() as u64,
+    })
+}
+
+/// A block for the hover: (requested bytes, its `alloc` entry, its stack).
+type BlockNote = (u64, Option<usize>, StackId);
+
+/// Pass 1 over the trace: each block's call path (its key), and per key the
+/// live bytes as the trace goes, their highest, and the largest blocks.
+#[derive(Default)]
+struct PathPeaks {
+    cur: Vec<u64>,
+    peak: Vec<u64>,
+    largest: Vec<Vec<BlockNote>>,
+    /// The key of each block live at the start, in address order.
+    start_keys: Vec<usize>,
+    /// The key of each `alloc` entry (`u32::MAX` for the other entries).
+    keys: Vec<u32>,
+}
+
+impl PathPeaks {
+    fn of(c: &mut Classifier<'_>, trace: &[TraceEntry], free: Action, start_blocks: &[(u64, Live)]) -> PathPeaks {
+        let mut p = PathPeaks { start_keys: Vec::with_capacity(start_blocks.len()), ..PathPeaks::default() };
+        let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
+        for (addr, b) in start_blocks {
+            let k = block_key(c, b.frames, None);
+            p.note(k, *b);
+            live.insert(*addr, (b.size, k));
+            p.start_keys.push(k);
+        }
+        p.keys = vec![u32::MAX; trace.len()];
+        for (i, e) in trace.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    let k = block_key(c, e.frames, Some(i));
+                    p.keys[i] = k as u32;
+                    if let Some((size, old)) = live.insert(e.addr, (e.size, k)) {
+                        p.cur[old] -= size;
+                    }
+                    p.note(k, Live { size: e.size, frames: e.frames, alloc: Some(i) });
+                }
+                a if a == free => {
+                    if let Some((size, k)) = live.remove(&e.addr) {
+                        p.cur[k] -= size;
+                    }
+                }
+                _ => {}
+            }
+        }
+        p
+    }
+
+    /// Block `b` made live on key `k`.
+    fn note(&mut self, k: usize, b: Live) {
+        if self.cur.len() <= k {
+            self.cur.resize(k + 1, 0);
+            self.peak.resize(k + 1, 0);
+            self.largest.resize(k + 1, Vec::new());
+        }
+        self.cur[k] += b.size;
+        self.peak[k] = self.peak[k].max(self.cur[k]);
+        let l = &mut self.largest[k];
+        if l.len() < BLOCKS_PER_PATH || l.last().is_some_and(|x| x.0 < b.size) {
+            // Distinct stacks only: a loop's same-sized blocks are one line.
+            if !l.iter().any(|x| x.2 == b.frames && x.0 >= b.size) {
+                l.retain(|x| x.2 != b.frames);
+                l.push((b.size, b.alloc, b.frames));
+                l.sort_by_key(|x| std::cmp::Reverse(x.0));
+                l.truncate(BLOCKS_PER_PATH);
+            }
+        }
+    }
+}
+
+/// The bands: the keys with the highest peaks, one band each, and the rest
+/// in one "other" band.
+struct Bands {
+    /// The keys that were ever live, highest peak first.
+    order: Vec<usize>,
+    /// The band of each key.
+    band_of: Vec<usize>,
+    count: usize,
+    /// Whether there is an "other" band (the last).
+    other: bool,
+}
+
+impl Bands {
+    fn of(peak: &[u64]) -> Bands {
+        let mut order: Vec<usize> = (0..peak.len()).filter(|&k| peak[k] > 0).collect();
+        order.sort_by(|&a, &b| peak[b].cmp(&peak[a]).then(a.cmp(&b)));
+        let other = order.len() > TOP_PATHS;
+        let count = order.len().min(TOP_PATHS) + usize::from(other);
+        let mut band_of = vec![count.saturating_sub(1); peak.len()];
+        for (band, &k) in order.iter().take(TOP_PATHS).enumerate() {
+            band_of[k] = band;
+        }
+        Bands { order, band_of, count, other }
+    }
+
+    /// The bands as series, their live bytes at each column given (`bytes`, by band).
+    fn series(
+        &self,
+        snapshot: &Snapshot,
+        c: &Classifier<'_>,
+        paths: &PathPeaks,
+        mut bytes: Vec<Vec<u64>>,
+    ) -> Vec<PathSeries> {
+        let block = |b: &BlockNote| path_block(snapshot, b);
+        let mut series: Vec<PathSeries> = self
+            .order
+            .iter()
+            .take(TOP_PATHS)
+            .zip(bytes.iter_mut())
+            .map(|(&k, b)| {
+                let (label, user_frames) = describe_key(&c.keys[k]);
+                PathSeries {
+                    label,
+                    user_frames,
+                    peak_bytes: paths.peak[k],
+                    largest_blocks: paths.largest[k].iter().map(block).collect(),
+                    bytes: std::mem::take(b),
+                }
+            })
+            .collect();
+        if self.other {
+            let rest = &self.order[TOP_PATHS..];
+            let mut blocks: Vec<_> = rest.iter().flat_map(|&k| paths.largest[k].iter().copied()).collect();
+            blocks.sort_by_key(|x| std::cmp::Reverse(x.0));
+            blocks.truncate(BLOCKS_PER_PATH);
+            let b = std::mem::take(&mut bytes[self.count - 1]);
+            series.push(PathSeries {
+                label: format!("other ({} call paths)", rest.len()),
+                user_frames: Vec::new(),
+                peak_bytes: b.iter().copied().max().unwrap_or(0),
+                largest_blocks: blocks.iter().map(block).collect(),
+                bytes: b,
+            });
+        }
+        series
+    }
+}
+
+/// A band's block for the hover: every frame of the user's, folded frames up
+/// to [`FRAMES_PER_STACK`].
+fn path_block(snapshot: &Snapshot, &(size, alloc, frames): &BlockNote) -> PathBlock {
+    let (mut kept, mut folded, mut left) = (Vec::new(), 0usize, 0u64);
+    for f in snapshot.frames.stack(frames) {
+        let kind = frame_kind(f);
+        if kind.folded() {
+            if folded == FRAMES_PER_STACK {
+                left += 1;
+                continue;
+            }
+            folded += 1;
+        }
+        kept.push(StackFrame { text: frame_text(f), kind });
+    }
+    PathBlock { bytes: size, entry: alloc.map(|a| a as u64), frames: kept, frames_left_out: left }
+}
+
+/// Pass 2 over the trace: the columns, each the state where the live total
+/// is highest among its entries.
+struct Columns {
+    /// Per column, the entries applied at its state.
+    applied: Vec<u64>,
+    /// Per band, its live bytes at each column.
+    bytes: Vec<Vec<u64>>,
+    /// Entries per column.
+    per: usize,
+}
+
+impl Columns {
+    fn of(
+        trace: &[TraceEntry],
+        free: Action,
+        start_blocks: &[(u64, Live)],
+        paths: &PathPeaks,
+        bands: &Bands,
+    ) -> Columns {
+        let band_of = &bands.band_of;
+        let states = trace.len() + 1;
+        let per = states.div_ceil(MAX_COLUMNS).max(1);
+        let columns = states.div_ceil(per);
+        let mut applied = Vec::with_capacity(columns);
+        let mut bytes: Vec<Vec<u64>> = vec![Vec::with_capacity(columns); bands.count];
+        let mut now = vec![0u64; bands.count];
+        let mut total = 0u64;
+        let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
+        for ((addr, b), k) in start_blocks.iter().zip(&paths.start_keys) {
+            live.insert(*addr, (b.size, band_of[*k]));
+            now[band_of[*k]] += b.size;
+            total += b.size;
+        }
+        let mut best: Option<(u64, usize)> = None;
+        let mut best_bytes = now.clone();
+        for state in 0..states {
+            if state > 0 {
+                let i = state - 1;
+                let e = &trace[i];
+                match e.action {
+                    Action::Alloc => {
+                        let band = band_of[paths.keys[i] as usize];
+                        if let Some((size, old)) = live.insert(e.addr, (e.size, band)) {
+                            now[old] -= size;
+                            total -= size;
+                        }
+                        now[band] += e.size;
+                        total += e.size;
+                    }
+                    a if a == free => {
+                        if let Some((size, band)) = live.remove(&e.addr) {
+                            now[band] -= size;
+                            total -= size;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if best.is_none_or(|(b, _)| total > b) {
+                best = Some((total, state));
+                best_bytes.copy_from_slice(&now);
+            }
+            if (state + 1) % per == 0 || state + 1 == states {
+                let (_, at) = best.take().expect("a state in every column");
+                applied.push(at as u64);
+                for (band, v) in bytes.iter_mut().zip(&best_bytes) {
+                    band.push(*v);
+                }
+            }
+        }
+        Columns { applied, bytes, per }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Snapshot {
+        let path = format!("{}/../tests/data/torch-snapshots/{name}", env!("CARGO_MANIFEST_DIR"));
+        crate::read_snapshot_file(std::path::Path::new(&path)).expect("the fixture reads")
+    }
+
+    #[test]
+    fn columns_sum_to_the_live_bytes_and_keep_the_peak() {
+        let snap = fixture("transformer-default.pickle");
+        let device = (0..snap.device_traces.len()).max_by_key(|&d| snap.device_traces[d].len()).unwrap();
+        let t = path_timeline(&snap, device).unwrap();
+        assert_eq!(t.entries, snap.device_traces[device].len() as u64);
+        assert_eq!(t.applied.len(), t.time_us.len());
+        assert!(t.series.iter().all(|s| s.bytes.len() == t.applied.len()));
+        assert!(t.series.len() <= TOP_PATHS + 1 && !t.series.is_empty());
+        // The stack's highest column is the recording's requested peak, at
+        // the entry requested_peak_index names.
+        let totals: Vec<u64> = (0..t.applied.len()).map(|c| t.series.iter().map(|s| s.bytes[c]).sum()).collect();
+        let top = *totals.iter().max().unwrap();
+        let at = totals.iter().position(|&v| v == top).unwrap();
+        let peak_index = crate::requested_peak_index(&snap, device);
+        let attributed = crate::attribute(
+            &snap,
+            device,
+            &[crate::Point { kind: crate::PointKind::AllocatedPeak, trace_index: peak_index }],
+        );
+        assert_eq!(top, attributed[0].total_bytes, "the stack's top at the peak is the peak table's total");
+        assert_eq!(t.applied[at], peak_index.map_or(0, |i| i + 1));
+        // The largest band is the peak table's first row's call path or larger.
+        assert!(t.series[0].peak_bytes >= attributed[0].groups[0].bytes);
+        let first = &t.series[0];
+        assert!(!first.largest_blocks.is_empty() && !first.largest_blocks[0].frames.is_empty(), "a stack to hover");
+        assert!(first.largest_blocks.windows(2).all(|w| w[0].bytes >= w[1].bytes));
+    }
+
+    #[test]
+    fn a_missing_device_has_no_timeline() {
+        let snap = fixture("mlp-default.pickle");
+        assert!(path_timeline(&snap, 99).is_none());
+    }
+}
