@@ -14,7 +14,7 @@ pub mod schema;
 pub mod suite;
 pub mod suites;
 
-pub use charts::{ChartSpec, declared_charts};
+pub use charts::declared_charts;
 pub use harness::{HarnessConfig, measure};
 pub use runner::{SnapshotSink, run_suite, run_suite_with};
 pub use schema::*;

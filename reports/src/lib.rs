@@ -9,6 +9,7 @@
 //! written atomically (to a temporary file, then renamed), so an interrupted
 //! run keeps every suite that finished and never leaves a half-written file.
 
+pub mod canvas;
 pub mod charts;
 pub mod check;
 pub mod diff_page;

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_reports::diff_page::{self, fmt_change, fmt_relative};
 use vramlab_reports::results_diff::{self, ResultsDiff};
-use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Snapshot, SnapshotDiff, SnapshotReplayOptions};
 
 use crate::replay_cmd::{BAD_REPORT_DIR, report_dir_ok};

@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::Value;
-use vramlab_reports::units::fmt_bytes;
+use vramlab_display::format::fmt_bytes;
 
 use crate::cli::GpuCheckArgs;
 

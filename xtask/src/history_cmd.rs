@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use vramlab_reports::check::{fmt_amount, fmt_ns};
+use vramlab_display::format::fmt_ns;
+use vramlab_reports::check::figures::amount_text;
 use vramlab_reports::history::{History, Series};
 
 pub const ABOUT: &str = "Trends of a figure over the stored runs, with change points";
@@ -151,7 +152,7 @@ fn noise(h: &History, args: &HistoryArgs) -> Result<u8> {
 }
 
 fn value_text(name: &str, v: f64) -> String {
-    if name.ends_with(" time") || name.ends_with("_ns") { fmt_ns(v) } else { fmt_amount(v, name.ends_with("_bytes")) }
+    if name.ends_with(" time") || name.ends_with("_ns") { fmt_ns(v) } else { amount_text(v, name.ends_with("_bytes")) }
 }
 
 /// "run 12 (commit abc): 1.00 MiB → 3.00 MiB (+200.0 %)", the levels' means.

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_replay::OnOom;
-use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, Action, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;

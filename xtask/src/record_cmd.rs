@@ -20,6 +20,7 @@ use std::process::{Command, ExitStatus};
 use std::time::SystemTime;
 
 use anyhow::Context;
+use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::AllocatorConfig;
 use vramlab_replay::OnOom;
 use vramlab_reports::record::{
@@ -27,7 +28,6 @@ use vramlab_reports::record::{
     write_hook, write_record_index,
 };
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
-use vramlab_reports::units::fmt_bytes;
 use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
 use crate::cli::{RecordArgs, WhatifArgs};

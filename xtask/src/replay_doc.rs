@@ -19,7 +19,7 @@ use vramlab_snapshot::{
     PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
 };
 
-use vramlab_reports::units::fmt_bytes;
+use vramlab_display::format::fmt_bytes;
 
 /// The document's version: raised whenever a key changes meaning or goes away.
 /// Version 1 replaced the two shapes of earlier releases (`trace`/`snapshot`

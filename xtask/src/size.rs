@@ -1,9 +1,9 @@
 //! Byte sizes on the command line, in binary units written out (B, KiB, MiB,
-//! GiB, TiB): reading them. Writing them is `vramlab_reports::units::fmt_bytes`.
+//! GiB, TiB): reading them. Writing them is `vramlab_display::format::fmt_bytes`.
 
 use std::fmt;
 
-use vramlab_reports::units::BYTE_UNITS;
+use vramlab_display::format::BYTE_UNITS;
 
 /// The forms [`parse_size`] accepts, for messages and help.
 pub const ACCEPTED_FORMS: &str =
@@ -47,7 +47,7 @@ impl Size {
                 "{flag} {} is {exact} bytes: rounded down to {} bytes ({})",
                 self.text.trim(),
                 self.bytes,
-                vramlab_reports::units::fmt_bytes(self.bytes)
+                vramlab_display::format::fmt_bytes(self.bytes)
             )
         })
     }

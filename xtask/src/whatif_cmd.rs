@@ -9,6 +9,7 @@ use std::io::BufReader;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
@@ -18,7 +19,6 @@ use vramlab_snapshot::{
 
 use crate::cli::WhatifArgs;
 use crate::replay_cmd::write_stdout;
-use vramlab_reports::units::fmt_bytes;
 
 pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if !args.more.is_empty() {

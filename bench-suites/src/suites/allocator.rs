@@ -269,9 +269,9 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
                 .metric("profile_build_ns", build_ns as f64)
                 .note(format!(
                     "the same pairs with vramlab's profiler recording every allocator event ({i} pairs, {records} records, {} held; building the profile took {}); a recording of {FIXED_RECORDING_PAIRS} pairs holds {} (recording_bytes)",
-                    crate::charts::fmt_bytes(timed_held as u64),
+                    vramlab_display::format::fmt_bytes(timed_held as u64),
                     ns(build_ns as f64),
-                    crate::charts::fmt_bytes(held as u64)
+                    vramlab_display::format::fmt_bytes(held as u64)
                 ));
             match recall(shared, "recording/none") {
                 Some(none) => {
@@ -295,7 +295,7 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
 }
 
 impl Suite for AllocatorSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 
@@ -436,7 +436,7 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
                     ns(overhead),
                     rec / none,
                     ns(CHEAP_RECORDING_NS),
-                    held.map(|b| format!("; a recording of {FIXED_RECORDING_PAIRS} pairs holds {}", crate::charts::fmt_bytes(b as u64)))
+                    held.map(|b| format!("; a recording of {FIXED_RECORDING_PAIRS} pairs holds {}", vramlab_display::format::fmt_bytes(b as u64)))
                         .unwrap_or_default()
                 ),
             }
