@@ -1,8 +1,7 @@
 //! Helpers the suites share for reading their cases back when they judge a
 //! claim: a case by name, a metric of a case that ran, why a case has no
 //! numbers, whether one case is faster than another by a margin (judged on
-//! the ends of their timing intervals: clear, excluded or unclear), and memory
-//! figures written out in MiB.
+//! the ends of their timing intervals: clear, excluded or unclear).
 
 use crate::schema::{CaseResult, Outcome};
 
