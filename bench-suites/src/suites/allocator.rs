@@ -27,7 +27,7 @@ use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use vramlab_display::format::fmt_ns;
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 use vramlab_engine::alloc::consts::{GIB, KIB, MIB, SMALL_SIZE};
 use vramlab_engine::alloc::{AllocatorConfig, CachingAllocator, HostMemory, RawAllocator, SimulatedMemory};
 use vramlab_engine::hooks::{Hooks, now_ns};
@@ -251,9 +251,9 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
                 .metric("profile_build_ns", build_ns as f64)
                 .note(format!(
                     "the same pairs with vramlab's profiler recording every allocator event ({i} pairs, {records} records, {} held; building the profile took {}); a recording of {FIXED_RECORDING_PAIRS} pairs holds {} (recording_bytes)",
-                    vramlab_display::format::fmt_bytes(timed_held as u64),
+                    fmt_bytes(timed_held as u64),
                     fmt_ns(build_ns as f64),
-                    vramlab_display::format::fmt_bytes(held as u64)
+                    fmt_bytes(held as u64)
                 ));
             match recall(shared, "recording/none") {
                 Some(none) => {
@@ -418,7 +418,7 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
                     fmt_ns(overhead),
                     rec / none,
                     fmt_ns(CHEAP_RECORDING_NS),
-                    held.map(|b| format!("; a recording of {FIXED_RECORDING_PAIRS} pairs holds {}", vramlab_display::format::fmt_bytes(b as u64)))
+                    held.map(|b| format!("; a recording of {FIXED_RECORDING_PAIRS} pairs holds {}", fmt_bytes(b as u64)))
                         .unwrap_or_default()
                 ),
             }
