@@ -5,6 +5,25 @@
 //! Suites return data; they never print or write files (reports write files,
 //! xtask talks to the terminal). A case that fails, panics or overruns its time
 //! budget is recorded as failed and the run goes on ([`runner`]).
+//!
+//! Files:
+//! - `src/lib.rs` — this map, the re-exports, every suite (`all_suites`, `suite_by_name`)
+//! - `src/suite.rs` — the `Suite` trait, `Case`, `CaseOutput`, `Context`, `Progress`
+//! - `src/runner.rs` — runs a suite: each case isolated (errors, panics, overruns), profiled; snapshots to a sink
+//! - `src/harness.rs` — timing: warm-up, samples, median and quartiles (`measure`, `measure_each`)
+//! - `src/schema.rs` — the versioned results (`RunResults` → `SuiteResult` → `CaseResult`), findings, timelines
+//! - `src/env.rs` — the machine the run measured
+//! - `src/charts.rs` — `declared_charts` and the readers the suites' chart code shares (charts are display's model)
+//! - `src/suites/mod.rs` — the suites in run order
+//! - `src/suites/common.rs` — what the suites share when they judge (`faster_by`'s margins, a case, a metric)
+//! - `src/suites/devices.rs` — the devices and their round trips (no charts of its own)
+//! - `src/suites/cpu_vs_gpu.rs`, `src/suites/amp.rs`, `src/suites/autotune.rs`, `src/suites/memory.rs`,
+//!   `src/suites/transfer.rs`, `src/suites/input_pipeline.rs`, `src/suites/async_timing.rs`,
+//!   `src/suites/allocator.rs` — one suite per claim
+//! - `src/suites/cpu_vs_gpu/`, `src/suites/amp/`, `src/suites/autotune/`, `src/suites/memory/`,
+//!   `src/suites/transfer/`, `src/suites/input_pipeline/`, `src/suites/async_timing/`,
+//!   `src/suites/allocator/` — each suite's `charts.rs`: its charts from its cases
+//! - `benches/harness.rs` — criterion: the harness's cost per sample
 
 pub mod charts;
 pub mod env;
@@ -14,7 +33,7 @@ pub mod schema;
 pub mod suite;
 pub mod suites;
 
-pub use charts::{ChartSpec, declared_charts};
+pub use charts::declared_charts;
 pub use harness::{HarnessConfig, measure};
 pub use runner::{SnapshotSink, run_suite, run_suite_with};
 pub use schema::*;

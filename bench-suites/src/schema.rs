@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::charts::ChartSpec;
+use vramlab_display::chart::ChartSpec;
 
 /// Bumped whenever a field changes meaning or disappears. Version 2 added each
 /// profiled case's [`MemoryTimeline`] and [`CategoryStack`]; a version 1 file
@@ -13,7 +13,7 @@ use crate::charts::ChartSpec;
 /// [`CaseResult::kernels`] came later within version 2, and files without it
 /// read with an empty list, and so did [`SuiteResult::charts`] (files without
 /// it get their charts from their suite in the build that reads them:
-/// [`crate::charts::declared_charts`]).
+/// `declared_charts`).
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// The oldest version this build still reads (its cases have no timelines).
@@ -95,7 +95,7 @@ pub struct SuiteResult {
     /// The charts the suite declares to show its claim, computed from the
     /// cases when it ran (optional and additive within schema v2: absent in
     /// older files and for suites that declare none; see
-    /// [`crate::charts::declared_charts`]).
+    /// `declared_charts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub charts: Vec<ChartSpec>,
 }

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use vramlab_display::chart::ChartSpec;
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::Hooks;
 
-use crate::charts::ChartSpec;
 use crate::harness::HarnessConfig;
 use crate::schema::{CaseResult, Finding, RunOptions, SuiteResult, TimingStats};
 

@@ -62,6 +62,13 @@ mod tests {
         assert_eq!(fmt_bytes(u64::MAX), "16777216.00 TiB");
     }
 
+    /// Moved from the suites' findings, which wrote sizes in MiB alone before.
+    #[test]
+    fn mib_writes_the_unit() {
+        assert_eq!(fmt_bytes(3 * MIB), "3.00 MiB");
+        assert_eq!(fmt_bytes(1536 * 1024), "1.50 MiB");
+    }
+
     #[test]
     fn signed_changes() {
         assert_eq!(fmt_signed_bytes(1536), "+1.50 KiB");

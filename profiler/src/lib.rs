@@ -79,6 +79,25 @@
 //! cover what was allocated while recording: frees of blocks or segments
 //! allocated before [`Profiler::start`] are counted
 //! ([`EventCounts::unmatched_frees`]) and left out.
+//!
+//! # Files
+//!
+//! - `src/lib.rs` — this map, the public API (re-exports)
+//! - `src/profiler.rs` — `Profiler::start`/`stop` and phase guards
+//! - `src/record.rs` — the recording: packed 32-byte records in fixed chunks, interned names
+//! - `src/analysis/` — built at `stop()`: `types.rs` (the answers as data), `levels.rs` (how a record
+//!   moves the counters), `state.rs` (the replayed allocator state and phases), `passes.rs` (the first
+//!   pass: peaks, OOMs, phase peaks, kernel and copy tables; the second: snapshots at the peaks)
+//! - `src/profile.rs` — the `Profile` and the questions it answers
+//! - `src/timeline.rs` — step series, memory categories, min/max decimation
+//! - `src/sampler.rs` — NVML and host memory sampling, reconciliation
+//! - `src/chrome.rs` — Chrome trace export
+//! - `src/snapshot.rs` — a device's records as a PyTorch memory snapshot, in the snapshot crate's
+//!   `Snapshot` model (`vramlab_snapshot`), so its pickle writer and replay apply
+//! - `src/error.rs` — the profiler's errors
+//! - `tests/` — timelines and categories against the allocator, phases, sampling, the Chrome trace,
+//!   the snapshot (`common/mod.rs`: shared helpers)
+//! - `benches/record.rs`, `benches/train_step_overhead.rs` — criterion: recording cost, overhead on a step
 
 mod analysis;
 mod chrome;

@@ -9,34 +9,16 @@
 //! reference value).
 
 use std::path::Path;
-use std::sync::Once;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::FontStyle;
+use vramlab_display::chart::{BarsSpec, ChartKind, ChartSpec, LinesSpec};
+use vramlab_display::format::fmt_bytes;
 use vramlab_suites::{CategoryStack, MemoryTimeline};
 
-pub use crate::plot::{Bar, BarGroup, GroupedBars, Line, LineChart, Mark, PointLabel, Scale, Unit};
+use crate::canvas::{DrawResult, FAMILY, HEIGHT, WIDTH, draw_legend, draw_message, palette, register_font};
 use crate::plot::{draw_grouped, draw_lines};
-use crate::units::fmt_bytes;
 use crate::{ReportError, write_unsynced};
-
-/// DejaVu Sans (Bitstream Vera / DejaVu licence, see `assets/DejaVuSans-LICENSE.txt`).
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-pub(crate) const FAMILY: &str = "sans-serif";
-
-/// Chart size in pixels (the SVG scales to its container).
-pub const WIDTH: u32 = 960;
-pub const HEIGHT: u32 = 400;
-
-pub(crate) fn register_font() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // The font is compiled in; failing to parse it is a build defect.
-        plotters::style::register_font(FAMILY, FontStyle::Normal, FONT)
-            .unwrap_or_else(|_| panic!("the bundled DejaVu Sans does not parse"));
-    });
-}
 
 /// What a chart shows; drawn to any plotters backend.
 #[derive(Debug, Clone)]
@@ -45,10 +27,12 @@ pub enum Chart<'a> {
     Timeline { title: String, timeline: &'a MemoryTimeline },
     /// Allocated bytes by category, stacked.
     Categories { title: String, stack: &'a CategoryStack },
-    /// Lines over x (linear or log axes) with markers and reference lines.
-    Lines(LineChart),
-    /// Horizontal bars in named groups (e.g. median time per case).
-    Bars(GroupedBars),
+    /// Lines over x (linear or log axes) with markers and reference lines,
+    /// as the chart model has them.
+    Lines { title: String, lines: LinesSpec },
+    /// Horizontal bars in named groups (e.g. median time per case), as the
+    /// chart model has them.
+    Bars { title: String, bars: BarsSpec },
     /// No data here: the reason is written in the chart area.
     Unavailable { title: String, reason: String },
     /// A figure over the runs of the history, change points marked (`trend_chart.rs`).
@@ -56,6 +40,16 @@ pub enum Chart<'a> {
 }
 
 impl Chart<'_> {
+    /// A chart of the model, drawn as it declares.
+    pub fn declared(spec: ChartSpec) -> Chart<'static> {
+        let title = spec.title;
+        match spec.kind {
+            ChartKind::Lines(lines) => Chart::Lines { title, lines },
+            ChartKind::Bars(bars) => Chart::Bars { title, bars },
+            ChartKind::Unavailable { reason } => Chart::Unavailable { title, reason },
+        }
+    }
+
     /// The chart as an SVG document.
     pub fn svg(&self) -> Result<String, ReportError> {
         register_font();
@@ -104,10 +98,10 @@ impl Chart<'_> {
         match self {
             Chart::Timeline { title, .. }
             | Chart::Categories { title, .. }
+            | Chart::Lines { title, .. }
+            | Chart::Bars { title, .. }
             | Chart::Unavailable { title, .. }
             | Chart::Trend { title, .. } => title,
-            Chart::Lines(c) => &c.title,
-            Chart::Bars(c) => &c.title,
         }
     }
 
@@ -116,8 +110,8 @@ impl Chart<'_> {
         match self {
             Chart::Timeline { title, timeline } => draw_timeline(root, title, timeline),
             Chart::Categories { title, stack } => draw_categories(root, title, stack),
-            Chart::Lines(c) => draw_lines(root, c),
-            Chart::Bars(c) => draw_grouped(root, c),
+            Chart::Lines { title, lines } => draw_lines(root, title, lines),
+            Chart::Bars { title, bars } => draw_grouped(root, title, bars),
             Chart::Unavailable { title, reason } => draw_message(root, title, reason),
             Chart::Trend { title, series } => crate::trend_chart::draw_trend(root, title, series),
         }
@@ -125,50 +119,8 @@ impl Chart<'_> {
     }
 }
 
-pub(crate) type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
-
-/// The series' labels in a light box at `position`: the legend of every memory chart.
-pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
-    chart: &mut ChartContext<'a, DB, CT>,
-    position: SeriesLabelPosition,
-) -> DrawResult<DB> {
-    chart
-        .configure_series_labels()
-        .position(position)
-        .label_font((FAMILY, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .draw()
-}
-
-pub(crate) fn draw_message<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    title: &str,
-    reason: &str,
-) -> DrawResult<DB> {
-    root.draw(&Text::new(title.to_owned(), (20, 20), (FAMILY, 20).into_font()))?;
-    let style = TextStyle::from((FAMILY, 16).into_font()).color(&RGBColor(90, 90, 90));
-    // Wrap the reason at about 90 characters a line.
-    let mut lines = vec![String::new()];
-    for word in format!("No data here: {reason}").split_whitespace() {
-        let last = lines.last_mut().expect("one line at least");
-        if last.len() + word.len() > 90 {
-            lines.push(word.to_owned());
-        } else {
-            if !last.is_empty() {
-                last.push(' ');
-            }
-            last.push_str(word);
-        }
-    }
-    for (i, line) in lines.iter().enumerate() {
-        root.draw(&Text::new(line.clone(), (40, HEIGHT as i32 / 2 - 20 + 22 * i as i32), style.clone()))?;
-    }
-    Ok(())
-}
-
 /// A unit for a byte axis: divisor and suffix (binary).
-pub(crate) fn byte_unit(max: u64) -> (f64, &'static str) {
+fn byte_unit(max: u64) -> (f64, &'static str) {
     match max {
         m if m >= 1 << 30 => ((1u64 << 30) as f64, "GiB"),
         m if m >= 1 << 20 => ((1u64 << 20) as f64, "MiB"),
@@ -252,8 +204,8 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str,
             (FAMILY, 12).into_font().color(&RGBColor(90, 90, 90)),
         )))?;
     }
-    let reserved = RGBColor(230, 120, 30);
-    let allocated = RGBColor(31, 100, 180);
+    let reserved = palette(1);
+    let allocated = palette(0);
     chart
         .draw_series(LineSeries::new(
             steps(&t.reserved.time_ns, &t.reserved.bytes, tdiv, bdiv),
@@ -278,17 +230,6 @@ fn draw_timeline<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str,
     )))?;
     draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
-
-pub(crate) const CATEGORY_COLORS: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
 
 fn draw_categories<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -316,7 +257,7 @@ fn draw_categories<DB: DrawingBackend>(
         layers.push((name.to_string(), cumulative.clone()));
     }
     for (k, (name, top)) in layers.iter().enumerate().rev() {
-        let color = CATEGORY_COLORS[k % CATEGORY_COLORS.len()];
+        let color = palette(k);
         chart
             .draw_series(AreaSeries::new(steps(&s.time_ns, top, tdiv, bdiv), 0.0, color.mix(0.85)).border_style(color))?
             .label(name.clone())
@@ -327,8 +268,9 @@ fn draw_categories<DB: DrawingBackend>(
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::*;
     use vramlab_suites::{PhaseBand, Series};
+
+    use super::*;
 
     pub(crate) fn known_timeline() -> MemoryTimeline {
         MemoryTimeline {

@@ -10,10 +10,10 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_snapshot::{DiffSide, SnapshotDiff};
 
 use crate::replay_page::Fact;
-use crate::units::fmt_bytes;
 use crate::{ReportError, prepare_out_dir};
 
 /// Call-path rows on the page (the rest are counted; `--json` has them all).

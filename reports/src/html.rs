@@ -5,12 +5,19 @@
 
 use minijinja::{AutoEscape, Environment};
 use serde::Serialize;
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 use vramlab_suites::{CaseResult, Finding, MemoryTimeline, Outcome, RunResults, SuiteResult, Verdict};
 
 use crate::ReportError;
 use crate::markdown::verdict_text;
 use crate::tidy::params_text;
-use crate::units::{fmt_bytes, fmt_metric, fmt_ns};
+use crate::units::fmt_metric;
+
+/// File names inside a report folder (the report's, a replay's, a what-if's).
+pub const INDEX_HTML: &str = "index.html";
+pub const SUMMARY_MD: &str = "summary.md";
+pub const TRACE_JSON: &str = "trace.json";
+pub const CHARTS_DIR: &str = "charts";
 
 /// The `<head>` every page shares (charset, viewport, title, the CSS inline).
 const HEAD: &str = include_str!("../templates/head.html");
@@ -351,7 +358,7 @@ pub(crate) fn write_index(
     ctx: minijinja::Value,
 ) -> Result<std::path::PathBuf, crate::ReportError> {
     let html = render(template, ctx)?;
-    let index_html = dir.join(crate::report::INDEX_HTML);
+    let index_html = dir.join(INDEX_HTML);
     crate::write_unsynced(&index_html, html.as_bytes())?;
     Ok(index_html)
 }
@@ -482,8 +489,9 @@ pub fn render_index_with(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use vramlab_suites::{Environment, GpuInfo, RunOptions};
+
+    use super::*;
 
     fn run(device: &str, gpus: Vec<GpuInfo>, verdicts: &[Verdict]) -> RunResults {
         let finding = |v: &Verdict| Finding { claim: "c".into(), verdict: *v, evidence: "e".into() };

@@ -8,7 +8,39 @@
 //! of engine parts that persist state ([`FileTuningStore`]). Every file is
 //! written atomically (to a temporary file, then renamed), so an interrupted
 //! run keeps every suite that finished and never leaves a half-written file.
+//!
+//! Files:
+//! - `src/lib.rs` — this map, `results.json` (write, strict read), the atomic writers, `ReportError`
+//! - `src/report.rs` — the whole report into one folder: charts planned then drawn in parallel, the lenient reader
+//! - `src/html.rs` — the pages through minijinja (one environment, auto-escaping); the report folder's file names
+//! - `src/markdown.rs` — `summary.md`
+//! - `src/tidy.rs` — the tidy per-suite CSV
+//! - `src/trace.rs` — `trace.json` (Perfetto) of a case or of replays
+//! - `src/units.rs` — a metric name's unit and its value written with it
+//! - `src/canvas.rs` — what every chart draws on: size, font, the palette in plotters' colours, "no data here"
+//! - `src/charts.rs` — the `Chart` kinds as SVG and PNG; memory timelines and category stacks
+//! - `src/plot.rs` — draws the chart model's line charts and grouped bars on our own pixel mapping
+//! - `src/suite_charts.rs` — the charts a suite declares, as `Chart`s
+//! - `src/trend_chart.rs` — the trend chart (a figure over the history's runs, change points marked)
+//! - `src/trends.rs` — the report's Trends section
+//! - `src/replay_page.rs` — the replay and what-if pages (memory charts of the chart model, the segment map)
+//! - `src/diff_page.rs` — the page of two snapshots compared, and signed changes
+//! - `src/results_diff.rs` — two results files compared case by case, and its page
+//! - `src/peak_table.rs` — the "who holds the memory" tables
+//! - `src/record.rs` — `vramlab record`'s hook folder and index page
+//! - `src/memory_snapshot.rs` — bench cases' snapshots as pickle files
+//! - `src/history.rs` — the run history in SQLite, change points, noise floors
+//! - `src/stores.rs` — `FileTuningStore`, the autotuner's cache in a file
+//! - `src/check/` — the regression check: `mod.rs` (`compare_runs`), `model.rs` (its types), `runs.rs` (run
+//!   sets, their files, machine differences), `matching.rs`, `figures.rs`, `judge.rs`, `output.rs` (the
+//!   pipeline's steps), `stats.rs` (bootstrap, t, BH), `config.rs` (`vramlab.toml`), `export.rs` (other
+//!   tools' formats), `tests.rs` (synthetic runs)
+//! - `templates/` — the pages' templates, CSS and the interactive timeline script
+//! - `tests/suite_charts.rs` — every suite's charts from a real full CPU run
+//! - `tests/declared_charts.rs` — a suite defined in the test gets its charts with no edit to reports
+//! - `benches/check.rs`, `benches/render.rs` — criterion: the check, and the report's render time
 
+pub mod canvas;
 pub mod charts;
 pub mod check;
 pub mod diff_page;

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use vramlab_suites::{Outcome, RunResults, Verdict};
 
-use crate::units::{fmt_bytes, fmt_ns};
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 
 /// Case rows shown per suite; the rest are counted.
 pub const MAX_ROWS_PER_SUITE: usize = 40;

@@ -8,7 +8,7 @@
 use serde::Serialize;
 use vramlab_snapshot::{Attribution, CategorySource, PointKind};
 
-use crate::units::fmt_bytes;
+use vramlab_display::format::fmt_bytes;
 
 /// Rows a page lists per point; the rest are summed in one line.
 pub const MAX_ROWS: usize = 25;

@@ -1,211 +1,22 @@
-//! The report's generic chart kinds drawn on our own pixel mapping (plotters'
-//! drawing areas and elements, no cartesian chart): [`LineChart`] — lines over
-//! linear or log axes with markers, vertical and horizontal reference lines and
-//! labelled points — and [`GroupedBars`] — horizontal bars in named groups with
-//! highlighted bars and a reference value (a log chart has a value axis with
-//! tick labels; value texts sit on a white ground over the reference line and
-//! the axis ends where the longest of them still fits). Owning the mapping keeps tick
-//! labels readable on log axes (binary steps for bytes and counts, decades
-//! otherwise) and lets tests check where a mark lies ([`LineLayout`]).
+//! Draws the chart model's line and bar charts (`vramlab_display::chart`) on
+//! our own pixel mapping (plotters' drawing areas and elements, no cartesian
+//! chart): a [`LinesSpec`] — lines or step lines over linear or log axes with
+//! markers, vertical and horizontal reference lines and labelled points — and
+//! a [`BarsSpec`] — horizontal bars in named groups with highlighted bars and
+//! a reference value (a log chart has a value axis with tick labels; value
+//! texts sit on a white ground over the reference line and the axis ends where
+//! the longest of them still fits). Owning the mapping keeps tick labels
+//! readable on log axes (binary steps for bytes and counts, decades otherwise)
+//! and lets tests check where a mark lies ([`line_layout`], [`bar_layout`]).
 
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, FontTransform};
+use vramlab_display::chart::{AxisSpec, BarSpec, BarsSpec, LineSeries, LinesSpec, Scale, Unit};
 
-use crate::charts::{CATEGORY_COLORS, DrawResult, FAMILY, HEIGHT, WIDTH, draw_message};
-use crate::units::{fmt_bytes, fmt_ns};
-
-/// The unit of an axis or of bar values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
-    /// Shown as ns, µs, ms or s.
-    Nanoseconds,
-    /// Shown in binary units (KiB, MiB, GiB).
-    Bytes,
-    /// Gigabytes (10⁹ bytes) per second.
-    GigabytesPerSecond,
-    /// A ratio, shown as `2.5×`.
-    Ratio,
-    /// Items (samples) per second.
-    PerSecond,
-    /// A plain count (batch size, workers, calls).
-    Count,
-    /// Floating-point operations.
-    Flop,
-}
-
-impl Unit {
-    /// A value as a label beside a bar or a mark.
-    pub fn fmt(self, v: f64) -> String {
-        match self {
-            Unit::Nanoseconds => fmt_ns(v),
-            Unit::Bytes => fmt_bytes(v.max(0.0) as u64),
-            Unit::GigabytesPerSecond => format!("{} GB/s", sig3(v)),
-            Unit::Ratio => format!("{}×", sig3(v)),
-            Unit::PerSecond => format!("{}/s", si(v)),
-            Unit::Count if v == v.trunc() => format!("{v:.0}"),
-            Unit::Count => sig3(v),
-            Unit::Flop => format!("{} FLOP", si(v)),
-        }
-    }
-
-    /// A value as a short tick label.
-    fn tick(self, v: f64) -> String {
-        match self {
-            Unit::Nanoseconds => {
-                let (d, u) = match v.abs() {
-                    a if a >= 1e9 => (1e9, "s"),
-                    a if a >= 1e6 => (1e6, "ms"),
-                    a if a >= 1e3 => (1e3, "µs"),
-                    _ => (1.0, "ns"),
-                };
-                format!("{} {u}", sig3(v / d))
-            }
-            Unit::Bytes => {
-                let (d, u) = match v.abs() {
-                    a if a >= (1u64 << 30) as f64 => ((1u64 << 30) as f64, "GiB"),
-                    a if a >= (1u64 << 20) as f64 => ((1u64 << 20) as f64, "MiB"),
-                    a if a >= 1024.0 => (1024.0, "KiB"),
-                    _ => (1.0, "B"),
-                };
-                format!("{} {u}", sig3(v / d))
-            }
-            Unit::Ratio => format!("{}×", sig3(v)),
-            Unit::GigabytesPerSecond => sig3(v),
-            Unit::PerSecond | Unit::Count | Unit::Flop => si(v),
-        }
-    }
-
-    /// Log axes of bytes and counts step by powers of two.
-    fn binary(self) -> bool {
-        matches!(self, Unit::Bytes | Unit::Count)
-    }
-}
-
-/// Three significant digits, trailing zeros dropped: `2.5`, `120`, `0.0312`.
-fn sig3(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return if v.is_finite() { "0".into() } else { format!("{v}") };
-    }
-    let decimals = (2 - v.abs().log10().floor() as i32).max(0) as usize;
-    let s = format!("{v:.decimals$}");
-    if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
-}
-
-/// SI suffixes (k, M, G) for large numbers.
-fn si(v: f64) -> String {
-    match v.abs() {
-        a if a >= 1e12 => format!("{}T", sig3(v / 1e12)),
-        a if a >= 1e9 => format!("{}G", sig3(v / 1e9)),
-        a if a >= 1e6 => format!("{}M", sig3(v / 1e6)),
-        a if a >= 1e4 => format!("{}k", sig3(v / 1e3)),
-        _ => sig3(v),
-    }
-}
-
-/// How an axis maps values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scale {
-    Linear,
-    Log,
-}
-
-/// One axis: what it shows, its unit and its scale.
-#[derive(Debug, Clone)]
-pub struct Axis {
-    pub desc: String,
-    pub unit: Unit,
-    pub scale: Scale,
-}
-
-impl Axis {
-    pub fn new(desc: impl Into<String>, unit: Unit, scale: Scale) -> Self {
-        Axis { desc: desc.into(), unit, scale }
-    }
-}
-
-/// One line: points joined in order, each with a marker.
-#[derive(Debug, Clone)]
-pub struct Line {
-    pub name: String,
-    pub points: Vec<(f64, f64)>,
-    /// Drawn dashed with hollow markers (e.g. the second of a pair).
-    pub dashed: bool,
-    /// Colour index into the palette (lines of one colour belong together).
-    pub color: usize,
-}
-
-/// A reference value on an axis, drawn as a dashed line across the plot.
-#[derive(Debug, Clone)]
-pub struct Mark {
-    pub at: f64,
-    pub label: String,
-}
-
-/// A point drawn large and red with its label (e.g. the out-of-memory batch).
-#[derive(Debug, Clone)]
-pub struct PointLabel {
-    pub x: f64,
-    pub y: f64,
-    pub label: String,
-}
-
-/// Lines over an x axis, with reference lines, labelled points and notes
-/// written under the plot (e.g. which side is not available here and why).
-#[derive(Debug, Clone)]
-pub struct LineChart {
-    pub title: String,
-    pub x: Axis,
-    pub y: Axis,
-    pub lines: Vec<Line>,
-    /// Vertical lines at x values (a crossover, a break-even point).
-    pub vlines: Vec<Mark>,
-    /// Horizontal lines at y values (a capacity).
-    pub hlines: Vec<Mark>,
-    pub points: Vec<PointLabel>,
-    pub notes: Vec<String>,
-}
-
-/// One bar.
-#[derive(Debug, Clone)]
-pub struct Bar {
-    pub label: String,
-    pub value: f64,
-    /// Series (colour and legend entry).
-    pub series: usize,
-    /// Drawn outlined in red with this text after the value (e.g. "chosen").
-    pub mark: Option<String>,
-}
-
-impl Bar {
-    pub fn new(label: impl Into<String>, value: f64, series: usize) -> Self {
-        Bar { label: label.into(), value, series, mark: None }
-    }
-}
-
-/// Bars under a group heading (no heading when the name is empty).
-#[derive(Debug, Clone)]
-pub struct BarGroup {
-    pub name: String,
-    pub bars: Vec<Bar>,
-}
-
-/// Horizontal bars in groups, one unit, a legend of series names.
-#[derive(Debug, Clone)]
-pub struct GroupedBars {
-    pub title: String,
-    pub unit: Unit,
-    /// Legend names by series index; no legend when there is at most one.
-    pub series: Vec<String>,
-    pub groups: Vec<BarGroup>,
-    /// A value drawn as a vertical dashed line (e.g. 1× for a speedup).
-    pub reference: Option<Mark>,
-    pub notes: Vec<String>,
-    /// Bar lengths on a log scale (values spanning decades).
-    pub log: bool,
-}
+use crate::canvas::{DrawResult, FAMILY, HEIGHT, WIDTH, draw_message, palette};
 
 const MARK_RED: RGBColor = RGBColor(200, 30, 30);
 const GRID: RGBColor = RGBColor(232, 232, 232);
@@ -213,10 +24,6 @@ const NOTE_GRAY: RGBColor = RGBColor(90, 90, 90);
 const NOTE_H: i32 = 16;
 /// Characters per note line (13 px text over the chart's width).
 const NOTE_CHARS: usize = 130;
-
-fn color(i: usize) -> RGBColor {
-    CATEGORY_COLORS[i % CATEGORY_COLORS.len()]
-}
 
 /// Wraps text at about `width` characters a line.
 fn wrap(text: &str, width: usize) -> Vec<String> {
@@ -253,7 +60,7 @@ pub struct AxisMap {
 }
 
 impl AxisMap {
-    fn new(values: &[f64], axis: &Axis, p0: f64, p1: f64) -> Self {
+    fn new(values: &[f64], axis: &AxisSpec, p0: f64, p1: f64) -> Self {
         let finite = || values.iter().copied().filter(|v| v.is_finite());
         let log = axis.scale == Scale::Log;
         let binary = axis.unit.binary();
@@ -343,40 +150,38 @@ pub struct LineLayout {
 
 const LEGEND_W: i32 = 190;
 
-impl LineChart {
-    /// The plot's pixel mapping (what [`draw_lines`] uses).
-    pub fn layout(&self) -> LineLayout {
-        let notes = note_lines(&self.notes).len() as i32;
-        let left = 84;
-        let right = WIDTH as i32 - if self.lines.len() > 1 { LEGEND_W } else { 20 };
-        let top = 44;
-        let bottom = HEIGHT as i32 - 48 - notes * NOTE_H;
-        let xs: Vec<f64> = self
-            .lines
-            .iter()
-            .flat_map(|l| l.points.iter().map(|p| p.0))
-            .chain(self.vlines.iter().map(|m| m.at))
-            .chain(self.points.iter().map(|p| p.x))
-            .collect();
-        let ys: Vec<f64> = self
-            .lines
-            .iter()
-            .flat_map(|l| l.points.iter().map(|p| p.1))
-            .chain(self.hlines.iter().map(|m| m.at))
-            .chain(self.points.iter().map(|p| p.y))
-            .collect();
-        // A little room inside the frame so markers at the ends stay whole.
-        let x = AxisMap::new(&xs, &self.x, (left + 12) as f64, (right - 12) as f64);
-        let y = AxisMap::new(&ys, &self.y, (bottom - 6) as f64, (top + 6) as f64);
-        LineLayout { x, y, left, right, top, bottom }
-    }
+/// The plot's pixel mapping of line chart `c` (what [`draw_lines`] uses).
+pub fn line_layout(c: &LinesSpec) -> LineLayout {
+    let notes = note_lines(&c.notes).len() as i32;
+    let left = 84;
+    let right = WIDTH as i32 - if c.series.len() > 1 { LEGEND_W } else { 20 };
+    let top = 44;
+    let bottom = HEIGHT as i32 - 48 - notes * NOTE_H;
+    let xs: Vec<f64> = c
+        .series
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .chain(c.x_marks.iter().map(|m| m.at))
+        .chain(c.points.iter().map(|p| p.x))
+        .collect();
+    let ys: Vec<f64> = c
+        .series
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .chain(c.y_marks.iter().map(|m| m.at))
+        .chain(c.points.iter().map(|p| p.y))
+        .collect();
+    // A little room inside the frame so markers at the ends stay whole.
+    let x = AxisMap::new(&xs, &c.x, (left + 12) as f64, (right - 12) as f64);
+    let y = AxisMap::new(&ys, &c.y, (bottom - 6) as f64, (top + 6) as f64);
+    LineLayout { x, y, left, right, top, bottom }
 }
 
 fn font(size: i32) -> TextStyle<'static> {
     TextStyle::from((FAMILY, size).into_font())
 }
 
-fn anchored(style: TextStyle<'static>, h: HPos, v: VPos) -> TextStyle<'static> {
+fn anchored(style: TextStyle<'_>, h: HPos, v: VPos) -> TextStyle<'_> {
     style.pos(Pos::new(h, v))
 }
 
@@ -389,15 +194,82 @@ fn draw_notes<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, notes: &[String
     Ok(())
 }
 
-pub(crate) fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> DrawResult<DB> {
-    if c.lines.iter().all(|l| l.points.is_empty()) && c.points.is_empty() {
+/// The pixels of `line`'s points; a step line holds each y until the next x.
+fn line_pixels(l: &LineLayout, line: &LineSeries) -> Vec<(i32, i32)> {
+    let px = |&(x, y): &(f64, f64)| Some((l.x.px(x)?, l.y.px(y)?));
+    if !line.steps {
+        return line.points.iter().filter_map(px).collect();
+    }
+    let mut out = Vec::with_capacity(line.points.len() * 2);
+    for (i, p) in line.points.iter().enumerate() {
+        if i > 0 {
+            out.extend(px(&(p.0, line.points[i - 1].1)));
+        }
+        out.extend(px(p));
+    }
+    out
+}
+
+pub(crate) fn draw_lines<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    c: &LinesSpec,
+) -> DrawResult<DB> {
+    if c.series.iter().all(|l| l.points.is_empty()) && c.points.is_empty() {
         let why =
             if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
-        return draw_message(root, &c.title, &why);
+        return draw_message(root, title, &why);
     }
-    let l = c.layout();
-    root.draw(&Text::new(c.title.clone(), (12, 10), font(20)))?;
-    // Grid and tick labels.
+    let l = line_layout(c);
+    root.draw(&Text::new(title.to_owned(), (12, 10), font(20)))?;
+    draw_line_axes(root, &l, c)?;
+    // Reference lines under the data.
+    for m in &c.y_marks {
+        let Some(y) = l.y.px(m.at) else { continue };
+        root.draw(&DashedPathElement::new([(l.left, y), (l.right, y)], 6, 4, MARK_RED.stroke_width(2)))?;
+        let label = anchored(font(13).color(&MARK_RED), HPos::Left, VPos::Bottom);
+        root.draw(&Text::new(m.label.clone(), (l.left + 6, y - 3), label))?;
+    }
+    for (k, m) in c.x_marks.iter().enumerate() {
+        let Some(x) = l.x.px(m.at) else { continue };
+        root.draw(&DashedPathElement::new([(x, l.top), (x, l.bottom)], 6, 4, MARK_RED.stroke_width(2)))?;
+        let h = if x > (l.left + l.right) / 2 { HPos::Right } else { HPos::Left };
+        let dx = if matches!(h, HPos::Right) { -5 } else { 5 };
+        let label = anchored(font(13).color(&MARK_RED), h, VPos::Bottom);
+        root.draw(&Text::new(m.label.clone(), (x + dx, l.bottom - 4 - 16 * k as i32), label))?;
+    }
+    for line in &c.series {
+        let col = palette(line.color);
+        let pts = line_pixels(&l, line);
+        if line.dashed {
+            root.draw(&DashedPathElement::new(pts.clone(), 7, 4, col.stroke_width(2)))?;
+        } else {
+            root.draw(&PathElement::new(pts.clone(), col.stroke_width(2)))?;
+        }
+        if !line.steps {
+            for p in pts {
+                let style = if line.dashed { col.stroke_width(2) } else { col.filled() };
+                root.draw(&Circle::new(p, 4, style))?;
+            }
+        }
+    }
+    for p in &c.points {
+        let (Some(x), Some(y)) = (l.x.px(p.x), l.y.px(p.y)) else { continue };
+        let col = p.color.map_or(MARK_RED, palette);
+        root.draw(&Cross::new((x, y), 7, col.stroke_width(3)))?;
+        let h = if x > (l.left + l.right) / 2 { HPos::Right } else { HPos::Left };
+        let dx = if matches!(h, HPos::Right) { -10 } else { 10 };
+        let label = anchored(font(13).color(&col), h, VPos::Bottom);
+        root.draw(&Text::new(p.label.clone(), (x + dx, y - 8), label))?;
+    }
+    if c.series.len() > 1 {
+        draw_line_legend(root, &l, &c.series)?;
+    }
+    draw_notes(root, &c.notes)
+}
+
+/// The grid, the tick labels, the frame and the axes' descriptions.
+fn draw_line_axes<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, l: &LineLayout, c: &LinesSpec) -> DrawResult<DB> {
     for t in l.x.ticks(c.x.unit) {
         let Some(x) = l.x.px(t) else { continue };
         root.draw(&PathElement::new([(x, l.top), (x, l.bottom)], GRID))?;
@@ -412,66 +284,37 @@ pub(crate) fn draw_lines<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &
     }
     root.draw(&Rectangle::new([(l.left, l.top), (l.right, l.bottom)], RGBColor(160, 160, 160)))?;
     let desc = anchored(font(14), HPos::Center, VPos::Top);
-    root.draw(&Text::new(c.x.desc.clone(), ((l.left + l.right) / 2, l.bottom + 24), desc.clone()))?;
+    root.draw(&Text::new(c.x.label.clone(), ((l.left + l.right) / 2, l.bottom + 24), desc.clone()))?;
     let ydesc = desc.transform(FontTransform::Rotate270);
-    root.draw(&Text::new(c.y.desc.clone(), (8, (l.top + l.bottom) / 2), ydesc))?;
-    // Reference lines under the data.
-    for m in &c.hlines {
-        let Some(y) = l.y.px(m.at) else { continue };
-        root.draw(&DashedPathElement::new([(l.left, y), (l.right, y)], 6, 4, MARK_RED.stroke_width(2)))?;
-        let label = anchored(font(13).color(&MARK_RED), HPos::Left, VPos::Bottom);
-        root.draw(&Text::new(m.label.clone(), (l.left + 6, y - 3), label))?;
-    }
-    for (k, m) in c.vlines.iter().enumerate() {
-        let Some(x) = l.x.px(m.at) else { continue };
-        root.draw(&DashedPathElement::new([(x, l.top), (x, l.bottom)], 6, 4, MARK_RED.stroke_width(2)))?;
-        let h = if x > (l.left + l.right) / 2 { HPos::Right } else { HPos::Left };
-        let dx = if matches!(h, HPos::Right) { -5 } else { 5 };
-        let label = anchored(font(13).color(&MARK_RED), h, VPos::Bottom);
-        root.draw(&Text::new(m.label.clone(), (x + dx, l.bottom - 4 - 16 * k as i32), label))?;
-    }
-    for line in &c.lines {
-        let col = color(line.color);
-        let pts: Vec<(i32, i32)> = line.points.iter().filter_map(|&(x, y)| Some((l.x.px(x)?, l.y.px(y)?))).collect();
+    root.draw(&Text::new(c.y.label.clone(), (8, (l.top + l.bottom) / 2), ydesc))
+}
+
+/// The legend in the right margin: each series' line (and marker) and name.
+fn draw_line_legend<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    l: &LineLayout,
+    series: &[LineSeries],
+) -> DrawResult<DB> {
+    for (i, line) in series.iter().enumerate() {
+        let y = l.top + 8 + 20 * i as i32;
+        let x = l.right + 12;
+        let col = palette(line.color);
         if line.dashed {
-            root.draw(&DashedPathElement::new(pts.clone(), 7, 4, col.stroke_width(2)))?;
+            root.draw(&DashedPathElement::new([(x, y), (x + 22, y)], 5, 3, col.stroke_width(2)))?;
         } else {
-            root.draw(&PathElement::new(pts.clone(), col.stroke_width(2)))?;
+            root.draw(&PathElement::new([(x, y), (x + 22, y)], col.stroke_width(2)))?;
         }
-        for p in pts {
+        if !line.steps {
             let style = if line.dashed { col.stroke_width(2) } else { col.filled() };
-            root.draw(&Circle::new(p, 4, style))?;
+            root.draw(&Circle::new((x + 11, y), 4, style))?;
         }
-    }
-    for p in &c.points {
-        let (Some(x), Some(y)) = (l.x.px(p.x), l.y.px(p.y)) else { continue };
-        root.draw(&Cross::new((x, y), 7, MARK_RED.stroke_width(3)))?;
-        let h = if x > (l.left + l.right) / 2 { HPos::Right } else { HPos::Left };
-        let dx = if matches!(h, HPos::Right) { -10 } else { 10 };
-        let label = anchored(font(13).color(&MARK_RED), h, VPos::Bottom);
-        root.draw(&Text::new(p.label.clone(), (x + dx, y - 8), label))?;
-    }
-    // Legend in the right margin.
-    if c.lines.len() > 1 {
-        for (i, line) in c.lines.iter().enumerate() {
-            let y = l.top + 8 + 20 * i as i32;
-            let x = l.right + 12;
-            let col = color(line.color);
-            if line.dashed {
-                root.draw(&DashedPathElement::new([(x, y), (x + 22, y)], 5, 3, col.stroke_width(2)))?;
-                root.draw(&Circle::new((x + 11, y), 4, col.stroke_width(2)))?;
-            } else {
-                root.draw(&PathElement::new([(x, y), (x + 22, y)], col.stroke_width(2)))?;
-                root.draw(&Circle::new((x + 11, y), 4, col.filled()))?;
-            }
-            let mut name = line.name.clone();
-            if name.chars().count() > 22 {
-                name = name.chars().take(21).collect::<String>() + "…";
-            }
-            root.draw(&Text::new(name, (x + 28, y), anchored(font(13), HPos::Left, VPos::Center)))?;
+        let mut name = line.name.clone();
+        if name.chars().count() > 22 {
+            name = name.chars().take(21).collect::<String>() + "…";
         }
+        root.draw(&Text::new(name, (x + 28, y), anchored(font(13), HPos::Left, VPos::Center)))?;
     }
-    draw_notes(root, &c.notes)
+    Ok(())
 }
 
 /// Where a bar chart's rows and value axis lie.
@@ -516,64 +359,62 @@ pub(crate) fn text_width(text: &str, size: i32) -> i32 {
 /// Height of the row of a log bar chart's tick labels.
 const AXIS_H: i32 = 22;
 
-impl GroupedBars {
-    fn rows(&self) -> usize {
-        self.groups.iter().map(|g| g.bars.len() + usize::from(!g.name.is_empty())).sum()
-    }
+/// The rows of bar chart `c`: its bars and its groups' headings.
+fn bar_rows(c: &BarsSpec) -> usize {
+    c.groups.iter().map(|g| g.bars.len() + usize::from(!g.name.is_empty())).sum()
+}
 
-    /// The text after a bar: its value, and its mark when it has one.
-    fn value_text(&self, b: &Bar) -> String {
-        match &b.mark {
-            Some(m) => format!("{} — {m}", self.unit.fmt(b.value)),
-            None => self.unit.fmt(b.value),
-        }
-    }
-
-    /// The chart's pixel mapping (what [`draw_grouped`] uses). The value axis
-    /// ends where the longest value text after its bar still fits the canvas.
-    pub fn layout(&self) -> BarLayout {
-        let notes = note_lines(&self.notes).len() as i32;
-        let top = 44 + if self.series.len() > 1 { 20 } else { 0 };
-        let axis_h = if self.log { AXIS_H } else { 0 };
-        let avail = HEIGHT as i32 - top - 8 - axis_h - notes * NOTE_H;
-        let row_h = (avail / self.rows().max(1) as i32).clamp(6, 26);
-        let text_size = (row_h - 5).clamp(8, 13);
-        let values: Vec<f64> = self
-            .groups
-            .iter()
-            .flat_map(|g| g.bars.iter().map(|b| b.value))
-            .chain(self.reference.iter().map(|m| m.at))
-            .collect();
-        let longest =
-            self.groups.iter().flat_map(|g| &g.bars).map(|b| text_width(&self.value_text(b), text_size)).max();
-        let x0 = 300;
-        let x1 = (WIDTH as i32 - 12 - longest.unwrap_or(0)).clamp(x0 + 200, WIDTH as i32 - 60);
-        let scale = if self.log { Scale::Log } else { Scale::Linear };
-        let mut axis = AxisMap::new(&values, &Axis::new("", self.unit, scale), x0 as f64, x1 as f64);
-        if !self.log {
-            // Bars start at 0 and the longest ends at the axis' end.
-            axis.hi = values.iter().copied().filter(|v| v.is_finite()).fold(0.0, f64::max).max(1e-12);
-        } else {
-            // Room for the smallest bar to show: start a decade below it.
-            axis.lo -= if axis.binary { std::f64::consts::LOG10_2 * 3.0 } else { 1.0 };
-        }
-        let bottom = top + row_h * self.rows() as i32;
-        BarLayout { x0, x1, axis, top, row_h, bottom, text_size }
+/// The text after a bar: its value, and its mark when it has one.
+fn value_text(unit: Unit, b: &BarSpec) -> String {
+    match &b.mark {
+        Some(m) => format!("{} — {m}", unit.fmt(b.value)),
+        None => unit.fmt(b.value),
     }
 }
 
-pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &GroupedBars) -> DrawResult<DB> {
+/// Bar chart `c`'s pixel mapping (what [`draw_grouped`] uses). The value axis
+/// ends where the longest value text after its bar still fits the canvas.
+pub fn bar_layout(c: &BarsSpec) -> BarLayout {
+    let notes = note_lines(&c.notes).len() as i32;
+    let top = 44 + if c.series.len() > 1 { 20 } else { 0 };
+    let axis_h = if c.log { AXIS_H } else { 0 };
+    let avail = HEIGHT as i32 - top - 8 - axis_h - notes * NOTE_H;
+    let row_h = (avail / bar_rows(c).max(1) as i32).clamp(6, 26);
+    let text_size = (row_h - 5).clamp(8, 13);
+    let values: Vec<f64> =
+        c.groups.iter().flat_map(|g| g.bars.iter().map(|b| b.value)).chain(c.reference.iter().map(|m| m.at)).collect();
+    let longest = c.groups.iter().flat_map(|g| &g.bars).map(|b| text_width(&value_text(c.unit, b), text_size)).max();
+    let x0 = 300;
+    let x1 = (WIDTH as i32 - 12 - longest.unwrap_or(0)).clamp(x0 + 200, WIDTH as i32 - 60);
+    let scale = if c.log { Scale::Log } else { Scale::Linear };
+    let mut axis = AxisMap::new(&values, &AxisSpec::new("", c.unit, scale), x0 as f64, x1 as f64);
+    if !c.log {
+        // Bars start at 0 and the longest ends at the axis' end.
+        axis.hi = values.iter().copied().filter(|v| v.is_finite()).fold(0.0, f64::max).max(1e-12);
+    } else {
+        // Room for the smallest bar to show: start a decade below it.
+        axis.lo -= if axis.binary { std::f64::consts::LOG10_2 * 3.0 } else { 1.0 };
+    }
+    let bottom = top + row_h * bar_rows(c) as i32;
+    BarLayout { x0, x1, axis, top, row_h, bottom, text_size }
+}
+
+pub(crate) fn draw_grouped<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    c: &BarsSpec,
+) -> DrawResult<DB> {
     if c.groups.iter().all(|g| g.bars.is_empty()) {
         let why =
             if c.notes.is_empty() { "nothing was measured for this chart".to_owned() } else { c.notes.join("; ") };
-        return draw_message(root, &c.title, &why);
+        return draw_message(root, title, &why);
     }
-    let l = c.layout();
-    root.draw(&Text::new(c.title.clone(), (12, 10), font(20)))?;
+    let l = bar_layout(c);
+    root.draw(&Text::new(title.to_owned(), (12, 10), font(20)))?;
     if c.series.len() > 1 {
         let mut x = 12;
         for (i, name) in c.series.iter().enumerate() {
-            root.draw(&Rectangle::new([(x, 46), (x + 12, 58)], color(i).filled()))?;
+            root.draw(&Rectangle::new([(x, 46), (x + 12, 58)], palette(i).filled()))?;
             root.draw(&Text::new(name.clone(), (x + 18, 52), anchored(font(13), HPos::Left, VPos::Center)))?;
             x += 40 + 8 * name.chars().count() as i32;
         }
@@ -609,11 +450,11 @@ pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c:
             root.draw(&Text::new(name, (24, mid), anchored(font(size), HPos::Left, VPos::Center)))?;
             let w = l.px(b.value);
             let rect = [(l.x0, y + 2), (w.max(l.x0 + 1), y + l.row_h - 2)];
-            root.draw(&Rectangle::new(rect, color(b.series).filled()))?;
+            root.draw(&Rectangle::new(rect, palette(b.series).filled()))?;
             if b.mark.is_some() {
                 root.draw(&Rectangle::new(rect, MARK_RED.stroke_width(2)))?;
             }
-            texts.push((c.value_text(b), w + 6, mid, b.mark.is_some()));
+            texts.push((value_text(c.unit, b), w + 6, mid, b.mark.is_some()));
             y += l.row_h;
         }
     }
@@ -635,24 +476,14 @@ pub(crate) fn draw_grouped<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c:
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::{BarGroupSpec, Marker};
+
     use super::*;
     use crate::charts::Chart;
 
     #[test]
-    fn numbers_read_well() {
-        assert_eq!(sig3(2.5), "2.5");
-        assert_eq!(sig3(120.0), "120");
-        assert_eq!(sig3(0.0314159), "0.0314");
-        assert_eq!(si(134_299.0), "134k");
-        assert_eq!(Unit::Bytes.tick((64u64 << 20) as f64), "64 MiB");
-        assert_eq!(Unit::Nanoseconds.tick(10_000.0), "10 µs");
-        assert_eq!(Unit::Ratio.fmt(2.0), "2×");
-        assert_eq!(Unit::Count.fmt(134_299.0), "134299");
-    }
-
-    #[test]
     fn log_axes_tick_at_powers_and_map_monotonically() {
-        let bytes = Axis::new("size", Unit::Bytes, Scale::Log);
+        let bytes = AxisSpec::new("size", Unit::Bytes, Scale::Log);
         let m = AxisMap::new(&[1024.0, (64u64 << 20) as f64], &bytes, 0.0, 1000.0);
         let t = m.ticks(Unit::Bytes);
         assert!(t.iter().all(|v| v.log2().fract() == 0.0), "{t:?}");
@@ -660,30 +491,29 @@ mod tests {
         assert_eq!(m.px(1024.0), Some(0));
         assert_eq!(m.px((64u64 << 20) as f64), Some(1000));
         assert_eq!(m.px(0.0), None);
-        let ns = Axis::new("time", Unit::Nanoseconds, Scale::Log);
+        let ns = AxisSpec::new("time", Unit::Nanoseconds, Scale::Log);
         let m = AxisMap::new(&[300.0, 4e6], &ns, 0.0, 400.0);
         assert_eq!(m.ticks(Unit::Nanoseconds), vec![100.0, 1e3, 1e4, 1e5, 1e6, 1e7]);
         assert_eq!(m.px(1e4), Some(160));
-        let lin = AxisMap::new(&[0.0, 9.0], &Axis::new("n", Unit::Count, Scale::Linear), 0.0, 100.0);
+        let lin = AxisMap::new(&[0.0, 9.0], &AxisSpec::new("n", Unit::Count, Scale::Linear), 0.0, 100.0);
         assert_eq!(lin.ticks(Unit::Count), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         // Workers 0 to 2: whole numbers, not 0.5 steps.
-        let few = AxisMap::new(&[0.0, 2.0], &Axis::new("workers", Unit::Count, Scale::Linear), 0.0, 100.0);
+        let few = AxisMap::new(&[0.0, 2.0], &AxisSpec::new("workers", Unit::Count, Scale::Linear), 0.0, 100.0);
         assert_eq!(few.ticks(Unit::Count), vec![0.0, 1.0, 2.0]);
     }
-    fn speedups(mark: Option<&str>) -> GroupedBars {
+    fn speedups(mark: Option<&str>) -> BarsSpec {
         let bars = [0.05, 0.7, 1.4, 20.0]
             .into_iter()
-            .map(|v| Bar {
+            .map(|v| BarSpec {
                 mark: (v == 20.0).then(|| mark.map(str::to_owned)).flatten(),
-                ..Bar::new(format!("s{v}"), v, 0)
+                ..BarSpec::new(format!("s{v}"), v, 0)
             })
             .collect();
-        GroupedBars {
-            title: "speedup".into(),
+        BarsSpec {
             unit: Unit::Ratio,
             series: vec![],
-            groups: vec![BarGroup { name: "matmul".into(), bars }],
-            reference: Some(Mark { at: 1.0, label: "1× (as fast as the CPU)".into() }),
+            groups: vec![BarGroupSpec { name: "matmul".into(), bars }],
+            reference: Some(Marker { at: 1.0, label: "1× (as fast as the CPU)".into() }),
             notes: vec![],
             log: true,
         }
@@ -692,7 +522,7 @@ mod tests {
     #[test]
     fn ratio_bars_on_a_log_axis_with_ticks_inside_and_the_1x_line_under_the_labels() {
         let c = speedups(None);
-        let l = c.layout();
+        let l = bar_layout(&c);
         // Log: a tenth and ten times lie as far from 1× on either side.
         let (tenth, one, ten) = (l.px(0.1), l.px(1.0), l.px(10.0));
         assert!(((one - tenth) - (ten - one)).abs() <= 1, "{tenth} {one} {ten}");
@@ -700,7 +530,7 @@ mod tests {
         // The value axis: decades, labelled, every label inside the canvas.
         let ticks: Vec<f64> = l.ticks(Unit::Ratio).into_iter().map(|t| t.0).collect();
         assert_eq!(ticks, [0.001, 0.01, 0.1, 1.0, 10.0, 100.0]);
-        let svg = Chart::Bars(c.clone()).svg().unwrap();
+        let svg = Chart::Bars { title: "speedup".into(), bars: c.clone() }.svg().unwrap();
         for t in ["0.001×", "0.01×", "0.1×", "1×", "10×", "100×"] {
             let (x, y) = crate::suite_charts::tests::text_at(&svg, t);
             let half = f64::from(text_width(t, 12)) / 2.0;
@@ -720,9 +550,9 @@ mod tests {
     #[test]
     fn long_value_texts_shorten_the_axis_instead_of_leaving_the_canvas() {
         let c = speedups(Some("chosen, heuristic's pick (off), and a long remark"));
-        let l = c.layout();
-        let text = c.value_text(&c.groups[0].bars[3]);
+        let l = bar_layout(&c);
+        let text = value_text(c.unit, &c.groups[0].bars[3]);
         assert!(l.px(20.0) + 6 + text_width(&text, l.text_size) <= WIDTH as i32, "{text} leaves the canvas");
-        assert!(l.x1 < speedups(None).layout().x1);
+        assert!(l.x1 < bar_layout(&speedups(None)).x1);
     }
 }

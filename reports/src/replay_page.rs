@@ -7,24 +7,29 @@
 //! map and a table) and each out-of-memory's fragmentation figures; the what-if
 //! page the memory under each setting, the table of figures and the
 //! recommendation. The data comes from the allocator's replays
-//! ([`ReplayTimeline`]); the charts are drawn here with plotters in the style of
-//! [`crate::charts`], because their x axis counts trace ops, or, on the replay
+//! ([`ReplayTimeline`]); the memory charts are line charts of the one chart
+//! model (`vramlab_display::chart`: step lines in its palette, the peaks and
+//! out-of-memory errors as labelled points, the capacity as a reference line),
+//! drawn by [`crate::plot`]; their x axis counts trace ops, or, on the replay
 //! page of a snapshot whose entries have times, is the trace's `time_us` since
-//! the first entry ([`XAxis`]), each mark naming its entry index.
+//! the first entry ([`XAxis`]), each mark naming its entry index. The segment
+//! map is drawn here.
 
 use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
 use vramlab_snapshot::{Attribution, PathTimeline};
 
-use crate::charts::{DrawResult, FAMILY, HEIGHT, WIDTH, byte_unit, draw_legend, register_font};
-use crate::report::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
-use crate::units::fmt_bytes;
+use vramlab_display::chart::{AxisSpec, LabelledPoint, LineSeries, LinesSpec, Marker, Scale, Unit, palette};
+
+use crate::canvas::{self, DrawResult, FAMILY, HEIGHT, WIDTH, register_font};
+use crate::html::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
+use crate::plot::draw_lines;
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
 
 /// Segments drawn in the segment map (in address order); the table lists up to
@@ -127,6 +132,26 @@ impl<'a> XAxis<'a> {
         }
     }
 
+    /// The x of the state after `ops` ops on a chart: ops, or nanoseconds since the first entry.
+    fn chart_x(&self, ops: u64) -> f64 {
+        match *self {
+            XAxis::Ops => ops as f64,
+            XAxis::Time { div, .. } => self.x(ops) * div * 1e3,
+        }
+    }
+
+    /// The axis of a chart: ops counted, or time in ns (its ticks write their unit).
+    fn chart_axis(&self, unit: &str) -> AxisSpec {
+        match self {
+            XAxis::Ops => AxisSpec::new(unit, Unit::Count, Scale::Linear),
+            XAxis::Time { .. } => AxisSpec::new(
+                "time since the first entry; marks give the entry index",
+                Unit::Nanoseconds,
+                Scale::Linear,
+            ),
+        }
+    }
+
     /// The axis's description.
     fn desc(&self, unit: &str) -> String {
         match self {
@@ -204,58 +229,46 @@ pub struct PageFiles {
 
 // ----- charts -----
 
-const ALLOCATED: RGBColor = RGBColor(31, 100, 180);
-const RESERVED: RGBColor = RGBColor(230, 120, 30);
-const RED: RGBColor = RGBColor(200, 30, 30);
-/// The reserved peak's mark: darker than the reserved line, apart from an OOM's red.
-const RESERVED_MARK: RGBColor = RGBColor(170, 80, 0);
+/// The replay's lines: colours of the chart model's palette.
+const ALLOCATED: usize = 0;
+const RESERVED: usize = 1;
 const FREE: RGBColor = RGBColor(222, 226, 230);
-/// One colour per setting of a sweep (the recorded one and the 11 of the grid).
-const PALETTE: [RGBColor; 12] = [
-    RGBColor(230, 120, 30),
-    RGBColor(31, 119, 180),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-    RGBColor(0, 0, 0),
-    RGBColor(120, 180, 255),
-];
 
-/// A step line: bytes of each point until the next.
-#[derive(Debug, Clone)]
-struct Line<'a> {
-    label: String,
-    color: RGBColor,
-    points: &'a [TimelinePoint],
-    reserved: bool,
+/// What a mark on a timeline marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkKind {
+    ReservedPeak,
+    AllocatedPeak,
+    Oom,
 }
 
-/// A marked point with its label.
+/// A marked point of a timeline with its label.
 #[derive(Debug, Clone)]
 struct Mark {
+    kind: MarkKind,
     ops: u64,
     bytes: u64,
     label: String,
-    color: RGBColor,
+}
+
+impl Mark {
+    /// The mark on a chart over `x`: a peak in its line's colour, an out-of-memory in the marks' red.
+    fn point(&self, x: &XAxis<'_>) -> LabelledPoint {
+        let color = match self.kind {
+            MarkKind::ReservedPeak => Some(RESERVED),
+            MarkKind::AllocatedPeak => Some(ALLOCATED),
+            MarkKind::Oom => None,
+        };
+        LabelledPoint { x: x.chart_x(self.ops), y: self.bytes as f64, label: self.label.clone(), color }
+    }
 }
 
 #[derive(Debug, Clone)]
 enum PageChart<'a> {
+    /// A memory chart of the chart model.
     Lines {
         title: String,
-        x_desc: String,
-        x: XAxis<'a>,
-        lines: Vec<Line<'a>>,
-        marks: Vec<Mark>,
-        /// The device's capacity (or per-process limit), drawn as a dashed horizontal line.
-        capacity: Option<u64>,
-        /// Whether the chart draws its own legend (the what-if overview's is in the page).
-        legend: bool,
+        lines: LinesSpec,
     },
     Segments {
         title: String,
@@ -284,9 +297,7 @@ impl PageChart<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         match self {
-            PageChart::Lines { title, x_desc, x, lines, marks, capacity, legend } => {
-                draw_lines(root, title, (x, x_desc), lines, marks, *capacity, *legend)
-            }
+            PageChart::Lines { title, lines } => draw_lines(root, title, lines),
             PageChart::Segments { title, segments } => draw_segments(root, title, segments),
         }
         .map_err(|e| e.to_string())
@@ -321,83 +332,26 @@ impl PageChart<'_> {
     }
 }
 
-fn steps(points: &[TimelinePoint], reserved: bool, bdiv: f64, x: &XAxis<'_>) -> Vec<(f64, f64)> {
-    let value = |p: &TimelinePoint| if reserved { p.reserved_bytes } else { p.allocated_bytes } as f64 / bdiv;
-    let mut out = Vec::with_capacity(points.len() * 2);
-    for (i, p) in points.iter().enumerate() {
-        let at = x.x(p.ops);
-        if i > 0 {
-            out.push((at, value(&points[i - 1])));
-        }
-        out.push((at, value(p)));
-    }
-    out
+/// A step line of `t`'s reserved (or allocated) bytes over `x`.
+fn memory_line(name: String, color: usize, t: &ReplayTimeline, reserved: bool, x: &XAxis<'_>) -> LineSeries {
+    let value = |p: &TimelinePoint| if reserved { p.reserved_bytes } else { p.allocated_bytes } as f64;
+    let points = t.points.iter().map(|p| (x.chart_x(p.ops), value(p))).collect();
+    LineSeries { name, points, dashed: false, color, steps: true }
 }
 
-fn draw_lines<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    title: &str,
-    (x, x_desc): (&XAxis<'_>, &str),
-    lines: &[Line<'_>],
-    marks: &[Mark],
+/// A memory chart over `x` with `series`, the capacity (or per-process limit)
+/// as a reference line, and `marks`.
+fn memory_chart(
+    title: String,
+    x_axis: AxisSpec,
+    series: Vec<LineSeries>,
+    marks: Vec<LabelledPoint>,
     capacity: Option<u64>,
-    legend: bool,
-) -> DrawResult<DB> {
-    let all = || lines.iter().flat_map(|l| l.points.iter());
-    let x_max = all().map(|p| x.x(p.ops)).chain(marks.iter().map(|m| x.x(m.ops))).fold(0f64, f64::max);
-    let x_max = if x.is_time() { x_max.max(1e-3) } else { x_max.max(1.0) };
-    let max_bytes = all()
-        .map(|p| p.reserved_bytes.max(p.allocated_bytes))
-        .chain(marks.iter().map(|m| m.bytes))
-        .chain(capacity)
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let (bdiv, bunit) = byte_unit(max_bytes);
-    let y_max = max_bytes as f64 / bdiv * 1.15;
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(format!("memory ({bunit})"))
-        .x_label_formatter(&|v| if x_max >= 10.0 { format!("{v:.0}") } else { format!("{v:.2}") })
-        .y_label_formatter(&|y| if y_max >= 10.0 { format!("{y:.0}") } else { format!("{y:.1}") })
-        .label_style((FAMILY, 13))
-        .axis_desc_style((FAMILY, 14))
-        .light_line_style(RGBColor(240, 240, 240))
-        .draw()?;
-    for line in lines {
-        let color = line.color;
-        chart
-            .draw_series(LineSeries::new(steps(line.points, line.reserved, bdiv, x), color.stroke_width(2)))?
-            .label(line.label.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
-    }
-    if let Some(c) = capacity {
-        let y = c as f64 / bdiv;
-        let grey = RGBColor(90, 90, 90);
-        chart.draw_series(DashedLineSeries::new([(0.0, y), (x_max, y)], 8, 5, grey.stroke_width(2)))?;
-        let style = TextStyle::from((FAMILY, 13).into_font()).color(&grey).pos(Pos::new(HPos::Left, VPos::Bottom));
-        chart.draw_series(std::iter::once(Text::new(
-            format!("capacity {}", fmt_bytes(c)),
-            (x_max * 0.01, y + y_max * 0.01),
-            style,
-        )))?;
-    }
-    for m in marks {
-        let at = (x.x(m.ops), m.bytes as f64 / bdiv);
-        chart.draw_series(std::iter::once(Circle::new(at, 5, m.color.filled())))?;
-        // Labels right of their mark, or left of it in the right part of the chart.
-        let h = if at.0 > x_max * 0.6 { HPos::Right } else { HPos::Left };
-        let style = TextStyle::from((FAMILY, 13).into_font()).color(&m.color).pos(Pos::new(h, VPos::Bottom));
-        chart.draw_series(std::iter::once(Text::new(m.label.clone(), (at.0, at.1 + y_max * 0.02), style)))?;
-    }
-    if legend { draw_legend(&mut chart, SeriesLabelPosition::LowerRight) } else { Ok(()) }
+) -> PageChart<'static> {
+    let mut lines = LinesSpec::new(x_axis, AxisSpec::new("memory", Unit::Bytes, Scale::Linear), series);
+    lines.y_marks = capacity.map(|c| Marker::new(c as f64, format!("capacity {}", fmt_bytes(c)))).into_iter().collect();
+    lines.points = marks;
+    PageChart::Lines { title, lines }
 }
 
 fn draw_segments<DB: DrawingBackend>(
@@ -425,8 +379,8 @@ fn draw_segments<DB: DrawingBackend>(
         for b in &s.blocks {
             let (x0, x1) = (x_of(b.address - s.address), x_of(b.address - s.address + b.size));
             let color = match b.state {
-                BlockState::ActiveAllocated => ALLOCATED,
-                BlockState::ActivePendingFree => RESERVED,
+                BlockState::ActiveAllocated => canvas::palette(ALLOCATED),
+                BlockState::ActivePendingFree => canvas::palette(RESERVED),
                 BlockState::Inactive => FREE,
             };
             let (top, bottom) = (y + 1, y + row_h - 1);
@@ -438,7 +392,12 @@ fn draw_segments<DB: DrawingBackend>(
     }
     let y = 4 + rows * row_h + 6;
     let mut x = label_w;
-    for (name, color) in [("allocated", ALLOCATED), ("freed, waiting on a stream", RESERVED), ("free (cached)", FREE)] {
+    let legend = [
+        ("allocated", canvas::palette(ALLOCATED)),
+        ("freed, waiting on a stream", canvas::palette(RESERVED)),
+        ("free (cached)", FREE),
+    ];
+    for (name, color) in legend {
         area.draw(&Rectangle::new([(x, y), (x + 14, y + 12)], color.filled()))?;
         area.draw(&Text::new(name.to_owned(), (x + 18, y), (FAMILY, 13).into_font()))?;
         x += 40 + 7 * name.len() as i32;
@@ -554,23 +513,23 @@ fn marks(t: &ReplayTimeline, x: &XAxis<'_>) -> Vec<Mark> {
         .peak
         .iter()
         .map(|p| Mark {
+            kind: MarkKind::ReservedPeak,
             ops: p.ops,
             bytes: p.reserved_bytes,
             label: format!("peak reserved {}", fmt_bytes(p.reserved_bytes)),
-            color: RESERVED_MARK,
         })
         .collect();
     marks.extend(allocated_peak(t).map(|p| Mark {
+        kind: MarkKind::AllocatedPeak,
         ops: p.ops,
         bytes: p.allocated_bytes,
         label: format!("peak allocated {}", fmt_bytes(p.allocated_bytes)),
-        color: ALLOCATED,
     }));
     marks.extend(t.ooms.iter().take(3).map(|o| Mark {
+        kind: MarkKind::Oom,
         ops: o.index + 1,
         bytes: o.reserved_bytes,
         label: format!("OOM: {}", fmt_bytes(o.requested_bytes)),
-        color: RED,
     }));
     if x.is_time() {
         for m in &mut marks {
@@ -580,25 +539,21 @@ fn marks(t: &ReplayTimeline, x: &XAxis<'_>) -> Vec<Mark> {
     marks
 }
 
-fn timeline_chart<'a>(
+/// The memory over a replay: reserved and allocated, with the peaks and the
+/// first out-of-memory errors marked.
+fn timeline_chart(
     title: String,
     unit: &str,
-    x: XAxis<'a>,
-    t: &'a ReplayTimeline,
+    x: XAxis<'_>,
+    t: &ReplayTimeline,
     capacity: Option<u64>,
-) -> PageChart<'a> {
-    PageChart::Lines {
-        title,
-        x_desc: x.desc(unit),
-        x,
-        lines: vec![
-            Line { label: "reserved".into(), color: RESERVED, points: &t.points, reserved: true },
-            Line { label: "allocated".into(), color: ALLOCATED, points: &t.points, reserved: false },
-        ],
-        marks: marks(t, &x),
-        capacity,
-        legend: true,
-    }
+) -> PageChart<'static> {
+    let series = vec![
+        memory_line("reserved".into(), RESERVED, t, true, &x),
+        memory_line("allocated".into(), ALLOCATED, t, false, &x),
+    ];
+    let marks = marks(t, &x).iter().map(|m| m.point(&x)).collect();
+    memory_chart(title, x.chart_axis(unit), series, marks, capacity)
 }
 
 // ----- the interactive timeline (templates/timeline.js, figure[data-stacked]) -----
@@ -709,9 +664,9 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
     let entry = |ops: u64| if x.is_time() { String::new() } else { format!(" after {ops}") };
     let marks = marks
         .iter()
-        .filter(|m| m.color != RED)
+        .filter(|m| m.kind != MarkKind::Oom)
         .map(|m| {
-            let reserved = m.color == RESERVED_MARK;
+            let reserved = m.kind == MarkKind::ReservedPeak;
             StackedMark {
                 kind: if reserved { "reserved" } else { "allocated" },
                 x: x.x_rounded(m.ops),
@@ -879,8 +834,10 @@ fn result_groups(settings: &[WhatifSetting<'_>]) -> Vec<Vec<usize>> {
     groups
 }
 
-fn hex(c: RGBColor) -> String {
-    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+/// Colour `i` of the chart model's palette as `#rrggbb`.
+fn hex(i: usize) -> String {
+    let (r, g, b) = palette(i);
+    format!("#{r:02x}{g:02x}{b:02x}")
 }
 
 /// Writes the what-if page into `dir` (created if needed). Settings with
@@ -890,38 +847,25 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
     prepare(dir)?;
     let mut files = Vec::new();
     let groups = result_groups(&page.settings);
-    let color = |g: usize| PALETTE[g % PALETTE.len()];
-    let overlay = PageChart::Lines {
-        title: "Reserved memory under each setting".into(),
-        x_desc: page.unit.clone(),
-        x: XAxis::Ops,
-        lines: groups
-            .iter()
-            .enumerate()
-            .map(|(g, members)| Line {
-                label: format!("#{}", g + 1),
-                color: color(g),
-                points: &page.settings[members[0]].timeline.points,
-                reserved: true,
-            })
-            .collect(),
-        marks: groups
-            .iter()
-            .enumerate()
-            .filter_map(|(g, members)| {
-                let o = page.settings[members[0]].timeline.ooms.first()?;
-                Some(Mark {
-                    ops: o.index + 1,
-                    bytes: o.reserved_bytes,
-                    label: format!("#{} OOM", g + 1),
-                    color: color(g),
-                })
-            })
-            .collect(),
-        capacity: page.capacity_bytes,
-        legend: false,
-    }
-    .write(dir, "reserved", &mut files)?;
+    let series = groups
+        .iter()
+        .enumerate()
+        .map(|(g, members)| {
+            memory_line(format!("#{}", g + 1), g, page.settings[members[0]].timeline, true, &XAxis::Ops)
+        })
+        .collect();
+    let ooms = groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, members)| {
+            let o = page.settings[members[0]].timeline.ooms.first()?;
+            let label = format!("#{} OOM", g + 1);
+            Some(LabelledPoint { x: (o.index + 1) as f64, y: o.reserved_bytes as f64, label, color: Some(g) })
+        })
+        .collect();
+    let title = "Reserved memory under each setting".to_owned();
+    let overlay = memory_chart(title, XAxis::Ops.chart_axis(&page.unit), series, ooms, page.capacity_bytes)
+        .write(dir, "reserved", &mut files)?;
     let mut per_setting = Vec::with_capacity(groups.len());
     for (g, members) in groups.iter().enumerate() {
         let s = &page.settings[members[0]];
@@ -944,7 +888,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
             let s = &page.settings[members[0]];
             SettingRow {
                 number: g + 1,
-                color: hex(color(g)),
+                color: hex(g),
                 names: members.iter().map(|&k| page.settings[k].name.clone()).collect(),
                 recommended: members.iter().any(|&k| page.settings[k].recommended),
                 peak_reserved: fmt_bytes(s.peak_reserved_bytes),

@@ -10,36 +10,35 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use serde_json::Value;
+use vramlab_display::chart::{BarGroupSpec, BarSpec, BarsSpec, Unit};
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 use vramlab_suites::{
     CaseResult, CategoryStack, MemoryTimeline, Outcome, RunResults, SCHEMA_VERSION, Series, SuiteResult,
     TIMELINE_POINTS,
 };
 
-use crate::charts::{Bar, BarGroup, Chart, GroupedBars, Unit};
-use crate::html::{ChartView, SuiteExtras, TimelineView, TraceLink, TrendsView, render_index_with};
+use crate::charts::Chart;
+use crate::html::{
+    CHARTS_DIR, ChartView, INDEX_HTML, SUMMARY_MD, SuiteExtras, TRACE_JSON, TimelineView, TraceLink, TrendsView,
+    render_index_with,
+};
 use crate::trends::{DEFAULT_TREND_RUNS, Trends, load_trends};
-use crate::units::{fmt_bytes, fmt_ns};
-use crate::{ReportError, markdown, suite_charts, tidy, trace, write_unsynced};
 
-/// File names inside the report folder.
-pub const INDEX_HTML: &str = "index.html";
-pub const SUMMARY_MD: &str = "summary.md";
-pub const TRACE_JSON: &str = "trace.json";
-pub const CHARTS_DIR: &str = "charts";
+use crate::{ReportError, markdown, suite_charts, tidy, trace, write_unsynced};
 
 /// Timelines shown per suite (the largest peaks first); more would make the page slow.
 pub const MAX_TIMELINES_PER_SUITE: usize = 6;
 /// Points per series of a memory chart drawn as a file: about one per pixel
 /// column of the chart (min/max decimation keeps every peak), where more
 /// would only make the SVG and PNG bigger.
-pub const DRAWN_POINTS: usize = crate::charts::WIDTH as usize;
+pub const DRAWN_POINTS: usize = crate::canvas::WIDTH as usize;
 /// Times of a category stack drawn as a file: one per four pixel columns
 /// (min/max decimation of the total keeps every peak). A stack's SVG holds each
 /// band's top and bottom edge: at one point per column a full CPU run's page was
 /// 2.28 MB (1.56 MB of it six stacks), and at one per two columns a run on a
 /// quiet machine, whose longer stacks all reached the limit, still 2.19 MB
 /// (eight stacks of about 100 KB).
-pub const STACK_POINTS: usize = crate::charts::WIDTH as usize / 4;
+pub const STACK_POINTS: usize = crate::canvas::WIDTH as usize / 4;
 /// Points per series of an interactive timeline's data in the page: enough to
 /// zoom into, few enough for the page to stay small with dozens of timelines.
 pub const PAGE_POINTS: usize = 1000;
@@ -212,8 +211,8 @@ fn plan_suite<'a>(index: usize, suite: &'a SuiteResult, jobs: &mut Vec<Planned<'
                 ),
                 ("peak", Unit::Bytes, &|c: &CaseResult| Some(c.memory.as_ref()?.peak_allocated_bytes as f64)),
             ] {
-                let bars: Vec<Bar> =
-                    ok.iter().filter_map(|c| Some(Bar::new(c.name.clone(), value(c)?, 0))).take(MAX_BARS).collect();
+                let bars: Vec<BarSpec> =
+                    ok.iter().filter_map(|c| Some(BarSpec::new(c.name.clone(), value(c)?, 0))).take(MAX_BARS).collect();
                 if bars.is_empty() {
                     continue;
                 }
@@ -221,15 +220,8 @@ fn plan_suite<'a>(index: usize, suite: &'a SuiteResult, jobs: &mut Vec<Planned<'
                     "time" => format!("{}: median time per case", suite.name),
                     _ => format!("{}: peak allocated per case", suite.name),
                 };
-                let chart = Chart::Bars(GroupedBars {
-                    log: false,
-                    title,
-                    unit,
-                    series: vec![],
-                    groups: vec![BarGroup { name: String::new(), bars }],
-                    reference: None,
-                    notes: vec![],
-                });
+                let bars = BarsSpec::new(unit, vec![BarGroupSpec { name: String::new(), bars }]);
+                let chart = Chart::Bars { title, bars };
                 push(format!("{s}-{what}"), Job::Static(chart));
             }
         }

@@ -10,11 +10,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 use vramlab_suites::{CaseResult, Outcome, RunResults};
 
 use crate::diff_page::{fmt_change, fmt_relative};
 use crate::replay_page::Fact;
-use crate::units::fmt_bytes;
 use crate::{ReportError, prepare_out_dir};
 
 /// One side of the comparison.
@@ -203,19 +203,6 @@ pub fn figure_name(name: &str) -> String {
     }
 }
 
-fn fmt_ns(ns: f64) -> String {
-    let a = ns.abs();
-    if a < 1e3 {
-        format!("{ns:.0} ns")
-    } else if a < 1e6 {
-        format!("{:.2} µs", ns / 1e3)
-    } else if a < 1e9 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.2} s", ns / 1e9)
-    }
-}
-
 /// A figure's value as shown ("—" where the side has none).
 pub fn fmt_value(name: &str, v: Option<f64>) -> String {
     match v {
@@ -328,8 +315,9 @@ pub fn write_results_diff_report(dir: &Path, d: &ResultsDiff) -> Result<PathBuf,
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use vramlab_suites::{MemoryPeaks, SuiteResult};
+
+    use super::*;
 
     fn run(peak: u64, activation: u64, median: f64, extra: bool) -> RunResults {
         let mut r = crate::tests::sample();

@@ -1,95 +1,29 @@
-//! Draws the charts suites declare ([`vramlab_suites::ChartSpec`]: lines over
-//! linear or log axes with reference lines and labelled points, grouped
-//! horizontal bars, or a chart that says why it has no data) as the report's
-//! [`Chart`]s. The suites decide what to show and compute it from their cases
-//! (`bench-suites/src/suites/<suite>/charts.rs`); this module knows no suite,
-//! metric or parameter name. [`for_suite`] returns `None` for a suite that
-//! declares no chart, which then gets the generic charts.
+//! The charts a suite declares ([`ChartSpec`]s of the one chart model:
+//! lines over linear or log axes with reference lines and labelled points,
+//! grouped horizontal bars, or a chart that says why it has no data), as the
+//! report's drawable [`Chart`]s. The suites decide what to show and compute it
+//! from their cases (`bench-suites/src/suites/<suite>/charts.rs`); this module
+//! knows no suite, metric or parameter name. [`for_suite`] returns `None` for
+//! a suite that declares no chart, which then gets the generic charts.
+//!
+//! [`ChartSpec`]: vramlab_display::chart::ChartSpec
 
 use vramlab_suites::SuiteResult;
-use vramlab_suites::charts::{self as spec, ChartKind, ChartSpec};
 
-use crate::charts::{Bar, BarGroup, Chart, GroupedBars, Line, LineChart, Mark, PointLabel, Scale, Unit};
-use crate::plot::Axis;
+use crate::charts::Chart;
 
 /// A chart with the name of its files (without the suite's prefix).
 pub type Named = (String, Chart<'static>);
 
 /// The charts `suite` declares — stored with its results or, for results that
 /// store none, computed by its suite in this build ([`vramlab_suites::declared_charts`]) —
-/// drawn; `None` for a suite that declares none.
+/// ready to draw; `None` for a suite that declares none.
 pub fn for_suite(suite: &SuiteResult) -> Option<Vec<Named>> {
     let declared = vramlab_suites::declared_charts(suite);
     if declared.is_empty() {
         return None;
     }
-    Some(declared.iter().map(|c| (c.name.clone(), render(c))).collect())
-}
-
-/// One declared chart as a drawable [`Chart`].
-pub fn render(c: &ChartSpec) -> Chart<'static> {
-    let title = c.title.clone();
-    match &c.kind {
-        ChartKind::Unavailable { reason } => Chart::Unavailable { title, reason: reason.clone() },
-        ChartKind::Lines(l) => Chart::Lines(LineChart {
-            title,
-            x: axis(&l.x),
-            y: axis(&l.y),
-            lines: l
-                .series
-                .iter()
-                .map(|s| Line { name: s.name.clone(), points: s.points.clone(), dashed: s.dashed, color: s.color })
-                .collect(),
-            vlines: l.x_marks.iter().map(mark).collect(),
-            hlines: l.y_marks.iter().map(mark).collect(),
-            points: l.points.iter().map(|p| PointLabel { x: p.x, y: p.y, label: p.label.clone() }).collect(),
-            notes: l.notes.clone(),
-        }),
-        ChartKind::Bars(b) => Chart::Bars(GroupedBars {
-            title,
-            unit: unit(b.unit),
-            series: b.series.clone(),
-            groups: b
-                .groups
-                .iter()
-                .map(|g| BarGroup {
-                    name: g.name.clone(),
-                    bars: g
-                        .bars
-                        .iter()
-                        .map(|x| Bar { label: x.label.clone(), value: x.value, series: x.series, mark: x.mark.clone() })
-                        .collect(),
-                })
-                .collect(),
-            reference: b.reference.as_ref().map(mark),
-            notes: b.notes.clone(),
-            log: b.log,
-        }),
-    }
-}
-
-fn axis(a: &spec::AxisSpec) -> Axis {
-    let scale = match a.scale {
-        spec::Scale::Linear => Scale::Linear,
-        spec::Scale::Log => Scale::Log,
-    };
-    Axis::new(a.label.clone(), unit(a.unit), scale)
-}
-
-fn unit(u: spec::Unit) -> Unit {
-    match u {
-        spec::Unit::Nanoseconds => Unit::Nanoseconds,
-        spec::Unit::Bytes => Unit::Bytes,
-        spec::Unit::GigabytesPerSecond => Unit::GigabytesPerSecond,
-        spec::Unit::Ratio => Unit::Ratio,
-        spec::Unit::PerSecond => Unit::PerSecond,
-        spec::Unit::Count => Unit::Count,
-        spec::Unit::Flop => Unit::Flop,
-    }
-}
-
-fn mark(m: &spec::Marker) -> Mark {
-    Mark { at: m.at, label: m.label.clone() }
+    Some(declared.into_iter().map(|c| (c.name.clone(), Chart::declared(c))).collect())
 }
 
 #[cfg(test)]
@@ -98,6 +32,7 @@ pub(crate) mod tests {
     use vramlab_suites::{CaseResult, Outcome};
 
     use super::*;
+    use crate::plot::line_layout;
 
     pub(crate) fn case(name: &str, params: &[(&str, serde_json::Value)], metrics: &[(&str, f64)]) -> CaseResult {
         CaseResult::ok(name)
@@ -182,14 +117,14 @@ pub(crate) mod tests {
             op_case("gpu", 3, 1e9, 1_000_000.0),
         ];
         let charts = declared(&suite("cpu-vs-gpu", cases));
-        let Chart::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
-        assert_eq!(lines.vlines.len(), 1);
+        let Chart::Lines { lines, .. } = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
+        assert_eq!(lines.x_marks.len(), 1);
         let crossing = 10f64.powf(5.0 + 2.0 * 2f64.ln() / 20f64.ln());
-        assert!((lines.vlines[0].at - crossing).abs() < 1e-6 * crossing, "{}", lines.vlines[0].at);
+        assert!((lines.x_marks[0].at - crossing).abs() < 1e-6 * crossing, "{}", lines.x_marks[0].at);
         let svg = chart(&charts, "matmul-time-by-size").svg().unwrap();
         let label = "crossover ≈ 290 kFLOP";
         let (x, _) = text_at(&svg, label);
-        let at = f64::from(lines.layout().x.px(crossing).unwrap());
+        let at = f64::from(line_layout(lines).x.px(crossing).unwrap());
         assert_eq!((x - at).abs(), 5.0, "label at {x}, crossover at {at}");
         // Two lines of four markers each.
         assert_eq!(svg.matches("<circle").count(), 8 + 2, "markers plus the legend's");
@@ -201,8 +136,8 @@ pub(crate) mod tests {
     fn a_gpu_that_never_wins_gets_no_crossover_and_gpu_absence_says_why() {
         let cases = vec![op_case("cpu", 0, 1e3, 1_000.0), op_case("gpu", 0, 1e3, 5_000.0)];
         let charts = declared(&suite("cpu-vs-gpu", cases));
-        let Chart::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
-        assert!(lines.vlines.is_empty());
+        let Chart::Lines { lines, .. } = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
+        assert!(lines.x_marks.is_empty());
         assert!(lines.notes.iter().any(|n| n.contains("does not win")));
         let mut gpu = case("matmul/gpu", &[("op", "matmul".into()), ("device", "gpu".into())], &[]);
         gpu.outcome = Outcome::NotAvailable { reason: "no CUDA driver".into() };
@@ -237,8 +172,8 @@ pub(crate) mod tests {
     fn sweep_chart_puts_the_capacity_line_and_the_oom_point_at_their_values() {
         let charts = declared(&suite("memory", vec![sweep()]));
         let chart = chart(&charts, "batch-sweep");
-        let Chart::Lines(lines) = chart else { panic!("a line chart") };
-        let l = lines.layout();
+        let Chart::Lines { lines, .. } = chart else { panic!("a line chart") };
+        let l = line_layout(lines);
         let svg = chart.svg().unwrap();
         let cap_y = f64::from(l.y.px((4u64 << 20) as f64).unwrap());
         let (_, y) = text_at(&svg, "capacity 4.00 MiB");
@@ -250,9 +185,9 @@ pub(crate) mod tests {
         assert_eq!((x - f64::from(l.x.px(768.0).unwrap())).abs(), 5.0);
         // The fits in batch order, the largest at its exact peak.
         let mib = (1u64 << 20) as f64;
-        assert_eq!(lines.lines[0].points, vec![(256.0, mib), (512.0, 2.0 * mib), (768.0, 3.0 * mib)]);
+        assert_eq!(lines.series[0].points, vec![(256.0, mib), (512.0, 2.0 * mib), (768.0, 3.0 * mib)]);
         // The capacity is above every fit: the line lies above (smaller y) every marker.
-        assert!(lines.lines[0].points.iter().all(|p| f64::from(l.y.px(p.1).unwrap()) > cap_y));
+        assert!(lines.series[0].points.iter().all(|p| f64::from(l.y.px(p.1).unwrap()) > cap_y));
     }
 
     #[test]
@@ -291,13 +226,13 @@ pub(crate) mod tests {
         assert!(svg.contains("\n1.00 µs — chosen\n"), "{svg}");
         assert!(svg.contains("\ndirect (heuristic&apos;s pick (off))\n"), "{svg}");
         let c = chart(&charts, "conv_a-break-even");
-        let Chart::Lines(lines) = c else { panic!("a line chart") };
+        let Chart::Lines { lines, .. } = c else { panic!("a line chart") };
         // Off costs 2 µs a call, benchmark 50 µs once plus 1 µs a call: equal at 50 calls.
-        assert_eq!(lines.vlines[0].at, 50.0);
+        assert_eq!(lines.x_marks[0].at, 50.0);
         let (x, _) = text_at(&c.svg().unwrap(), "break-even: 50 calls");
-        assert_eq!((x - f64::from(lines.layout().x.px(50.0).unwrap())).abs(), 5.0);
-        let off = &lines.lines[0].points;
-        let bench = &lines.lines[1].points;
+        assert_eq!((x - f64::from(line_layout(lines).x.px(50.0).unwrap())).abs(), 5.0);
+        let off = &lines.series[0].points;
+        let bench = &lines.series[1].points;
         let at50 = |p: &[(f64, f64)]| p.iter().find(|q| q.0 == 50.0).unwrap().1;
         assert_eq!(at50(off), at50(bench));
     }

@@ -6,11 +6,11 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 
+use crate::canvas::FAMILY;
 use crate::history::Series;
-use crate::units::{fmt_bytes, fmt_ns};
 
-const FAMILY: &str = "sans-serif";
 /// The change-point mark's colour (`#C81E1E` in the SVG).
 pub const STEP_COLOR: RGBColor = RGBColor(200, 30, 30);
 const LINE_COLOR: RGBColor = RGBColor(31, 100, 180);

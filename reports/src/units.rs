@@ -1,11 +1,7 @@
-//! Human-readable numbers for reports and the command line: binary units for
-//! memory (B/KiB/MiB/GiB/TiB), ns/µs/ms/s for time (both defined beside the
-//! suites' chart declarations in `vramlab_suites::charts`, whose labels use
-//! them), and the unit a metric's name carries.
+//! The unit a metric's name carries, and a metric's value written with it
+//! (bytes and times through `vramlab_display::format`).
 
-/// Bytes in binary units (`3.00 MiB`), the units themselves, and nanoseconds in
-/// the largest fitting unit (`12.30 µs`): the suites' chart labels use the same.
-pub use vramlab_suites::charts::{BYTE_UNITS, fmt_bytes, fmt_ns};
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 
 /// The unit a metric's name ends in, and its value formatted with it.
 pub fn metric_unit(name: &str) -> &'static str {

@@ -6,13 +6,13 @@
 
 use std::path::PathBuf;
 
+use vramlab_display::chart::{
+    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LabelledPoint, LineSeries, LinesSpec, Marker, Scale, Unit,
+};
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::Hooks;
 use vramlab_reports::charts::Chart;
 use vramlab_reports::suite_charts::for_suite;
-use vramlab_suites::charts::{
-    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LabelledPoint, LineSeries, LinesSpec, Marker, Scale, Unit,
-};
 use vramlab_suites::{
     Case, CaseOutput, CaseResult, Context, Environment, Finding, HarnessConfig, NoProgress, RunOptions, RunResults,
     SCHEMA_VERSION, Suite, SuiteResult, run_suite,
@@ -53,10 +53,10 @@ impl Suite for Squares {
         let mut lines = LinesSpec::new(
             AxisSpec::new("n", Unit::Count, Scale::Linear),
             AxisSpec::new("n squared (log)", Unit::Count, Scale::Log),
-            vec![LineSeries { name: "n²".into(), points: points.clone(), dashed: false, color: 0 }],
+            vec![LineSeries { name: "n²".into(), points: points.clone(), dashed: false, color: 0, steps: false }],
         );
         lines.y_marks.push(Marker::new(10.0, "ten"));
-        lines.points.push(LabelledPoint { x: 4.0, y: 16.0, label: "the largest square".into() });
+        lines.points.push(LabelledPoint { x: 4.0, y: 16.0, label: "the largest square".into(), color: None });
         lines.notes.push("squares of 1 to 4".into());
         let bars = BarsSpec::new(
             Unit::Count,
@@ -136,14 +136,14 @@ fn a_suite_defined_here_gets_its_declared_charts_drawn_from_its_results_file() {
     let charts = for_suite(suite).expect("the suite declares charts");
     let (name, growth) = &charts[0];
     assert_eq!(name, "growth");
-    let Chart::Lines(lines) = growth else { panic!("a line chart") };
-    assert_eq!(lines.lines[0].points, [(1.0, 1.0), (2.0, 4.0), (3.0, 9.0), (4.0, 16.0)]);
-    assert_eq!((lines.hlines[0].at, lines.points[0].y), (10.0, 16.0));
+    let Chart::Lines { lines, .. } = growth else { panic!("a line chart") };
+    assert_eq!(lines.series[0].points, [(1.0, 1.0), (2.0, 4.0), (3.0, 9.0), (4.0, 16.0)]);
+    assert_eq!((lines.y_marks[0].at, lines.points[0].y), (10.0, 16.0));
     let svg = growth.svg().unwrap();
     for text in ["squares: n² by n", "ten", "the largest square", "squares of 1 to 4"] {
         assert!(svg.contains(&format!(">\n{text}\n")), "no {text:?} in the SVG");
     }
-    let Chart::Bars(bars) = &charts[1].1 else { panic!("a bar chart") };
+    let Chart::Bars { bars, .. } = &charts[1].1 else { panic!("a bar chart") };
     assert_eq!(bars.groups[0].bars.iter().map(|b| b.value).collect::<Vec<_>>(), [1.0, 4.0, 9.0, 16.0]);
 
     // And the whole report has them as files, under the suite's name.

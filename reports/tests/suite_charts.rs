@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use vramlab_reports::charts::{Chart, HEIGHT, WIDTH};
+use vramlab_reports::canvas::{HEIGHT, WIDTH};
+use vramlab_reports::charts::Chart;
 use vramlab_reports::suite_charts::for_suite;
 
 fn results() -> vramlab_suites::RunResults {

@@ -236,16 +236,16 @@ fn proofread_results(results: &RunResults) -> Vec<String> {
         for chart in vramlab_suites::declared_charts(s) {
             texts.push((chart.title, false));
             match chart.kind {
-                vramlab_suites::charts::ChartKind::Lines(l) => {
+                vramlab_display::chart::ChartKind::Lines(l) => {
                     texts.extend(l.notes.into_iter().map(|n| (n, false)));
                     texts.extend(l.x_marks.into_iter().chain(l.y_marks).map(|m| (m.label, false)));
                     texts.extend(l.points.into_iter().map(|p| (p.label, false)));
                 }
-                vramlab_suites::charts::ChartKind::Bars(b) => {
+                vramlab_display::chart::ChartKind::Bars(b) => {
                     texts.extend(b.notes.into_iter().map(|n| (n, false)));
                     texts.extend(b.reference.map(|m| (m.label, false)));
                 }
-                vramlab_suites::charts::ChartKind::Unavailable { reason } => texts.push((reason, false)),
+                vramlab_display::chart::ChartKind::Unavailable { reason } => texts.push((reason, false)),
             }
         }
         let labels: Vec<&str> = s.cases.iter().flat_map(|c| c.name.split('/')).collect();

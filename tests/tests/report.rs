@@ -211,8 +211,8 @@ fn html_text_escaping_markdown_and_chart_files() {
         match c.extension().and_then(|e| e.to_str()) {
             Some("png") => {
                 assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", c.display());
-                assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), vramlab_reports::charts::WIDTH);
-                assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), vramlab_reports::charts::HEIGHT);
+                assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), vramlab_reports::canvas::WIDTH);
+                assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), vramlab_reports::canvas::HEIGHT);
             }
             Some("svg") => {
                 let s = String::from_utf8(bytes).unwrap();

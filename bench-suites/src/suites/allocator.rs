@@ -27,12 +27,14 @@ use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use vramlab_display::format::{fmt_bytes, fmt_ns};
 use vramlab_engine::alloc::consts::{GIB, KIB, MIB, SMALL_SIZE};
 use vramlab_engine::alloc::{AllocatorConfig, CachingAllocator, HostMemory, RawAllocator, SimulatedMemory};
 use vramlab_engine::hooks::{Hooks, now_ns};
 use vramlab_profiler::{DeviceInfo, Profiler, ProfilerConfig};
 
 use super::common;
+use super::devices::size_label;
 use crate::harness::{HarnessConfig, measure};
 use crate::schema::{CaseResult, Finding, TimingStats, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
@@ -64,16 +66,6 @@ fn sizes(quick: bool) -> Vec<u64> {
     if quick { vec![4 * KIB, MIB, 4 * MIB, 64 * MIB] } else { vec![512, 4 * KIB, MIB, 4 * MIB, 16 * MIB, 256 * MIB] }
 }
 
-/// `4KiB`, `3MiB`, `300B`.
-fn size_label(bytes: u64) -> String {
-    match bytes {
-        b if b >= GIB && b.is_multiple_of(GIB) => format!("{}GiB", b / GIB),
-        b if b >= MIB && b.is_multiple_of(MIB) => format!("{}MiB", b / MIB),
-        b if b >= KIB && b.is_multiple_of(KIB) => format!("{}KiB", b / KIB),
-        b => format!("{b}B"),
-    }
-}
-
 /// A size label as prose writes it, the unit spaced: `4 KiB`, `3 MiB`, `300 B`.
 fn spaced(label: &str) -> String {
     match label.find(|c: char| c.is_ascii_alphabetic()) {
@@ -84,16 +76,6 @@ fn spaced(label: &str) -> String {
 
 fn pool_of(request: u64) -> &'static str {
     if request <= SMALL_SIZE { "small" } else { "large" }
-}
-
-fn ns(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{:.2} ms", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.2} µs", v / 1e3)
-    } else {
-        format!("{v:.0} ns")
-    }
 }
 
 /// The segment the caching allocator reserves for a first request of
@@ -202,8 +184,8 @@ fn raw_case(ctx: &Context, request: u64, shared: &Shared) -> Result<CaseOutput, 
                 .metric("raw_over_cached_ratio", timing.median_ns / cached.median_ns)
                 .note(format!(
                     "raw {} vs cached {} per pair: {:.1}×",
-                    ns(timing.median_ns),
-                    ns(cached.median_ns),
+                    fmt_ns(timing.median_ns),
+                    fmt_ns(cached.median_ns),
                     timing.median_ns / cached.median_ns
                 ));
         }
@@ -269,9 +251,9 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
                 .metric("profile_build_ns", build_ns as f64)
                 .note(format!(
                     "the same pairs with vramlab's profiler recording every allocator event ({i} pairs, {records} records, {} held; building the profile took {}); a recording of {FIXED_RECORDING_PAIRS} pairs holds {} (recording_bytes)",
-                    crate::charts::fmt_bytes(timed_held as u64),
-                    ns(build_ns as f64),
-                    crate::charts::fmt_bytes(held as u64)
+                    fmt_bytes(timed_held as u64),
+                    fmt_ns(build_ns as f64),
+                    fmt_bytes(held as u64)
                 ));
             match recall(shared, "recording/none") {
                 Some(none) => {
@@ -281,9 +263,9 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
                         .metric("overhead_ratio", timing.median_ns / none.median_ns)
                         .note(format!(
                             "recording costs {} per pair ({} vs {}, {:.2}×)",
-                            ns(timing.median_ns - none.median_ns),
-                            ns(timing.median_ns),
-                            ns(none.median_ns),
+                            fmt_ns(timing.median_ns - none.median_ns),
+                            fmt_ns(timing.median_ns),
+                            fmt_ns(none.median_ns),
                             timing.median_ns / none.median_ns
                         ));
                 }
@@ -295,7 +277,7 @@ fn recording_case(ctx: &Context, with_profiler: bool, shared: &Shared) -> Result
 }
 
 impl Suite for AllocatorSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 
@@ -382,8 +364,8 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
             "{} ({} pool, {segment} segment): cached {} vs raw {} ({:.1}×{})",
             spaced(label),
             cached.params.get("pool").and_then(|p| p.as_str()).unwrap_or("?"),
-            ns(c),
-            ns(r),
+            fmt_ns(c),
+            fmt_ns(r),
             r / c,
             if clear { "" } else { ", not clearly cheaper" }
         ));
@@ -431,12 +413,12 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
                 verdict: if overhead < CHEAP_RECORDING_NS { Verdict::Holds } else { Verdict::DoesNotHold },
                 evidence: format!(
                     "With vramlab's profiler recording, an alloc+free pair took {} against {} with no subscriber: {} more per pair ({:.2}×; the bar is under {} per pair, less than launching one GPU kernel){}.",
-                    ns(rec),
-                    ns(none),
-                    ns(overhead),
+                    fmt_ns(rec),
+                    fmt_ns(none),
+                    fmt_ns(overhead),
                     rec / none,
-                    ns(CHEAP_RECORDING_NS),
-                    held.map(|b| format!("; a recording of {FIXED_RECORDING_PAIRS} pairs holds {}", crate::charts::fmt_bytes(b as u64)))
+                    fmt_ns(CHEAP_RECORDING_NS),
+                    held.map(|b| format!("; a recording of {FIXED_RECORDING_PAIRS} pairs holds {}", fmt_bytes(b as u64)))
                         .unwrap_or_default()
                 ),
             }

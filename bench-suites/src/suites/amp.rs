@@ -34,7 +34,6 @@ use vramlab_engine::hooks::{AllocatorAction, Event, Subscriber, Tag};
 use vramlab_engine::tensor::DType;
 use vramlab_train::{self as nn, DataLoader, Dataset, GradScaler, LoaderConfig, LossFn, Module, Sgd, Trainer};
 
-use super::common::mib;
 use crate::harness::summarize;
 use crate::schema::{CaseResult, Finding, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
@@ -197,7 +196,7 @@ struct Reference {
 type Shared = Arc<Mutex<HashMap<&'static str, Reference>>>;
 
 impl Suite for AmpSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 
@@ -536,19 +535,19 @@ fn at_peak(r: &Row) -> String {
     let get = |k: &str| r.at_peak.get(k).copied().unwrap_or(0) as f64;
     format!(
         " [at the peak: parameters {}, gradients {}, optimizer state {}, activations {}, workspace {}, temporaries {}]",
-        mib(get("parameter_bytes")),
-        mib(get("gradient_bytes")),
-        mib(get("optimizer_state_bytes")),
-        mib(get("activation_bytes")),
-        mib(get("workspace_bytes")),
-        mib(get("temporary_bytes"))
+        bytes(get("parameter_bytes")),
+        bytes(get("gradient_bytes")),
+        bytes(get("optimizer_state_bytes")),
+        bytes(get("activation_bytes")),
+        bytes(get("workspace_bytes")),
+        bytes(get("temporary_bytes"))
     )
 }
 
 /// A peak as the report's case table writes it (`fmt_bytes`), so the verdict and
 /// the table show one figure the same way.
 fn bytes(b: f64) -> String {
-    crate::charts::fmt_bytes(b as u64)
+    vramlab_display::format::fmt_bytes(b as u64)
 }
 
 fn memory_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
@@ -620,8 +619,8 @@ fn activation_finding(cases: &[CaseResult]) -> Finding {
                 format!(
                     "{} {} ({x:.2}x f32; activation allocations {}, {:.2}x)",
                     r.precision.label(),
-                    mib(r.saved_bytes),
-                    mib(r.activation_bytes),
+                    bytes(r.saved_bytes),
+                    bytes(r.activation_bytes),
                     r.activation_bytes / g.f32.activation_bytes.max(1.0)
                 )
             })
@@ -630,8 +629,8 @@ fn activation_finding(cases: &[CaseResult]) -> Finding {
         parts.push(format!(
             "{}: f32 {} (activation allocations {}), {per}",
             g.workload,
-            mib(g.f32.saved_bytes),
-            mib(g.f32.activation_bytes)
+            bytes(g.f32.saved_bytes),
+            bytes(g.f32.activation_bytes)
         ));
     }
     // Half-size saved tensors, plus what stays f32 (the logits the loss saves): at most 0.6.
@@ -832,7 +831,7 @@ mod tests {
         // quotes max_memory_allocated; on this device they are one window, so the table's figure is the
         // verdict's.
         for c in &r.cases {
-            let shown = crate::charts::fmt_bytes(c.memory.as_ref().unwrap().peak_allocated_bytes);
+            let shown = vramlab_display::format::fmt_bytes(c.memory.as_ref().unwrap().peak_allocated_bytes);
             assert!(r.findings[1].evidence.contains(&shown), "{}: {shown} not in {}", c.name, r.findings[1].evidence);
         }
         assert!(r.findings[1].evidence.contains("large_batch"), "{}", r.findings[1].evidence);

@@ -50,7 +50,7 @@ fn recorded(medians: &Medians, name: &str) -> Option<f64> {
 }
 
 impl Suite for AsyncTimingSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 

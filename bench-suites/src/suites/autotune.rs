@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use vramlab_display::format::fmt_ns;
 use vramlab_engine::autotune::{self, TuneMode, TuningRecord};
 use vramlab_engine::cpu_kernels::{Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, MatmulAlgo, MatmulShape};
 use vramlab_engine::device::Device;
@@ -418,10 +419,6 @@ fn tune(ops: &Operands) -> Result<(u64, TuningRecord, bool), CaseError> {
     Err("the autotuner did not tune in benchmark mode, even with its cache cleared".into())
 }
 
-fn ms(ns: f64) -> String {
-    if ns >= 1e6 { format!("{:.2} ms", ns / 1e6) } else { format!("{:.1} µs", ns / 1e3) }
-}
-
 /// Tuning cost over the time saved per call: the calls after which benchmark
 /// mode has paid for itself, when it saves anything.
 fn payback_calls(tuning_ns: f64, off_ns: f64, benchmark_ns: f64) -> Option<f64> {
@@ -486,105 +483,137 @@ fn run_case(ctx: &Context, shape: Shape, mode: TuneMode, shared: &Shared) -> Res
         ));
     }
     let off = shared_get(shared, shape.name, TuneMode::Off);
-    match (mode, tuned) {
+    let ran = Ran { algorithm, per_call, timing: &timing };
+    let out = match (mode, tuned) {
         (TuneMode::Off, _) => {
-            out = out.note("autotuner off (cudnn.benchmark = False): the heuristic's choice, nothing timed");
+            out.note("autotuner off (cudnn.benchmark = False): the heuristic's choice, nothing timed")
         }
-        (TuneMode::Benchmark, Some((first_call_ns, record, cleared))) => {
-            let tuning_ns = record.tuning_ns as f64;
-            out = out
-                .metric("tuning_ns", tuning_ns)
-                .metric("first_call_ns", first_call_ns as f64)
-                .metric("candidates_count", record.candidates.len() as f64)
-                .metric("tuner_timed_runs_count", autotune::global().timed_runs() as f64);
-            for c in &record.candidates {
-                out = out.metric(&format!("candidate_{}_median_ns", c.algorithm), c.median_ns as f64);
-            }
-            let listing: Vec<String> = record
-                .candidates
-                .iter()
-                .map(|c| {
-                    let flag = if c.reproducible { "" } else { ", not reproducible" };
-                    format!("{} {}{flag}", c.algorithm, ms(c.median_ns as f64))
-                })
-                .collect();
-            out = out.note(format!(
-                "benchmark mode timed {} candidates (one warm-up and {} timed runs each, medians): {}; chose {} in {} of tuning",
-                record.candidates.len(),
-                autotune::global().timed_runs(),
-                listing.join(", "),
-                record.choice,
-                ms(tuning_ns)
-            ));
-            let reproducible = record.candidates.iter().find(|c| c.algorithm == algorithm).map(|c| c.reproducible);
-            if let Some(r) = reproducible {
-                out = out.note(format!("{REPRODUCIBLE_NOTE}{}", if r { "yes" } else { "no" }));
-            }
-            if record.choice != algorithm {
-                out = out.note(format!("the tuning record says {} but the calls ran {algorithm}", record.choice));
-            }
-            if cleared {
-                out = out.note("this shape was already tuned in this process: the autotuner's cache was cleared to measure a cold tuning");
-            }
-            out = match off {
-                None => out.note("payback unknown: the off case of this shape did not complete"),
-                Some(off) => {
-                    let saved = off.median_ns - per_call;
-                    out =
-                        out.metric("speedup_vs_off_ratio", off.median_ns / per_call).metric("saved_per_call_ns", saved);
-                    if off.algorithm == algorithm {
-                        out.note(format!(
-                            "pays back: never — benchmark mode chose the heuristic's own algorithm ({algorithm}), so tuning only costs ({} vs {} per call is noise)",
-                            ms(per_call),
-                            ms(off.median_ns)
-                        ))
-                    } else if let Some(calls) = payback_calls(tuning_ns, off.median_ns, per_call) {
-                        let noise = if timing.p75_ns >= off.p25_ns {
-                            " (the two times' quartiles overlap: the saving is within noise)"
-                        } else {
-                            ""
-                        };
-                        out.metric("payback_calls_count", calls).note(format!(
-                            "pays back after {calls} calls: {} of tuning over {} saved per call ({} → {}, {} → {algorithm}){noise}",
-                            ms(tuning_ns),
-                            ms(saved),
-                            ms(off.median_ns),
-                            ms(per_call),
-                            off.algorithm
-                        ))
-                    } else {
-                        out.note(format!(
-                            "pays back: never — benchmark's choice {algorithm} ({}) is not faster than the heuristic's {} ({}) here",
-                            ms(per_call),
-                            off.algorithm,
-                            ms(off.median_ns)
-                        ))
-                    }
-                }
-            };
-        }
-        (TuneMode::Deterministic, _) => {
-            out = out.note(format!(
-                "deterministic mode: reproducible algorithms only (the heuristic's {heuristic} when it is one, else the first reproducible candidate)"
-            ));
-            if let Some(off) = &off {
-                out = out.metric("vs_off_ratio", per_call / off.median_ns);
-            }
-            if let Some(bench) = shared_get(shared, shape.name, TuneMode::Benchmark) {
-                out = out.metric("vs_benchmark_ratio", per_call / bench.median_ns);
-                if bench.algorithm != algorithm {
-                    out = out.note(format!(
-                        "benchmark mode chose {} instead ({}; this runs {})",
-                        bench.algorithm,
-                        ms(bench.median_ns),
-                        ms(per_call)
-                    ));
-                }
-            }
-        }
+        (TuneMode::Benchmark, Some(tuned)) => benchmark_notes(out, &ran, tuned, off.as_ref()),
+        (TuneMode::Deterministic, _) => deterministic_notes(out, &ran, heuristic, off.as_ref(), shared, shape.name),
         (TuneMode::Benchmark, None) => unreachable!("benchmark cases always tune"),
-    }
+    };
     Ok(out)
+}
+
+/// What a case ran: its algorithm, its median time per call and its timing.
+struct Ran<'a> {
+    algorithm: &'a str,
+    per_call: f64,
+    timing: &'a TimingStats,
+}
+
+/// A benchmark case's tuning figures and notes: the candidates, the choice,
+/// and when the tuning pays back against off mode (`off`).
+fn benchmark_notes(
+    mut out: CaseOutput,
+    ran: &Ran<'_>,
+    (first_call_ns, record, cleared): (u64, TuningRecord, bool),
+    off: Option<&Measured>,
+) -> CaseOutput {
+    let Ran { algorithm, per_call, timing } = *ran;
+    let tuning_ns = record.tuning_ns as f64;
+    out = out
+        .metric("tuning_ns", tuning_ns)
+        .metric("first_call_ns", first_call_ns as f64)
+        .metric("candidates_count", record.candidates.len() as f64)
+        .metric("tuner_timed_runs_count", autotune::global().timed_runs() as f64);
+    for c in &record.candidates {
+        out = out.metric(&format!("candidate_{}_median_ns", c.algorithm), c.median_ns as f64);
+    }
+    let listing: Vec<String> = record
+        .candidates
+        .iter()
+        .map(|c| {
+            let flag = if c.reproducible { "" } else { ", not reproducible" };
+            format!("{} {}{flag}", c.algorithm, fmt_ns(c.median_ns as f64))
+        })
+        .collect();
+    out = out.note(format!(
+            "benchmark mode timed {} candidates (one warm-up and {} timed runs each, medians): {}; chose {} in {} of tuning",
+            record.candidates.len(),
+            autotune::global().timed_runs(),
+            listing.join(", "),
+            record.choice,
+            fmt_ns(tuning_ns)
+        ));
+    let reproducible = record.candidates.iter().find(|c| c.algorithm == algorithm).map(|c| c.reproducible);
+    if let Some(r) = reproducible {
+        out = out.note(format!("{REPRODUCIBLE_NOTE}{}", if r { "yes" } else { "no" }));
+    }
+    if record.choice != algorithm {
+        out = out.note(format!("the tuning record says {} but the calls ran {algorithm}", record.choice));
+    }
+    if cleared {
+        out = out.note(
+            "this shape was already tuned in this process: the autotuner's cache was cleared to measure a cold tuning",
+        );
+    }
+    out = match off {
+        None => out.note("payback unknown: the off case of this shape did not complete"),
+        Some(off) => {
+            let saved = off.median_ns - per_call;
+            out = out.metric("speedup_vs_off_ratio", off.median_ns / per_call).metric("saved_per_call_ns", saved);
+            if off.algorithm == algorithm {
+                out.note(format!(
+                        "pays back: never — benchmark mode chose the heuristic's own algorithm ({algorithm}), so tuning only costs ({} vs {} per call is noise)",
+                        fmt_ns(per_call),
+                        fmt_ns(off.median_ns)
+                    ))
+            } else if let Some(calls) = payback_calls(tuning_ns, off.median_ns, per_call) {
+                let noise = if timing.p75_ns >= off.p25_ns {
+                    " (the two times' quartiles overlap: the saving is within noise)"
+                } else {
+                    ""
+                };
+                out.metric("payback_calls_count", calls).note(format!(
+                        "pays back after {calls} calls: {} of tuning over {} saved per call ({} → {}, {} → {algorithm}){noise}",
+                        fmt_ns(tuning_ns),
+                        fmt_ns(saved),
+                        fmt_ns(off.median_ns),
+                        fmt_ns(per_call),
+                        off.algorithm
+                    ))
+            } else {
+                out.note(format!(
+                        "pays back: never — benchmark's choice {algorithm} ({}) is not faster than the heuristic's {} ({}) here",
+                        fmt_ns(per_call),
+                        off.algorithm,
+                        fmt_ns(off.median_ns)
+                    ))
+            }
+        }
+    };
+    out
+}
+
+/// A deterministic case's comparison with off and benchmark mode.
+fn deterministic_notes(
+    mut out: CaseOutput,
+    ran: &Ran<'_>,
+    heuristic: &str,
+    off: Option<&Measured>,
+    shared: &Shared,
+    shape: &'static str,
+) -> CaseOutput {
+    let Ran { algorithm, per_call, .. } = *ran;
+    out = out.note(format!(
+            "deterministic mode: reproducible algorithms only (the heuristic's {heuristic} when it is one, else the first reproducible candidate)"
+        ));
+    if let Some(off) = &off {
+        out = out.metric("vs_off_ratio", per_call / off.median_ns);
+    }
+    if let Some(bench) = shared_get(shared, shape, TuneMode::Benchmark) {
+        out = out.metric("vs_benchmark_ratio", per_call / bench.median_ns);
+        if bench.algorithm != algorithm {
+            out = out.note(format!(
+                "benchmark mode chose {} instead ({}; this runs {})",
+                bench.algorithm,
+                fmt_ns(bench.median_ns),
+                fmt_ns(per_call)
+            ));
+        }
+    }
+    out
 }
 
 impl AutotuneSuite {
@@ -594,7 +623,7 @@ impl AutotuneSuite {
 }
 
 impl Suite for AutotuneSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 
@@ -662,17 +691,24 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
             shapes.push(s);
         }
     }
-    let per_call = |c: &CaseResult| c.metrics.get("time_per_call_ns").copied();
     let on_cpu = if ctx.device.is_cpu() {
         "On the CPU device these are the engine's CPU algorithms (direct loops, im2col + GEMM, batch-split im2col, Winograd F(2×2,3×3), 1×1 as GEMM; GEMM threaded, batch-parallel or split-K), not cuDNN's or cuBLAS's, timed on this machine. "
     } else {
         ""
     };
+    vec![benchmark_finding(cases, &shapes, on_cpu), deterministic_finding(cases, &shapes, on_cpu)]
+}
 
-    // cudnn.benchmark finds faster algorithms: on a shape, benchmark mode is at
-    // least 5 % faster than off mode at the ends of their timing intervals.
+/// The ok case's time per call.
+fn per_call(c: &CaseResult) -> Option<f64> {
+    c.metrics.get("time_per_call_ns").copied()
+}
+
+/// cudnn.benchmark finds faster algorithms: on a shape, benchmark mode is at
+/// least 5 % faster than off mode at the ends of their timing intervals.
+fn benchmark_finding(cases: &[CaseResult], shapes: &[&str], on_cpu: &str) -> Finding {
     let (mut faster, mut slower, mut same, mut unclear, mut lines) = (0, 0, 0, 0, Vec::new());
-    for &s in &shapes {
+    for &s in shapes {
         let (Some(off), Some(bench)) = (find(cases, s, TuneMode::Off), find(cases, s, TuneMode::Benchmark)) else {
             continue;
         };
@@ -702,15 +738,15 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
                 }
             }
         };
-        let tuning = bench.metrics.get("tuning_ns").map(|&t| ms(t)).unwrap_or_else(|| "?".into());
+        let tuning = bench.metrics.get("tuning_ns").map(|&t| fmt_ns(t)).unwrap_or_else(|| "?".into());
         let payback = match bench.metrics.get("payback_calls_count") {
             Some(calls) => format!("pays back after {calls} calls"),
             None => "never pays back".into(),
         };
         lines.push(format!(
             "{s}: off {off_algo} {} → benchmark {bench_algo} {} ({verdict}; tuning {tuning}, {payback})",
-            ms(off_ns),
-            ms(bench_ns)
+            fmt_ns(off_ns),
+            fmt_ns(bench_ns)
         ));
     }
     let compared = faster + slower + same + unclear;
@@ -729,16 +765,18 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
              quartile with off mode's fast one). "
         )
     };
-    let mut out = vec![Finding {
+    Finding {
         claim: "cudnn.benchmark finds faster algorithms".into(),
         verdict,
         evidence: format!("{summary}{on_cpu}{}.", lines.join("; ")),
-    }];
+    }
+}
 
-    // cudnn.deterministic costs speed: it rules out the fastest algorithm when
-    // that one is not reproducible.
+/// cudnn.deterministic costs speed: it rules out the fastest algorithm when
+/// that one is not reproducible.
+fn deterministic_finding(cases: &[CaseResult], shapes: &[&str], on_cpu: &str) -> Finding {
     let (mut excluded, mut untuned, mut unclear_det, mut compared_det, mut det_lines) = (0, 0, 0, 0, Vec::new());
-    for &s in &shapes {
+    for &s in shapes {
         let (Some(det), Some(bench)) = (find(cases, s, TuneMode::Deterministic), find(cases, s, TuneMode::Benchmark))
         else {
             continue;
@@ -773,12 +811,12 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
         };
         det_lines.push(format!(
             "{s}: deterministic {det_algo} {} vs benchmark {bench_algo} {} ({why})",
-            ms(det_ns),
-            ms(bench_ns)
+            fmt_ns(det_ns),
+            fmt_ns(bench_ns)
         ));
     }
     let slower_det = excluded + untuned;
-    out.push(Finding {
+    Finding {
         claim: "cudnn.deterministic = True can make ops slower (it rules out the fastest, non-reproducible algorithms)"
             .into(),
         verdict: match (compared_det, excluded, unclear_det) {
@@ -813,8 +851,7 @@ fn findings(ctx: &Context, cases: &[CaseResult]) -> Vec<Finding> {
                 det_lines.join("; ")
             )
         },
-    });
-    out
+    }
 }
 
 #[cfg(test)]

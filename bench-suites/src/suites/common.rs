@@ -1,10 +1,7 @@
 //! Helpers the suites share for reading their cases back when they judge a
 //! claim: a case by name, a metric of a case that ran, why a case has no
 //! numbers, whether one case is faster than another by a margin (judged on
-//! the ends of their timing intervals: clear, excluded or unclear), and memory
-//! figures written out in MiB.
-
-use vramlab_engine::alloc::consts::MIB;
+//! the ends of their timing intervals: clear, excluded or unclear).
 
 use crate::schema::{CaseResult, Outcome};
 
@@ -70,11 +67,6 @@ pub(crate) fn clearly_faster(fast: &CaseResult, slow: &CaseResult, key: &str, fa
     faster_by(fast, slow, key, factor) == Margin::Clear
 }
 
-/// `bytes` in MiB, two decimals, the unit written out.
-pub(crate) fn mib(bytes: f64) -> String {
-    format!("{:.2} MiB", bytes / MIB as f64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,11 +93,5 @@ mod tests {
         assert_eq!(faster_by(&plain(100.0), &plain(106.0), "t", 1.05), Margin::Clear);
         assert_eq!(faster_by(&plain(100.0), &plain(104.0), "t", 1.05), Margin::Excluded);
         assert_eq!(faster_by(&plain(100.0), &CaseResult::ok("none"), "t", 1.05), Margin::Unclear);
-    }
-
-    #[test]
-    fn mib_writes_the_unit() {
-        assert_eq!(mib(3.0 * MIB as f64), "3.00 MiB");
-        assert_eq!(mib(1536.0 * 1024.0), "1.50 MiB");
     }
 }

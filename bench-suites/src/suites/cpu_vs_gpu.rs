@@ -143,7 +143,7 @@ fn gpu(ctx: &Context) -> Result<Device, String> {
 }
 
 impl Suite for CpuVsGpuSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 

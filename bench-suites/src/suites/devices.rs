@@ -153,7 +153,7 @@ fn properties(device: &Device) -> CaseOutput {
     out = match p.id.kind {
         DeviceKind::Cpu => out.note(format!(
             "compute units are logical cores; the capacity is the allocator's limit for this host device ({})",
-            crate::charts::fmt_bytes(p.memory_capacity_bytes)
+            vramlab_display::format::fmt_bytes(p.memory_capacity_bytes)
         )),
         DeviceKind::Cuda => out.note("compute units are streaming multiprocessors"),
     };

@@ -174,7 +174,7 @@ fn run_case(ctx: &Context, workers: usize, pinned: bool) -> Result<CaseOutput, C
 }
 
 impl Suite for InputPipelineSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 

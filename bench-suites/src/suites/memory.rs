@@ -28,6 +28,7 @@ mod charts;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::consts::{GIB, MIB};
 use vramlab_engine::alloc::{AllocError, AllocatorConfig, OutOfMemoryError, format_size, physical_memory_bytes};
 use vramlab_engine::device::{Device, DeviceId, DeviceKind};
@@ -36,7 +37,7 @@ use vramlab_engine::tensor::{DType, Tensor, TensorError, tag_scope};
 use vramlab_rng::Rng;
 use vramlab_train::{self as nn, Module, NnError, Optimizer, Sgd};
 
-use super::common::{case, metric, mib, missing};
+use super::common::{case, metric, missing};
 use crate::schema::{CaseResult, Finding, Verdict};
 use crate::suite::{Case, CaseError, CaseOutput, Context, Suite};
 
@@ -115,7 +116,7 @@ struct Shared {
 type SharedRef = Arc<Mutex<Shared>>;
 
 impl Suite for MemorySuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 
@@ -690,22 +691,22 @@ fn no_grad_finding(cases: &[CaseResult]) -> Finding {
     let saved = metric(cases, "train_step_peak", "saved_for_backward_bytes");
     let mut evidence = format!(
         "peak allocated: training step {} vs no_grad evaluation {} ({:.2}x); parameters + batch alone are {}",
-        mib(train),
-        mib(eval),
+        fmt_bytes(train as u64),
+        fmt_bytes(eval as u64),
         train / eval.max(1.0),
-        mib(base)
+        fmt_bytes(base as u64)
     );
     if let Some(g) = grad {
         evidence.push_str(&format!(
             "; the same evaluation without no_grad peaks at {} — its forward keeps every activation for a backward \
              that never comes",
-            mib(g)
+            fmt_bytes(g as u64)
         ));
     }
     if let Some(s) = saved {
         evidence.push_str(&format!(
             "; a training forward holds {} for backward, plus gradients and optimizer state",
-            mib(s)
+            fmt_bytes(s as u64)
         ));
     }
     let verdict = if eval < train && grad.is_none_or(|g| eval <= g) { Verdict::Holds } else { Verdict::DoesNotHold };
@@ -727,13 +728,13 @@ fn batch_finding(cases: &[CaseResult]) -> Finding {
             let mut evidence = format!(
                 "on a {} device: batch {fit:.0} fits (peak allocated {}, reserved {}), batch {oom:.0} runs out of \
                  memory (requested {}; {} allocated, {} reserved but unallocated, {} free on the device)",
-                mib(capacity),
-                mib(m("largest_fitting_peak_allocated_bytes").unwrap_or(0.0)),
-                mib(m("largest_fitting_peak_reserved_bytes").unwrap_or(0.0)),
-                mib(m("oom_requested_bytes").unwrap_or(0.0)),
-                mib(m("oom_allocated_bytes").unwrap_or(0.0)),
-                mib(m("oom_reserved_unallocated_bytes").unwrap_or(0.0)),
-                mib(m("oom_free_bytes").unwrap_or(0.0)),
+                fmt_bytes(capacity as u64),
+                fmt_bytes(m("largest_fitting_peak_allocated_bytes").unwrap_or(0.0) as u64),
+                fmt_bytes(m("largest_fitting_peak_reserved_bytes").unwrap_or(0.0) as u64),
+                fmt_bytes(m("oom_requested_bytes").unwrap_or(0.0) as u64),
+                fmt_bytes(m("oom_allocated_bytes").unwrap_or(0.0) as u64),
+                fmt_bytes(m("oom_reserved_unallocated_bytes").unwrap_or(0.0) as u64),
+                fmt_bytes(m("oom_free_bytes").unwrap_or(0.0) as u64),
             );
             let (requested, cached, free) = (
                 m("oom_requested_bytes").unwrap_or(0.0),
@@ -744,7 +745,7 @@ fn batch_finding(cases: &[CaseResult]) -> Finding {
                 evidence.push_str(&format!(
                     "; cached plus free memory ({}) exceeded the request, but no piece of it was large enough, so \
                      fragmentation also decides where the boundary lies",
-                    mib(cached + free)
+                    fmt_bytes((cached + free) as u64)
                 ));
             }
             if let Some(per) = m("per_sample_bytes") {
@@ -761,7 +762,7 @@ fn batch_finding(cases: &[CaseResult]) -> Finding {
             verdict: Verdict::DoesNotHold,
             evidence: format!(
                 "even batch {oom:.0}, the smallest tried, ran out of memory on a {} device",
-                mib(capacity)
+                fmt_bytes(capacity as u64)
             ),
         },
         (Some(fit), None) => Finding {
@@ -769,7 +770,7 @@ fn batch_finding(cases: &[CaseResult]) -> Finding {
             verdict: Verdict::Inconclusive,
             evidence: format!(
                 "no batch ran out of memory on the {} device (largest tried {fit:.0}), so there was nothing to fix",
-                mib(capacity)
+                fmt_bytes(capacity as u64)
             ),
         },
         _ => Finding { claim, verdict: Verdict::Inconclusive, evidence: "the sweep recorded no boundary".into() },
@@ -790,13 +791,13 @@ fn empty_cache_finding(cases: &[CaseResult]) -> Finding {
         "after a training step: allocated {}, reserved {}; empty_cache with the model alive: reserved {} (only wholly \
          free segments go); after a second step and freeing everything: allocated {}, reserved {}; after \
          empty_cache: allocated {}, reserved {}",
-        mib(m("after_step_allocated_bytes")),
-        mib(m("after_step_reserved_bytes")),
-        mib(m("after_step_empty_cache_reserved_bytes")),
-        mib(alloc_free),
-        mib(res_free),
-        mib(alloc_empty),
-        mib(res_empty)
+        fmt_bytes(m("after_step_allocated_bytes") as u64),
+        fmt_bytes(m("after_step_reserved_bytes") as u64),
+        fmt_bytes(m("after_step_empty_cache_reserved_bytes") as u64),
+        fmt_bytes(alloc_free as u64),
+        fmt_bytes(res_free as u64),
+        fmt_bytes(alloc_empty as u64),
+        fmt_bytes(res_empty as u64)
     );
     let verdict = if res_free > alloc_free && res_empty <= alloc_empty && res_empty < res_free {
         Verdict::Holds
@@ -823,21 +824,21 @@ fn fragmentation_finding(cases: &[CaseResult]) -> Finding {
         if get(c, "oom_count") > 0.0 {
             format!(
                 "out of memory with {} reserved but unallocated (largest free block {}, {} free on the device)",
-                mib(get(c, "oom_reserved_unallocated_bytes")),
-                mib(get(c, "largest_free_block_bytes")),
-                mib(get(c, "oom_free_bytes"))
+                fmt_bytes(get(c, "oom_reserved_unallocated_bytes") as u64),
+                fmt_bytes(get(c, "largest_free_block_bytes") as u64),
+                fmt_bytes(get(c, "oom_free_bytes") as u64)
             )
         } else {
-            format!("fits (reserved {} afterwards)", mib(get(c, "reserved_after_request_bytes")))
+            format!("fits (reserved {} afterwards)", fmt_bytes(get(c, "reserved_after_request_bytes") as u64))
         }
     };
     let mut evidence = format!(
         "{:.0} tensors of {} on a {} device, every other one freed, then a {} request — default settings: {}; \
          expandable_segments:True: {}",
         get(d, "tensors_allocated_count"),
-        mib(get(d, "tensor_bytes")),
-        mib(get(d, "capacity_bytes")),
-        mib(request),
+        fmt_bytes(get(d, "tensor_bytes") as u64),
+        fmt_bytes(get(d, "capacity_bytes") as u64),
+        fmt_bytes(request as u64),
         describe(d),
         describe(e)
     );
@@ -848,7 +849,7 @@ fn fragmentation_finding(cases: &[CaseResult]) -> Finding {
                 " (max_split_size_mb keeps cached blocks of at least that size from being carved up for smaller \
                  requests and frees them first on an out-of-memory; every freed block here is {}, below it, so it \
                  changes nothing)",
-                mib(get(m, "tensor_bytes"))
+                fmt_bytes(get(m, "tensor_bytes") as u64)
             ));
         }
     }

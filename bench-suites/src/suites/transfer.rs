@@ -87,7 +87,7 @@ fn host_buffer(bytes: usize, pinned: bool) -> HostBuffer {
 }
 
 impl Suite for TransferSuite {
-    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<crate::charts::ChartSpec> {
+    fn charts(&self, result: &crate::schema::SuiteResult) -> Vec<vramlab_display::chart::ChartSpec> {
         charts::charts(result)
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::{FLAG_IGNORED, FxHashMap, NO_DEVICE, Recording, copy_kind_of, kind};
+use crate::record::{FLAG_IGNORED, FxHashMap, NO_DEVICE, Record, Recording, copy_kind_of, kind};
 use crate::timeline::{ByCategory, CATEGORY_COUNT};
 
 use super::levels::*;
@@ -89,19 +89,7 @@ struct CopyAcc {
 /// Runs both passes. Marks the records found to free pre-recording memory as
 /// ignored, so later timeline queries need no replay state.
 pub(crate) fn analyze(rec: &mut Recording, devices: &[DeviceInfo], end_ns: u64) -> Analysis {
-    // Slots: the described devices and every device the events name.
-    let mut infos: Vec<DeviceInfo> = devices.to_vec();
-    for c in &rec.contexts {
-        if c.device != NO_DEVICE && !infos.iter().any(|d| d.index == c.device) {
-            infos.push(DeviceInfo {
-                index: c.device,
-                name: format!("device {}", c.device),
-                kind: ProfiledDeviceKind::Unknown,
-            });
-        }
-    }
-    infos.sort_by_key(|d| d.index);
-    infos.dedup_by_key(|d| d.index);
+    let infos = device_slots(rec, devices);
     let index_of: Vec<u32> = infos.iter().map(|d| d.index).collect();
     let slot_of = |device: u32| index_of.binary_search(&device).map_or(u32::MAX, |p| p as u32);
     let n = infos.len();
@@ -112,60 +100,7 @@ pub(crate) fn analyze(rec: &mut Recording, devices: &[DeviceInfo], end_ns: u64) 
     }
     let rec: &Recording = rec;
     let names = &rec.phases;
-
-    // Second pass: snapshots at the allocated and reserved peaks.
-    let mut targets: Vec<(u64, u32, bool)> = Vec::new();
-    for (s, a) in accs.iter().enumerate() {
-        if let Some(i) = a.peak_allocated.index {
-            targets.push((i, s as u32, true));
-        }
-        if let Some(i) = a.peak_reserved.index {
-            targets.push((i, s as u32, false));
-        }
-    }
-    targets.sort_unstable();
-    let mut at_alloc: Vec<Option<PeakSnapshot>> = vec![None; n];
-    let mut at_reserved: Vec<Option<Fragmentation>> = vec![None; n];
-    if let Some(&(last, _, _)) = targets.last() {
-        let mut replay = Replay::new(rec, &slot_of, n);
-        let mut t = 0;
-        for (i, r) in rec.range(0, last as usize + 1) {
-            match r.kind {
-                k if k <= kind::EMPTY_CACHE => {
-                    replay.allocator(i, r);
-                }
-                kind::PHASE_BEGIN => {
-                    let ctx = rec.context(r);
-                    replay.phases.begin(r.c, ctx.thread, r.time_ns);
-                }
-                kind::PHASE_END => {
-                    let ctx = rec.context(r);
-                    let mut closed = std::mem::take(&mut replay.closed);
-                    replay.phases.end(r.c, ctx.thread, r.time_ns, &mut closed);
-                    replay.closed = closed;
-                }
-                _ => {}
-            }
-            while t < targets.len() && targets[t].0 == i as u64 {
-                let (_, slot, allocated) = targets[t];
-                let s = slot as usize;
-                if allocated {
-                    let a = &accs[s];
-                    at_alloc[s] = Some(PeakSnapshot {
-                        time_ns: r.time_ns,
-                        phase: pass1.phases.path(a.peak_allocated.phase, names),
-                        levels: replay.levels[s],
-                        by_category: ByCategory::from_array(replay.by_cat[s]),
-                        live_allocations: replay.live_allocations(slot, names, &pass1.phases),
-                        fragmentation: replay.fragmentation(slot, r.time_ns),
-                    });
-                } else {
-                    at_reserved[s] = Some(replay.fragmentation(slot, r.time_ns));
-                }
-                t += 1;
-            }
-        }
-    }
+    let (mut at_alloc, mut at_reserved) = second_pass(rec, &slot_of, &accs, &pass1);
 
     let path = |p: u32| pass1.phases.path(p, names);
     let peak = |p: &PeakTrack| Peak { bytes: p.bytes, time_ns: p.time_ns, event_index: p.index, phase: path(p.phase) };
@@ -203,9 +138,99 @@ pub(crate) fn analyze(rec: &mut Recording, devices: &[DeviceInfo], end_ns: u64) 
             closed: p.end_ns.is_some(),
         })
         .collect();
+    let unmatched_phase_ends = pass1.phases.unmatched_ends;
+    Analysis {
+        devices: devices_out,
+        phases,
+        phase_peaks: phase_peak_rows(pass1.phase_peaks, names, &index_of),
+        kernels: kernel_rows(rec, pass1.kernels, &index_of),
+        copies: copy_rows(pass1.copies, &index_of),
+        unmatched_phase_ends,
+    }
+}
 
-    let mut phase_peaks: Vec<PhasePeak> = pass1
-        .phase_peaks
+/// The devices' slots, in device order: the described devices and every
+/// device the events name.
+fn device_slots(rec: &Recording, devices: &[DeviceInfo]) -> Vec<DeviceInfo> {
+    let mut infos: Vec<DeviceInfo> = devices.to_vec();
+    for c in &rec.contexts {
+        if c.device != NO_DEVICE && !infos.iter().any(|d| d.index == c.device) {
+            infos.push(DeviceInfo {
+                index: c.device,
+                name: format!("device {}", c.device),
+                kind: ProfiledDeviceKind::Unknown,
+            });
+        }
+    }
+    infos.sort_by_key(|d| d.index);
+    infos.dedup_by_key(|d| d.index);
+    infos
+}
+
+/// Each device's snapshot at its allocated peak and fragmentation at its reserved peak.
+type PeakViews = (Vec<Option<PeakSnapshot>>, Vec<Option<Fragmentation>>);
+
+/// The second pass: replays up to the last peak and takes each device's
+/// snapshot at its allocated peak and its fragmentation at its reserved peak.
+fn second_pass(rec: &Recording, slot_of: &dyn Fn(u32) -> u32, accs: &[DevAcc], pass1: &FirstPass) -> PeakViews {
+    let n = accs.len();
+    let names = &rec.phases;
+    let mut targets: Vec<(u64, u32, bool)> = Vec::new();
+    for (s, a) in accs.iter().enumerate() {
+        if let Some(i) = a.peak_allocated.index {
+            targets.push((i, s as u32, true));
+        }
+        if let Some(i) = a.peak_reserved.index {
+            targets.push((i, s as u32, false));
+        }
+    }
+    targets.sort_unstable();
+    let mut at_alloc: Vec<Option<PeakSnapshot>> = vec![None; n];
+    let mut at_reserved: Vec<Option<Fragmentation>> = vec![None; n];
+    let Some(&(last, _, _)) = targets.last() else { return (at_alloc, at_reserved) };
+    let mut replay = Replay::new(rec, slot_of, n);
+    let mut t = 0;
+    for (i, r) in rec.range(0, last as usize + 1) {
+        match r.kind {
+            k if k <= kind::EMPTY_CACHE => {
+                replay.allocator(i, r);
+            }
+            kind::PHASE_BEGIN => {
+                let ctx = rec.context(r);
+                replay.phases.begin(r.c, ctx.thread, r.time_ns);
+            }
+            kind::PHASE_END => {
+                let ctx = rec.context(r);
+                let mut closed = std::mem::take(&mut replay.closed);
+                replay.phases.end(r.c, ctx.thread, r.time_ns, &mut closed);
+                replay.closed = closed;
+            }
+            _ => {}
+        }
+        while t < targets.len() && targets[t].0 == i as u64 {
+            let (_, slot, allocated) = targets[t];
+            let s = slot as usize;
+            if allocated {
+                at_alloc[s] = Some(PeakSnapshot {
+                    time_ns: r.time_ns,
+                    phase: pass1.phases.path(accs[s].peak_allocated.phase, names),
+                    levels: replay.levels[s],
+                    by_category: ByCategory::from_array(replay.by_cat[s]),
+                    live_allocations: replay.live_allocations(slot, names, &pass1.phases),
+                    fragmentation: replay.fragmentation(slot, r.time_ns),
+                });
+            } else {
+                at_reserved[s] = Some(replay.fragmentation(slot, r.time_ns));
+            }
+            t += 1;
+        }
+    }
+    (at_alloc, at_reserved)
+}
+
+/// The phases' peaks per device, by device then phase name.
+fn phase_peak_rows(peaks: BTreeMap<(u32, u32), PhasePeakAcc>, names: &[String], index_of: &[u32]) -> Vec<PhasePeak> {
+    let mut phase_peaks: Vec<PhasePeak> = peaks
         .into_iter()
         .map(|((name, slot), a)| PhasePeak {
             phase: names.get(name as usize).cloned().unwrap_or_default(),
@@ -219,9 +244,12 @@ pub(crate) fn analyze(rec: &mut Recording, devices: &[DeviceInfo], end_ns: u64) 
         })
         .collect();
     phase_peaks.sort_by(|a, b| a.device.cmp(&b.device).then(a.phase.cmp(&b.phase)));
+    phase_peaks
+}
 
-    let mut kernels: Vec<KernelStats> = pass1
-        .kernels
+/// The kernel table: each kernel's calls and times, the most total time first.
+fn kernel_rows(rec: &Recording, kernels: FxHashMap<(u32, u32), KernelAcc>, index_of: &[u32]) -> Vec<KernelStats> {
+    let mut kernels: Vec<KernelStats> = kernels
         .into_iter()
         .map(|((id, slot), mut k)| {
             k.durations.sort_unstable();
@@ -260,9 +288,12 @@ pub(crate) fn analyze(rec: &mut Recording, devices: &[DeviceInfo], end_ns: u64) 
     kernels.sort_by(|a, b| {
         b.total_ns.cmp(&a.total_ns).then_with(|| (&a.name, &a.algorithm).cmp(&(&b.name, &b.algorithm)))
     });
+    kernels
+}
 
-    let mut copies: Vec<CopyStats> = pass1
-        .copies
+/// The copy table, by device, kind, pinned and non-blocking.
+fn copy_rows(copies: FxHashMap<(u32, u32, bool, bool), CopyAcc>, index_of: &[u32]) -> Vec<CopyStats> {
+    let mut copies: Vec<CopyStats> = copies
         .into_iter()
         .map(|((slot, code, pinned, nb), c)| CopyStats {
             kind: copy_kind_of(code),
@@ -276,15 +307,7 @@ pub(crate) fn analyze(rec: &mut Recording, devices: &[DeviceInfo], end_ns: u64) 
         })
         .collect();
     copies.sort_by_key(|c| (c.device, crate::record::copy_kind_code(c.kind), c.pinned, c.non_blocking));
-
-    Analysis {
-        devices: devices_out,
-        phases,
-        phase_peaks,
-        kernels,
-        copies,
-        unmatched_phase_ends: pass1.phases.unmatched_ends,
-    }
+    copies
 }
 
 /// Units per nanosecond = 10⁹ units per second.
@@ -322,175 +345,225 @@ fn fold_phase(
     }
 }
 
+/// The first pass's state while it walks the recording: the replay, each
+/// device's accumulators, the open phases' trackers and the tables.
+struct FirstPassWalk<'a> {
+    rec: &'a Recording,
+    replay: Replay<'a>,
+    accs: Vec<DevAcc>,
+    /// Records found to free memory allocated before the recording.
+    ignored: Vec<usize>,
+    /// Open phase instances and their per-device trackers, in begin order.
+    tracks: Vec<(u32, Vec<PhaseTrack>)>,
+    phase_peaks: BTreeMap<(u32, u32), PhasePeakAcc>,
+    kernels: FxHashMap<(u32, u32), KernelAcc>,
+    copies: FxHashMap<(u32, u32, bool, bool), CopyAcc>,
+    closed: Vec<u32>,
+}
+
 fn first_pass(
     rec: &Recording,
     slot_of: &dyn Fn(u32) -> u32,
     n: usize,
     end_ns: u64,
 ) -> (Vec<DevAcc>, Vec<usize>, FirstPass) {
-    let names = &rec.phases;
-    let mut replay = Replay::new(rec, slot_of, n);
-    let mut accs = vec![DevAcc::default(); n];
-    let mut ignored = Vec::new();
-    // Open phase instances and their per-device trackers, in begin order.
-    let mut tracks: Vec<(u32, Vec<PhaseTrack>)> = Vec::new();
-    let mut phase_peaks: BTreeMap<(u32, u32), PhasePeakAcc> = BTreeMap::new();
-    let mut kernels: FxHashMap<(u32, u32), KernelAcc> = FxHashMap::default();
-    let mut copies: FxHashMap<(u32, u32, bool, bool), CopyAcc> = FxHashMap::default();
-    let mut closed = Vec::new();
-
+    let mut w = FirstPassWalk {
+        rec,
+        replay: Replay::new(rec, slot_of, n),
+        accs: vec![DevAcc::default(); n],
+        ignored: Vec::new(),
+        tracks: Vec::new(),
+        phase_peaks: BTreeMap::new(),
+        kernels: FxHashMap::default(),
+        copies: FxHashMap::default(),
+        closed: Vec::new(),
+    };
     let mut i = 0;
     while i < rec.len() {
         let r = rec.get(i);
         match r.kind {
-            k if k <= kind::EMPTY_CACHE => {
-                let step = replay.allocator(i, r);
-                if step.slot == u32::MAX {
-                    i += 1;
-                    continue;
-                }
-                let s = step.slot as usize;
-                let acc = &mut accs[s];
-                let c = &mut acc.counts;
-                c.allocator_events += 1;
-                match k {
-                    kind::ALLOC => c.allocs += 1,
-                    kind::FREE_REQUESTED => c.frees_requested += 1,
-                    kind::FREE_COMPLETED => c.frees_completed += 1,
-                    kind::SEGMENT_ALLOC => c.segment_allocs += 1,
-                    kind::SEGMENT_FREE => c.segment_frees += 1,
-                    kind::SEGMENT_MAP => c.segment_maps += 1,
-                    kind::SEGMENT_UNMAP => c.segment_unmaps += 1,
-                    kind::EMPTY_CACHE => c.empty_cache_calls += 1,
-                    kind::OOM => c.ooms += 1,
-                    _ => {}
-                }
-                if step.ignored {
-                    c.unmatched_frees += 1;
-                    ignored.push(i);
-                }
-                if step.changed != 0 {
-                    let lv = replay.levels[s];
-                    let thread = rec.context(r).thread;
-                    let phases = &replay.phases;
-                    let phase = || phases.current(thread);
-                    if step.changed & CH_ALLOCATED != 0
-                        && acc.peak_allocated.offer(lv.allocated_bytes, r.time_ns, i, &phase)
-                    {
-                        acc.peak_by_cat = replay.by_cat[s];
-                    }
-                    if step.changed & CH_RESERVED != 0 {
-                        acc.peak_reserved.offer(lv.reserved_bytes, r.time_ns, i, &phase);
-                    }
-                    if step.changed & CH_ACTIVE != 0 {
-                        acc.peak_active.offer(lv.active_bytes, r.time_ns, i, &phase);
-                    }
-                    if step.changed & CH_REQUESTED != 0 {
-                        acc.peak_requested.offer(lv.requested_bytes, r.time_ns, i, &phase);
-                    }
-                    for (_, t) in tracks.iter_mut() {
-                        let t = &mut t[s];
-                        t.touched = true;
-                        if lv.allocated_bytes > t.max_allocated {
-                            t.max_allocated = lv.allocated_bytes;
-                            t.max_allocated_time = r.time_ns;
-                        }
-                        t.max_reserved = t.max_reserved.max(lv.reserved_bytes);
-                    }
-                } else if !tracks.is_empty() {
-                    for (_, t) in tracks.iter_mut() {
-                        t[s].touched = true;
-                    }
-                }
-                if k == kind::OOM && acc.ooms.len() < MAX_OOM_REPORTS {
-                    let frag = replay.fragmentation(step.slot, r.time_ns);
-                    let rounded = r.b;
-                    let cause = if frag.reserved_unallocated_bytes >= rounded && frag.largest_free_block_bytes < rounded
-                    {
-                        OomCause::Fragmentation
-                    } else {
-                        OomCause::Capacity
-                    };
-                    let thread = rec.context(r).thread;
-                    let report = OomReport {
-                        time_ns: r.time_ns,
-                        event_index: i as u64,
-                        phase: replay.phases.path(replay.phases.current(thread), names),
-                        stream: rec.context(r).stream,
-                        requested_bytes: rec.requested(i, r),
-                        rounded_bytes: rounded,
-                        device_free_bytes: r.a,
-                        cause,
-                        fragmentation: frag,
-                        largest_live_allocations: replay.largest_live(step.slot, OOM_LIVE_ALLOCATIONS, names),
-                    };
-                    accs[s].ooms.push(report);
-                }
-            }
+            k if k <= kind::EMPTY_CACHE => w.allocator(i, r),
             kind::KERNEL => {
-                let slot = replay.ctx_slot[r.ctx as usize];
-                let (duration, launch) = if i + 1 < rec.len() && rec.get(i + 1).kind == kind::KERNEL_CONT {
-                    let cont = rec.get(i + 1);
-                    i += 1;
-                    (cont.time_ns, cont.a)
-                } else {
-                    (0, 0)
-                };
-                if slot != u32::MAX {
-                    accs[slot as usize].counts.kernels += 1;
-                    let k = kernels.entry((r.c, slot)).or_default();
-                    k.durations.push(duration);
-                    k.launch = k.launch.saturating_add(launch);
-                    k.flops = k.flops.saturating_add(r.a);
-                    k.bytes = k.bytes.saturating_add(r.b);
-                }
+                // The kernel's duration and launch time follow in a continuation record.
+                let cont = (i + 1 < rec.len() && rec.get(i + 1).kind == kind::KERNEL_CONT).then(|| rec.get(i + 1));
+                i += usize::from(cont.is_some());
+                w.kernel(r, cont.map_or((0, 0), |c| (c.time_ns, c.a)));
             }
-            kind::COPY => {
-                let slot = replay.ctx_slot[r.ctx as usize];
-                if slot != u32::MAX {
-                    accs[slot as usize].counts.copies += 1;
-                    let key = (slot, r.c & 3, r.c & 4 != 0, r.c & 8 != 0);
-                    let c = copies.entry(key).or_default();
-                    c.calls += 1;
-                    c.bytes = c.bytes.saturating_add(r.b);
-                    c.ns = c.ns.saturating_add(r.a);
-                }
-            }
-            kind::PHASE_BEGIN => {
-                let thread = rec.context(r).thread;
-                let id = replay.phases.begin(r.c, thread, r.time_ns);
-                let t: Vec<PhaseTrack> = replay
-                    .levels
-                    .iter()
-                    .map(|lv| PhaseTrack {
-                        entry_allocated: lv.allocated_bytes,
-                        max_allocated: lv.allocated_bytes,
-                        max_allocated_time: r.time_ns,
-                        max_reserved: lv.reserved_bytes,
-                        touched: false,
-                    })
-                    .collect();
-                tracks.push((id, t));
-            }
-            kind::PHASE_END => {
-                let thread = rec.context(r).thread;
-                replay.phases.end(r.c, thread, r.time_ns, &mut closed);
-                for &id in &closed {
-                    if let Some(p) = tracks.iter().rposition(|(t, _)| *t == id) {
-                        let (_, t) = tracks.remove(p);
-                        fold_phase(&mut phase_peaks, &replay.phases.instances[id as usize], &t, r.time_ns);
-                    }
-                }
-            }
+            kind::COPY => w.copy(r),
+            kind::PHASE_BEGIN => w.phase_begin(r),
+            kind::PHASE_END => w.phase_end(r),
             _ => {}
         }
         i += 1;
     }
-    // Phases still open at the end count up to the end.
-    for (id, t) in tracks.drain(..) {
-        let inst = &replay.phases.instances[id as usize];
-        fold_phase(&mut phase_peaks, inst, &t, end_ns.max(inst.start_ns));
+    w.finish(end_ns)
+}
+
+impl FirstPassWalk<'_> {
+    /// An allocator event: counts, peaks, the open phases' maxima, an OOM's report.
+    #[inline]
+    fn allocator(&mut self, i: usize, r: &Record) {
+        let step = self.replay.allocator(i, r);
+        if step.slot == u32::MAX {
+            return;
+        }
+        let s = step.slot as usize;
+        let c = &mut self.accs[s].counts;
+        c.allocator_events += 1;
+        match r.kind {
+            kind::ALLOC => c.allocs += 1,
+            kind::FREE_REQUESTED => c.frees_requested += 1,
+            kind::FREE_COMPLETED => c.frees_completed += 1,
+            kind::SEGMENT_ALLOC => c.segment_allocs += 1,
+            kind::SEGMENT_FREE => c.segment_frees += 1,
+            kind::SEGMENT_MAP => c.segment_maps += 1,
+            kind::SEGMENT_UNMAP => c.segment_unmaps += 1,
+            kind::EMPTY_CACHE => c.empty_cache_calls += 1,
+            kind::OOM => c.ooms += 1,
+            _ => {}
+        }
+        if step.ignored {
+            c.unmatched_frees += 1;
+            self.ignored.push(i);
+        }
+        if step.changed != 0 {
+            self.levels_changed(i, r, s, step.changed);
+        } else if !self.tracks.is_empty() {
+            for (_, t) in self.tracks.iter_mut() {
+                t[s].touched = true;
+            }
+        }
+        if r.kind == kind::OOM && self.accs[s].ooms.len() < MAX_OOM_REPORTS {
+            let report = self.oom_report(i, r, step.slot);
+            self.accs[s].ooms.push(report);
+        }
     }
-    let pass = FirstPass { levels: replay.levels, phases: replay.phases, phase_peaks, kernels, copies };
-    (accs, ignored, pass)
+
+    /// Device slot `s`'s levels changed at record `i`: its peaks and the open phases' maxima.
+    #[inline]
+    fn levels_changed(&mut self, i: usize, r: &Record, s: usize, changed: u8) {
+        let lv = self.replay.levels[s];
+        let thread = self.rec.context(r).thread;
+        let phases = &self.replay.phases;
+        let phase = || phases.current(thread);
+        let acc = &mut self.accs[s];
+        if changed & CH_ALLOCATED != 0 && acc.peak_allocated.offer(lv.allocated_bytes, r.time_ns, i, &phase) {
+            acc.peak_by_cat = self.replay.by_cat[s];
+        }
+        if changed & CH_RESERVED != 0 {
+            acc.peak_reserved.offer(lv.reserved_bytes, r.time_ns, i, &phase);
+        }
+        if changed & CH_ACTIVE != 0 {
+            acc.peak_active.offer(lv.active_bytes, r.time_ns, i, &phase);
+        }
+        if changed & CH_REQUESTED != 0 {
+            acc.peak_requested.offer(lv.requested_bytes, r.time_ns, i, &phase);
+        }
+        for (_, t) in self.tracks.iter_mut() {
+            let t = &mut t[s];
+            t.touched = true;
+            if lv.allocated_bytes > t.max_allocated {
+                t.max_allocated = lv.allocated_bytes;
+                t.max_allocated_time = r.time_ns;
+            }
+            t.max_reserved = t.max_reserved.max(lv.reserved_bytes);
+        }
+    }
+
+    /// The report of the out-of-memory at record `i` on `slot`.
+    fn oom_report(&self, i: usize, r: &Record, slot: u32) -> OomReport {
+        let (rec, replay, names) = (self.rec, &self.replay, &self.rec.phases);
+        let frag = replay.fragmentation(slot, r.time_ns);
+        let rounded = r.b;
+        let cause = if frag.reserved_unallocated_bytes >= rounded && frag.largest_free_block_bytes < rounded {
+            OomCause::Fragmentation
+        } else {
+            OomCause::Capacity
+        };
+        let thread = rec.context(r).thread;
+        OomReport {
+            time_ns: r.time_ns,
+            event_index: i as u64,
+            phase: replay.phases.path(replay.phases.current(thread), names),
+            stream: rec.context(r).stream,
+            requested_bytes: rec.requested(i, r),
+            rounded_bytes: rounded,
+            device_free_bytes: r.a,
+            cause,
+            fragmentation: frag,
+            largest_live_allocations: replay.largest_live(slot, OOM_LIVE_ALLOCATIONS, names),
+        }
+    }
+
+    /// A kernel launch with its `(duration, launch)` times.
+    #[inline]
+    fn kernel(&mut self, r: &Record, (duration, launch): (u64, u64)) {
+        let slot = self.replay.ctx_slot[r.ctx as usize];
+        if slot != u32::MAX {
+            self.accs[slot as usize].counts.kernels += 1;
+            let k = self.kernels.entry((r.c, slot)).or_default();
+            k.durations.push(duration);
+            k.launch = k.launch.saturating_add(launch);
+            k.flops = k.flops.saturating_add(r.a);
+            k.bytes = k.bytes.saturating_add(r.b);
+        }
+    }
+
+    #[inline]
+    fn copy(&mut self, r: &Record) {
+        let slot = self.replay.ctx_slot[r.ctx as usize];
+        if slot != u32::MAX {
+            self.accs[slot as usize].counts.copies += 1;
+            let key = (slot, r.c & 3, r.c & 4 != 0, r.c & 8 != 0);
+            let c = self.copies.entry(key).or_default();
+            c.calls += 1;
+            c.bytes = c.bytes.saturating_add(r.b);
+            c.ns = c.ns.saturating_add(r.a);
+        }
+    }
+
+    fn phase_begin(&mut self, r: &Record) {
+        let thread = self.rec.context(r).thread;
+        let id = self.replay.phases.begin(r.c, thread, r.time_ns);
+        let t: Vec<PhaseTrack> = self
+            .replay
+            .levels
+            .iter()
+            .map(|lv| PhaseTrack {
+                entry_allocated: lv.allocated_bytes,
+                max_allocated: lv.allocated_bytes,
+                max_allocated_time: r.time_ns,
+                max_reserved: lv.reserved_bytes,
+                touched: false,
+            })
+            .collect();
+        self.tracks.push((id, t));
+    }
+
+    fn phase_end(&mut self, r: &Record) {
+        let thread = self.rec.context(r).thread;
+        self.replay.phases.end(r.c, thread, r.time_ns, &mut self.closed);
+        for &id in &self.closed {
+            if let Some(p) = self.tracks.iter().rposition(|(t, _)| *t == id) {
+                let (_, t) = self.tracks.remove(p);
+                fold_phase(&mut self.phase_peaks, &self.replay.phases.instances[id as usize], &t, r.time_ns);
+            }
+        }
+    }
+
+    /// Phases still open at the end count up to the end.
+    fn finish(mut self, end_ns: u64) -> (Vec<DevAcc>, Vec<usize>, FirstPass) {
+        for (id, t) in self.tracks.drain(..) {
+            let inst = &self.replay.phases.instances[id as usize];
+            fold_phase(&mut self.phase_peaks, inst, &t, end_ns.max(inst.start_ns));
+        }
+        let pass = FirstPass {
+            levels: self.replay.levels,
+            phases: self.replay.phases,
+            phase_peaks: self.phase_peaks,
+            kernels: self.kernels,
+            copies: self.copies,
+        };
+        (self.accs, self.ignored, pass)
+    }
 }

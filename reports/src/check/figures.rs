@@ -4,6 +4,7 @@
 //! its memory figures (from each side's first run that passed: memory is exact,
 //! every run of a build has the same) and its time (every run's samples).
 
+use vramlab_display::format::fmt_bytes;
 use vramlab_suites::{CaseResult, Outcome};
 
 use super::config::{CheckConfig, Resolved};
@@ -77,4 +78,10 @@ fn side_outcome<'a>(runs: &[&'a CaseResult]) -> &'a Outcome {
         return &failed.outcome;
     }
     runs.iter().find(|c| !c.outcome.is_ok()).map_or(&runs[0].outcome, |c| &c.outcome)
+}
+
+/// A memory figure's value (or change) as text: bytes in binary units
+/// ([`fmt_bytes`]), a count as it is.
+pub fn amount_text(v: f64, bytes: bool) -> String {
+    if bytes { fmt_bytes(v.max(0.0) as u64) } else { format!("{v}") }
 }

@@ -4,12 +4,13 @@
 //! over runs then samples, or over A/B pairs), then Benjamini–Hochberg over
 //! every time that was estimated and the verdicts that depend on it.
 
+use vramlab_display::format::fmt_ns;
 use vramlab_suites::Outcome;
 
 use super::config::CheckConfig;
-use super::figures::{Evidence, Figure};
+use super::figures::{Evidence, Figure, amount_text};
+use super::model::{Design, Kind, KnownNoise, MIN_SAMPLES, Row, Status};
 use super::stats::{self, RunsEstimate, Unjudged};
-use super::{Design, Kind, KnownNoise, MIN_SAMPLES, Row, Status, fmt_amount, fmt_ns};
 
 /// How the times are judged, and whether they are at all.
 #[derive(Debug, Clone, Copy)]
@@ -111,18 +112,18 @@ fn memory(f: &Figure<'_>, old: Option<f64>, new: Option<f64>) -> Row {
         Status::NoChange
     };
     let detail = if diff == 0.0 {
-        format!("{} on both sides", fmt_amount(new_v, is_bytes))
+        format!("{} on both sides", amount_text(new_v, is_bytes))
     } else {
         format!(
             "{} → {} ({}{}{})",
-            fmt_amount(old_v, is_bytes),
-            fmt_amount(new_v, is_bytes),
+            amount_text(old_v, is_bytes),
+            amount_text(new_v, is_bytes),
             if diff > 0.0 { "+" } else { "−" },
-            fmt_amount(diff.abs(), is_bytes),
+            amount_text(diff.abs(), is_bytes),
             if rule.ignore {
                 ", ignored by vramlab.toml".to_owned()
             } else if diff > 0.0 && diff <= tol {
-                format!(", within the tolerance of {}", fmt_amount(tol, is_bytes))
+                format!(", within the tolerance of {}", amount_text(tol, is_bytes))
             } else {
                 String::new()
             }

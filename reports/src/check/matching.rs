@@ -1,13 +1,13 @@
 //! The pipeline's first step: which cases of two run sets are the same case —
 //! matched by suite, case name and parameters, per device, across every run of
 //! each side; which figures of a case are memory (gated exactly) and which are
-//! times (gated statistically); and how two machines differ.
+//! times (gated statistically).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
-use vramlab_suites::{CaseResult, Environment, RunResults};
+use vramlab_suites::{CaseResult, RunResults};
 
 use super::runs::RunSet;
 
@@ -115,30 +115,6 @@ pub fn memory_figures(c: &CaseResult) -> BTreeMap<String, f64> {
         }
     }
     out
-}
-
-/// How two machines differ in what makes times incomparable: processor model,
-/// core count, GPUs, the device the suites ran on, the operating system.
-pub fn environment_differences(old: &Environment, new: &Environment) -> Vec<String> {
-    let mut d = Vec::new();
-    let mut diff = |what: &str, a: String, b: String| {
-        if a != b {
-            d.push(format!("{what}: {a} (baseline) vs {b} (this run)"));
-        }
-    };
-    diff("CPU model", old.cpu_model.clone(), new.cpu_model.clone());
-    diff("CPU cores", old.cpu_cores.to_string(), new.cpu_cores.to_string());
-    let gpus = |e: &Environment| {
-        if e.gpus.is_empty() {
-            "none".to_owned()
-        } else {
-            e.gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
-        }
-    };
-    diff("GPUs", gpus(old), gpus(new));
-    diff("device", old.device.clone(), new.device.clone());
-    diff("OS", old.os.clone(), new.os.clone());
-    d
 }
 
 #[cfg(test)]

@@ -14,196 +14,19 @@ pub mod export;
 pub mod figures;
 pub mod judge;
 pub mod matching;
+pub mod model;
 pub mod output;
 pub mod runs;
 pub mod stats;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
-use serde::Serialize;
 use vramlab_suites::RunResults;
 
 pub use config::{CONFIG_FILE, CheckConfig, ConfigError};
 pub use matching::CaseKey;
-pub use runs::{AppendError, CheckError, MAX_SCHEMA_READ, RUNS_JSON, RunSet, load_results, load_runs};
-
-/// Fewer samples than this in a run: the time comparison is inconclusive.
-pub const MIN_SAMPLES: usize = 5;
-
-/// What a figure is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// The case's outcome (ok, failed, not available).
-    Outcome,
-    Memory,
-    Time,
-}
-
-/// The verdict on one figure, worst first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Regression,
-    Inconclusive,
-    Improvement,
-    NoChange,
-    /// Matched, but not judged: `ignore` in vramlab.toml, times across
-    /// machines, a case not run on one side.
-    NotCompared,
-}
-
-/// One figure of one case, compared.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub case: CaseKey,
-    /// `time` (median per iteration), a memory figure's name, or `outcome`.
-    pub metric: String,
-    pub kind: Kind,
-    pub status: Status,
-    /// Time: each side's geometric mean of its runs' medians.
-    pub old: Option<f64>,
-    pub new: Option<f64>,
-    /// Memory: new − old (bytes or count). Time: new/old − 1.
-    pub change: Option<f64>,
-    /// Time: the interval of the ratio new/old.
-    pub ratio_interval: Option<(f64, f64)>,
-    /// Time: one-sided p-value for "slower" and its BH-adjusted value.
-    pub p_slower: Option<f64>,
-    pub q_slower: Option<f64>,
-    /// Time: the smallest slowdown this comparison would have flagged (about 95 % of the time), e.g. 0.12 for 12 %.
-    pub detectable_slowdown: Option<f64>,
-    /// Time: runs on each side (A/B: pairs, twice).
-    pub runs: Option<(usize, usize)>,
-    /// Time: the noise between runs seen (standard deviation of ln(run median), as a fraction).
-    pub between_run: Option<f64>,
-    /// Time: the larger noise between runs the history knows for it, which
-    /// the interval took instead (`--history`).
-    pub known_between_run: Option<f64>,
-    /// Time: the noise threshold that applied (fraction); memory: the tolerance (bytes).
-    pub threshold: f64,
-    /// Time: false when `gate_times = false` applied (a slowdown is reported, not a regression).
-    pub gated: bool,
-    /// In words, for people.
-    pub detail: String,
-    #[serde(skip)]
-    p_faster: Option<f64>,
-    #[serde(skip)]
-    estimate: Option<stats::RunsEstimate>,
-}
-
-/// How the two sides' runs relate.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Design {
-    /// Independent runs: a baseline of k runs, this build of l.
-    #[default]
-    Runs,
-    /// A/B pairs: run i of each side ran together, interleaved (`check --ab`).
-    Pairs,
-}
-
-/// How to compare.
-#[derive(Debug, Clone, Default)]
-pub struct CompareOptions {
-    /// Compare times even when the machines differ.
-    pub force_times: bool,
-    pub design: Design,
-    /// Between-run noise of time figures known from the history's A/A runs.
-    pub known_noise: Option<KnownNoise>,
-}
-
-/// Each time figure's between-run noise learned elsewhere (the history's runs
-/// of one build in other sittings, [`crate::history::History::noise_floors`]):
-/// where the runs compared show less, the comparison takes this.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct KnownNoise {
-    /// By figure name (`CaseKey`'s text and ` time`): σ of ln(time) between
-    /// runs, and the builds it was pooled over.
-    by_figure: BTreeMap<String, (f64, usize)>,
-}
-
-impl KnownNoise {
-    pub fn new(floors: &[crate::history::NoiseFloor]) -> KnownNoise {
-        KnownNoise { by_figure: floors.iter().map(|f| (f.name.clone(), (f.robust_between_run, f.builds))).collect() }
-    }
-
-    /// The noise known for the time of `case`, and the builds it comes from.
-    pub fn time(&self, case: &CaseKey) -> Option<(f64, usize)> {
-        self.by_figure.get(&format!("{case} time")).copied()
-    }
-
-    pub fn len(&self) -> usize {
-        self.by_figure.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_figure.is_empty()
-    }
-}
-
-/// The settings a comparison ran with, for the record.
-#[derive(Debug, Clone, Serialize)]
-pub struct Method {
-    pub time_threshold_percent: f64,
-    pub memory_tolerance_bytes: u64,
-    pub confidence: f64,
-    pub false_discovery_rate: f64,
-    pub bootstrap_resamples: usize,
-    pub seed: u64,
-    pub gate_times: bool,
-    pub config_file: Option<PathBuf>,
-    /// How many time comparisons Benjamini–Hochberg adjusted together.
-    pub time_tests: usize,
-    pub design: Design,
-    /// Runs on each side (pairs: the same number).
-    pub baseline_runs: usize,
-    pub current_runs: usize,
-}
-
-/// Two builds compared.
-#[derive(Debug, Clone, Serialize)]
-pub struct Comparison {
-    pub baseline: String,
-    pub current: String,
-    pub baseline_commit: Option<String>,
-    pub current_commit: Option<String>,
-    /// Worst first.
-    pub rows: Vec<Row>,
-    pub only_in_baseline: Vec<CaseKey>,
-    pub only_in_current: Vec<CaseKey>,
-    /// Empty when the machines match.
-    pub environment_differences: Vec<String>,
-    /// False when the machines differ and times were not forced.
-    pub times_compared: bool,
-    pub notes: Vec<String>,
-    /// What the user should act on (also GitHub warnings): e.g. times not judged for want of runs.
-    pub warnings: Vec<String>,
-    pub method: Method,
-}
-
-impl Comparison {
-    pub fn count(&self, status: Status) -> usize {
-        self.rows.iter().filter(|r| r.status == status).count()
-    }
-
-    pub fn has_regression(&self) -> bool {
-        self.rows.iter().any(|r| r.status == Status::Regression)
-    }
-
-    /// 0: no regression; 1: at least one.
-    pub fn exit_code(&self) -> u8 {
-        u8::from(self.has_regression())
-    }
-}
-
-/// How the two sides are labelled in the output.
-#[derive(Debug, Clone, Default)]
-pub struct Labels {
-    pub baseline: String,
-    pub current: String,
-}
+pub use model::{CompareOptions, Comparison, Design, Kind, KnownNoise, Labels, MIN_SAMPLES, Method, Row, Status};
+pub use runs::{
+    AppendError, CheckError, MAX_SCHEMA_READ, RUNS_JSON, RunSet, environment_differences, load_results, load_runs,
+};
 
 /// Compares one run with one baseline run (see [`compare_runs`]): memory is
 /// judged; times are not, since one run on each side cannot tell the noise
@@ -296,7 +119,7 @@ struct Context {
 impl Context {
     fn of(baseline: &RunSet, current: &RunSet, options: &CompareOptions) -> Context {
         let (b, c) = (baseline.first(), current.first());
-        let env_diff = matching::environment_differences(&b.environment, &c.environment);
+        let env_diff = runs::environment_differences(&b.environment, &c.environment);
         let times_compared = env_diff.is_empty() || options.force_times;
         let mut notes = Vec::new();
         let mut warnings = Vec::new();
@@ -369,36 +192,6 @@ fn severity(r: &Row) -> f64 {
         }
         (Kind::Time, Status::Improvement) => -r.ratio_interval.map_or(0.0, |(_, hi)| 1.0 - hi).max(0.0) - 1.0,
         (Kind::Time, _) => r.ratio_interval.map_or(0.0, |(lo, _)| lo - 1.0),
-    }
-}
-
-/// Bytes in binary units (exact below 1 KiB) or a plain count.
-pub fn fmt_amount(v: f64, bytes: bool) -> String {
-    if !bytes {
-        return format!("{v}");
-    }
-    let a = v.abs();
-    if a < 1024.0 {
-        format!("{v} B")
-    } else if a < 1024.0 * 1024.0 {
-        format!("{:.1} KiB", v / 1024.0)
-    } else if a < 1024.0 * 1024.0 * 1024.0 {
-        format!("{:.2} MiB", v / (1024.0 * 1024.0))
-    } else {
-        format!("{:.2} GiB", v / (1024.0 * 1024.0 * 1024.0))
-    }
-}
-
-/// A time in ns with a readable unit.
-pub fn fmt_ns(ns: f64) -> String {
-    if ns < 1e3 {
-        format!("{ns:.1} ns")
-    } else if ns < 1e6 {
-        format!("{:.2} µs", ns / 1e3)
-    } else if ns < 1e9 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.2} s", ns / 1e9)
     }
 }
 

@@ -5,7 +5,10 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::{Comparison, Kind, Row, Status};
+use vramlab_display::format::fmt_ns;
+
+use super::figures::amount_text;
+use super::model::{Comparison, Design, Kind, Row, Status};
 use crate::ReportError;
 
 /// The Markdown file's name.
@@ -40,11 +43,11 @@ fn headline(c: &Comparison) -> String {
 fn method_line(c: &Comparison) -> String {
     let m = &c.method;
     let sides = match m.design {
-        super::Design::Pairs => format!(
+        Design::Pairs => format!(
             "{} A/B pairs run interleaved in one sitting; a hierarchical bootstrap over the pairs' ratios, then over each run's samples",
             m.baseline_runs.min(m.current_runs)
         ),
-        super::Design::Runs => format!(
+        Design::Runs => format!(
             "{} baseline run{} and {} of this build; a hierarchical bootstrap over runs, then over each run's samples, so the noise between runs is in the interval",
             m.baseline_runs,
             if m.baseline_runs == 1 { "" } else { "s" },
@@ -142,13 +145,13 @@ fn md_table(out: &mut String, rows: &[&Row]) {
     for r in rows {
         let is_bytes = r.metric.ends_with("_bytes");
         let fmt = |v: Option<f64>| match (v, r.kind) {
-            (Some(v), Kind::Time) => super::fmt_ns(v),
-            (Some(v), _) => super::fmt_amount(v, is_bytes),
+            (Some(v), Kind::Time) => fmt_ns(v),
+            (Some(v), _) => amount_text(v, is_bytes),
             (None, _) => String::new(),
         };
         let change = match (r.change, r.kind) {
             (Some(c), Kind::Time) => format!("{:+.1} %", c * 100.0),
-            (Some(c), _) => format!("{}{}", if c > 0.0 { "+" } else { "−" }, super::fmt_amount(c.abs(), is_bytes)),
+            (Some(c), _) => format!("{}{}", if c > 0.0 { "+" } else { "−" }, amount_text(c.abs(), is_bytes)),
             (None, _) => String::new(),
         };
         let _ = writeln!(

@@ -2,15 +2,14 @@
 //! runs of one build on one machine: a multi-run baseline, `bench --repeat N`'s
 //! `runs.json`). Loading names the file and what is wrong with it; appending
 //! refuses a run of another build or machine, because the runs of a set are
-//! what the gate learns the noise between runs from.
+//! what the gate learns the noise between runs from; and how two machines
+//! differ ([`environment_differences`]).
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use vramlab_suites::RunResults;
-
-use super::matching;
+use vramlab_suites::{Environment, RunResults};
 
 /// The newest results schema the check reads: this build's, and version 2
 /// (which adds memory timelines) even before this build writes it. Fields it
@@ -113,7 +112,7 @@ impl RunSet {
         {
             return Err(AppendError::OtherCommit { had: had.clone(), now: now.clone() });
         }
-        let diff = matching::environment_differences(&first.environment, &run.environment);
+        let diff = environment_differences(&first.environment, &run.environment);
         if !diff.is_empty() {
             return Err(AppendError::OtherMachine(diff.join("; ")));
         }
@@ -214,4 +213,28 @@ pub fn load_runs(path: &Path, role: &'static str) -> Result<RunSet, CheckError> 
 fn is_run_set(bytes: &[u8]) -> bool {
     let head: Vec<u8> = bytes.iter().take(256).copied().filter(|b| !b.is_ascii_whitespace()).collect();
     head.starts_with(b"{\"vramlab_run_set\"")
+}
+
+/// How two machines differ in what makes times incomparable: processor model,
+/// core count, GPUs, the device the suites ran on, the operating system.
+pub fn environment_differences(old: &Environment, new: &Environment) -> Vec<String> {
+    let mut d = Vec::new();
+    let mut diff = |what: &str, a: String, b: String| {
+        if a != b {
+            d.push(format!("{what}: {a} (baseline) vs {b} (this run)"));
+        }
+    };
+    diff("CPU model", old.cpu_model.clone(), new.cpu_model.clone());
+    diff("CPU cores", old.cpu_cores.to_string(), new.cpu_cores.to_string());
+    let gpus = |e: &Environment| {
+        if e.gpus.is_empty() {
+            "none".to_owned()
+        } else {
+            e.gpus.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+        }
+    };
+    diff("GPUs", gpus(old), gpus(new));
+    diff("device", old.device.clone(), new.device.clone());
+    diff("OS", old.os.clone(), new.os.clone());
+    d
 }

@@ -2,10 +2,12 @@
 //! the cached pool and from raw device malloc, and the cached pair with and
 //! without a recording subscriber (the overhead noted).
 
-use crate::charts::{
-    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Scale, Unit, first_reason, fmt_ns,
-    median, metric, param, param_f64,
+use vramlab_display::chart::{
+    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Scale, Unit,
 };
+use vramlab_display::format::fmt_ns;
+
+use crate::charts::{first_reason, median, metric, param, param_f64};
 use crate::schema::{CaseResult, SuiteResult};
 
 pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
@@ -21,7 +23,7 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
         notes.extend(first_reason(of()));
         if !points.is_empty() {
             let name = if path == "cached" { "cached (from the pool)" } else { "raw device malloc + free" };
-            lines.push(LineSeries { name: name.into(), points, dashed: path == "raw", color: i });
+            lines.push(LineSeries { name: name.into(), points, dashed: path == "raw", color: i, steps: false });
         }
     }
     let title = "allocator: alloc + free latency by size, cached vs raw";
@@ -64,8 +66,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, chart, suite, timed};
 
     #[test]

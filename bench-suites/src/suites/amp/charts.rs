@@ -1,7 +1,9 @@
 //! The amp suite's charts: per workload, the median training-step time and
 //! the peak allocated of each precision (f32, f16 with a GradScaler, bf16).
 
-use crate::charts::{BarGroupSpec, BarSpec, BarsSpec, ChartSpec, Unit, distinct, first_reason, median, metric, param};
+use vramlab_display::chart::{BarGroupSpec, BarSpec, BarsSpec, ChartSpec, Unit};
+
+use crate::charts::{distinct, first_reason, median, metric, param};
 use crate::schema::{CaseResult, SuiteResult};
 
 const PRECISIONS: [&str; 3] = ["f32", "f16", "bf16"];
@@ -50,8 +52,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, chart, suite, timed};
     use crate::schema::Outcome;
 

@@ -2,7 +2,9 @@
 //! with a synchronize, by device events, and the launch call alone; a way of
 //! timing that is not available here is named with its reason.
 
-use crate::charts::{BarGroupSpec, BarSpec, BarsSpec, ChartSpec, Unit, case, median, metric, param, why_not};
+use vramlab_display::chart::{BarGroupSpec, BarSpec, BarsSpec, ChartSpec, Unit};
+
+use crate::charts::{case, median, metric, param, why_not};
 use crate::schema::SuiteResult;
 
 pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
@@ -40,8 +42,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, suite, timed};
     use crate::schema::Outcome;
 

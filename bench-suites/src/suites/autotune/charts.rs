@@ -3,11 +3,12 @@
 //! marked, the tuning cost per shape and whether it pays back, and for the
 //! first shapes that pay back, total time over calls with the break-even.
 
-use super::ALGORITHM_NOTE;
-use crate::charts::{
-    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit, case, distinct,
-    first_reason, median, metric, param, why_not,
+use vramlab_display::chart::{
+    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit,
 };
+
+use super::ALGORITHM_NOTE;
+use crate::charts::{case, distinct, first_reason, median, metric, param, why_not};
 use crate::schema::{CaseResult, SuiteResult};
 
 fn algorithm(c: &CaseResult) -> Option<&str> {
@@ -111,12 +112,14 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
                     points: calls.iter().map(|&k| (k, k * off)).collect(),
                     dashed: true,
                     color: 0,
+                    steps: false,
                 },
                 LineSeries {
                     name: "benchmark (tuned)".into(),
                     points: calls.iter().map(|&k| (k, tuning + k * per_call)).collect(),
                     dashed: false,
                     color: 1,
+                    steps: false,
                 },
             ],
         );
@@ -132,8 +135,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, chart, suite, timed};
 
     #[test]

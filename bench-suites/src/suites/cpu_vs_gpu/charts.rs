@@ -3,11 +3,12 @@
 //! the bracketing sizes; or a note on why there is none), and the GPU's
 //! speedups over the CPU on a log axis with 1× as the reference.
 
-use super::{Crossing, crossover, fmt_flop};
-use crate::charts::{
-    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit, distinct,
-    first_reason, median, metric, param, param_f64,
+use vramlab_display::chart::{
+    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit,
 };
+
+use super::{Crossing, crossover, fmt_flop};
+use crate::charts::{distinct, first_reason, median, metric, param, param_f64};
 use crate::schema::SuiteResult;
 
 pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
@@ -76,6 +77,7 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
             points: pts.iter().map(|p| (p.0, p.1)).collect(),
             dashed: false,
             color,
+            steps: false,
         };
         let mut lines = LinesSpec::new(
             AxisSpec::new("work per call (FLOP, log)", Unit::Flop, Scale::Log),
@@ -111,8 +113,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, chart, suite, timed};
     use crate::schema::{CaseResult, Outcome};
 

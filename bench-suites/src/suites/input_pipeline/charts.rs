@@ -2,10 +2,10 @@
 //! DataLoader workers, from pageable and from pinned host memory, with the
 //! knee of the pageable sweep marked (the fewest workers within 5 % of the best).
 
+use vramlab_display::chart::{AxisSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit};
+
 use super::{knee, workers_text};
-use crate::charts::{
-    AxisSpec, ChartSpec, LineSeries, LinesSpec, Marker, Scale, Unit, first_reason, metric, param, param_f64,
-};
+use crate::charts::{first_reason, metric, param, param_f64};
 use crate::schema::SuiteResult;
 
 pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
@@ -25,7 +25,13 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
             knee_at = knee(&rates).filter(|_| rates.len() > 2).map(|k| k.0);
         }
         if !points.is_empty() {
-            lines.push(LineSeries { name: format!("{mem} host memory"), points, dashed: mem == "pageable", color: i });
+            lines.push(LineSeries {
+                name: format!("{mem} host memory"),
+                points,
+                dashed: mem == "pageable",
+                color: i,
+                steps: false,
+            });
         }
     }
     let title = "input-pipeline: samples per second by number of DataLoader workers";
@@ -48,8 +54,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, suite};
     use crate::schema::Outcome;
 

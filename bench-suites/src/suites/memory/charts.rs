@@ -4,10 +4,12 @@
 //! around `empty_cache`; and the fragmentation cases' largest free block
 //! against the request.
 
-use crate::charts::{
+use vramlab_display::chart::{
     AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LabelledPoint, LineSeries, LinesSpec, Marker, Scale, Unit,
-    case, fmt_bytes, metric, param, param_f64, why_not,
 };
+use vramlab_display::format::fmt_bytes;
+
+use crate::charts::{case, metric, param, param_f64, why_not};
 use crate::schema::{CaseResult, SuiteResult};
 
 /// The sweep's trials from its `trials: …` note: (batch, peak allocated
@@ -139,14 +141,14 @@ fn sweep_chart(c: &CaseResult) -> ChartSpec {
     let mut lines = LinesSpec::new(
         AxisSpec::new("batch size (log)", Unit::Count, Scale::Log),
         AxisSpec::new("peak allocated", Unit::Bytes, Scale::Linear),
-        vec![LineSeries { name: "batches that fit".into(), points: fits, dashed: false, color: 0 }],
+        vec![LineSeries { name: "batches that fit".into(), points: fits, dashed: false, color: 0, steps: false }],
     );
     let capacity = metric(c, "capacity_bytes").or_else(|| param_f64(c, "capacity_bytes"));
     if let Some(cap) = capacity {
         lines.y_marks.push(Marker::new(cap, format!("capacity {}", fmt_bytes(cap as u64))));
     }
     if let (Some(b), Some(cap)) = (metric(c, "oom_batch_count"), capacity) {
-        lines.points.push(LabelledPoint { x: b, y: cap, label: format!("batch {b:.0}: out of memory") });
+        lines.points.push(LabelledPoint { x: b, y: cap, label: format!("batch {b:.0}: out of memory"), color: None });
     }
     if let Some(b) = metric(c, "largest_fitting_batch_count") {
         lines.x_marks.push(Marker::new(b, format!("largest batch that fits: {b:.0}")));
@@ -200,8 +202,9 @@ fn fragmentation_chart(frag: &[&CaseResult]) -> ChartSpec {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, chart, suite};
 
     fn sweep() -> CaseResult {
@@ -243,7 +246,7 @@ mod tests {
         assert_eq!(lines.y_marks, vec![Marker::new(4.0 * mib, "capacity 4.00 MiB")]);
         assert_eq!(
             lines.points,
-            vec![LabelledPoint { x: 1024.0, y: 4.0 * mib, label: "batch 1024: out of memory".into() }]
+            vec![LabelledPoint { x: 1024.0, y: 4.0 * mib, label: "batch 1024: out of memory".into(), color: None }]
         );
         assert_eq!(lines.x_marks, vec![Marker::new(768.0, "largest batch that fits: 768")]);
         // The fits in batch order, the largest at its exact peak.

@@ -2,10 +2,11 @@
 //! pinned vs pageable host memory, and the overlap cases' copy and compute
 //! times alone, one after the other and issued together.
 
-use crate::charts::{
-    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Scale, Unit, first_reason, median,
-    metric, param, param_f64,
+use vramlab_display::chart::{
+    AxisSpec, BarGroupSpec, BarSpec, BarsSpec, ChartSpec, LineSeries, LinesSpec, Scale, Unit,
 };
+
+use crate::charts::{first_reason, median, metric, param, param_f64};
 use crate::schema::{CaseResult, SuiteResult};
 
 pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
@@ -28,7 +29,13 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
                 notes.push(r);
             }
             if !points.is_empty() {
-                lines.push(LineSeries { name: format!("{dir} {mem}"), points, dashed: mem == "pageable", color: d });
+                lines.push(LineSeries {
+                    name: format!("{dir} {mem}"),
+                    points,
+                    dashed: mem == "pageable",
+                    color: d,
+                    steps: false,
+                });
             }
         }
     }
@@ -83,8 +90,9 @@ pub(super) fn charts(suite: &SuiteResult) -> Vec<ChartSpec> {
 
 #[cfg(test)]
 mod tests {
+    use vramlab_display::chart::ChartKind;
+
     use super::*;
-    use crate::charts::ChartKind;
     use crate::charts::testing::{case, suite};
     use crate::schema::Outcome;
 
