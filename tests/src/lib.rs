@@ -1,4 +1,4 @@
-//! What the end-to-end tests in `tests/tests/` share: where the workspace is,
+//! What the end-to-end tests in this crate's `tests/` share: where the workspace is,
 //! and the release `xtask` binary they run as users run it (`cargo xtask` is
 //! `cargo run --release --package xtask`).
 //!
@@ -10,7 +10,7 @@
 //!   not check (direction, native libraries, writers, headers, one generator,
 //!   the crates' file maps, function length, the length of README.md and
 //!   ARCHITECTURE.md), over the real tree.
-//! - `tests/docs.rs` — README.md and the guide (`docs/`): links, images and
+//! - `tests/docs.rs` — README.md and the guide (`../docs/`): links, images and
 //!   anchors that exist, the book's chapter list, and every `vramlab …` /
 //!   `cargo xtask …` command line in a code block accepted by the command line.
 //! - `tests/bench_quick.rs` — `cargo xtask bench --quick --device cpu` end to
@@ -21,7 +21,7 @@
 //! - `tests/report.rs` — the report of a fixed results file as a person sees it,
 //!   in a headless browser.
 //! - `data/` — fixtures: `data/snapshots/` (PyTorch snapshot pickles written by
-//!   `scripts/make_snapshot_fixtures.py`), `data/torch-snapshots/` (snapshots
+//!   `../scripts/make_snapshot_fixtures.py`), `data/torch-snapshots/` (snapshots
 //!   PyTorch 2.11 recorded on an H100, with its `memory_stats()`) and
 //!   `data/report-probe.html`.
 
