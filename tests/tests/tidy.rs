@@ -25,11 +25,23 @@
 //!    workspace crate depends on a random-number crate (`proptest`, a test
 //!    tool with its own, is not one), and no source outside `engine/rng`
 //!    carries a generator's constants (SplitMix64's, xorshift64*'s).
-//! 6. **The map is true.** Every path ARCHITECTURE.md names in backticks
-//!    exists, and every Rust source file of the workspace is named there, or
-//!    a folder holding it is. A name is read in its place: relative to the
-//!    root, to the crate of the section it is in (and its `src/`), or to the
-//!    folder of the list item it is in (`- \`cuda/\` — … \`libs.rs\``).
+//! 6. **The maps are true.** Each crate's `src/lib.rs` (or `src/main.rs`
+//!    where it has no library) opens with the crate's file map: every path
+//!    that header names in backticks exists (read relative to the crate's
+//!    folder, or its `src/`; `shared/…` is the design documents beside the
+//!    repository), and every Rust file of the crate (`src/`,
+//!    `tests/`, `benches/`, `examples/`) is named there, or a folder holding
+//!    it is. ARCHITECTURE.md names crates and key files: every path it names
+//!    in backticks exists, read in its place — relative to the root, to the
+//!    crate of the section it is in (and its `src/`), or to the folder of the
+//!    list item it is in (`- \`cuda/\` — … \`libs.rs\``).
+//! 7. **Short functions.** No function outside test code is over 150 lines,
+//!    from its `fn` line to its closing brace (test code: `#[cfg(test)]`
+//!    items, and files under `tests/`, `benches/`, `examples/`, `fuzz/`).
+//!    Braces in strings, characters and comments do not count.
+//! 8. **Short front documents.** README.md and ARCHITECTURE.md are at most
+//!    400 lines each: the guide is `docs/`, and each crate's details are in
+//!    its own file map.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -364,11 +376,10 @@ fn resolve_map_path(token: &str, contexts: &[PathBuf], tree: &[PathBuf]) -> Vec<
     found
 }
 
-/// Rule 6 over the text of ARCHITECTURE.md and the repository's files and
-/// folders (`tree`, relative paths) and its Rust sources (`sources`).
-fn check_map(text: &str, tree: &[PathBuf], sources: &[PathBuf]) -> Vec<String> {
+/// Rule 6b over the text of ARCHITECTURE.md and the repository's files and
+/// folders (`tree`, relative paths): every path it names exists.
+fn check_architecture(text: &str, tree: &[PathBuf]) -> Vec<String> {
     let mut errors = Vec::new();
-    let mut named: Vec<PathBuf> = Vec::new();
     let mut section = PathBuf::new();
     // (indent, folder) of the open list items that name a folder first.
     let mut items: Vec<(usize, PathBuf)> = Vec::new();
@@ -415,23 +426,305 @@ fn check_map(text: &str, tree: &[PathBuf], sources: &[PathBuf]) -> Vec<String> {
             if k == 0 && item && path.ends_with('/') && line.trim_start().starts_with(&format!("- `{path}`")) {
                 items.push((indent, found[0].clone()));
             }
-            // A heading places what follows; it does not name the files under it.
-            if !line.starts_with('#') {
-                named.extend(found);
-            }
         }
     }
-    for source in sources {
-        let covered =
-            named.iter().any(|p| source == p || source.starts_with(p) && tree.contains(p) && p != Path::new(""));
-        if !covered {
+    errors
+}
+
+/// The file holding crate `dir`'s map: `src/lib.rs`, else `src/main.rs`.
+fn map_file(dir: &Path, tree: &[PathBuf]) -> PathBuf {
+    let lib = dir.join("src/lib.rs");
+    if tree.contains(&lib) { lib } else { dir.join("src/main.rs") }
+}
+
+/// The `//!` header of a Rust source as one text (the `//!` markers removed),
+/// and the 1-based line each of its lines came from.
+fn header_text(source: &str) -> (String, Vec<usize>) {
+    let mut text = String::new();
+    let mut lines = Vec::new();
+    for (n, line) in source.lines().enumerate() {
+        let Some(doc) = line.trim_start().strip_prefix("//!") else {
+            if line.trim().is_empty() && lines.is_empty() {
+                continue;
+            }
+            break;
+        };
+        text.push_str(doc);
+        text.push('\n');
+        lines.push(n + 1);
+    }
+    (text, lines)
+}
+
+/// `token` (a backticked name of a crate's header) read as a path, relative to
+/// the crate: the same names as ARCHITECTURE.md's (`map_path`), with a leading
+/// `../` kept.
+fn header_path(token: &str) -> Option<&str> {
+    if token.starts_with("../") { map_path(token).map(|_| token) } else { map_path(token) }
+}
+
+/// Rule 6a: crate `dir`'s file map, the `//!` header of `map_file` (both
+/// relative to the root), against the repository's files and folders (`tree`)
+/// and the crate's Rust files (`sources`: those under its `src/`, `tests/`,
+/// `benches/` and `examples/`).
+fn check_crate_map(dir: &Path, map_file: &Path, source: &str, tree: &[PathBuf], sources: &[PathBuf]) -> Vec<String> {
+    let mut errors = Vec::new();
+    let (header, lines) = header_text(source);
+    let mut named: Vec<PathBuf> = Vec::new();
+    let mut line_index = 0;
+    for (k, token) in header.split('`').enumerate() {
+        let here = lines.get(line_index).copied().unwrap_or(1);
+        line_index += token.matches('\n').count();
+        if k % 2 == 0 {
+            continue;
+        }
+        let Some(path) = header_path(token) else { continue };
+        let path = path.trim_end_matches('/');
+        // `shared/…`: the design documents beside the repository, by their one name.
+        if path.starts_with("shared/") {
+            let present = tree.iter().any(|p| p.starts_with("shared"));
+            if present && !tree.contains(&PathBuf::from(path)) {
+                errors.push(format!("{}:{here}: `{token}` names nothing in shared/", map_file.display()));
+            }
+            continue;
+        }
+        let candidates = [dir.join(path), dir.join("src").join(path)];
+        let found: Vec<PathBuf> = candidates.iter().filter_map(|c| normalize(c)).filter(|c| tree.contains(c)).collect();
+        if found.is_empty() {
             errors.push(format!(
-                "{}: not named in ARCHITECTURE.md's code map, nor a folder holding it; say what it holds there",
-                source.display()
+                "{}:{here}: `{token}` names nothing in the tree (read relative to {}/ and {}/src/); fix the name or the text",
+                map_file.display(),
+                dir.display(),
+                dir.display()
+            ));
+        }
+        named.extend(found);
+    }
+    for source in sources {
+        if !named.iter().any(|p| source.starts_with(p)) {
+            errors.push(format!(
+                "{}: not named in {}'s file map (its `//!` header), nor a folder holding it; say what it holds there",
+                source.display(),
+                map_file.display()
             ));
         }
     }
     errors
+}
+
+/// `path` with `.` and `..` resolved lexically; `None` when it climbs above the root.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// The longest a function outside test code may be, in lines.
+const FN_LIMIT: usize = 150;
+
+/// Whether `path` (relative to the root) holds only test, bench, example or fuzz code.
+fn is_test_code_path(path: &Path) -> bool {
+    is_test_path(path) || path.components().any(|c| c.as_os_str() == "fuzz")
+}
+
+/// `source` with the insides of comments, strings and character literals
+/// blanked (newlines kept), so that braces, `fn` and attributes there do not
+/// count. Lifetimes (`'a`) are code; raw strings (`r#"…"#`) and nested block
+/// comments are read as Rust reads them.
+fn code_only(source: &str) -> Vec<char> {
+    let s: Vec<char> = source.chars().collect();
+    let mut out = s.clone();
+    let blank = |out: &mut Vec<char>, from: usize, to: usize| {
+        for c in &mut out[from.min(s.len())..to.min(s.len())] {
+            if *c != '\n' {
+                *c = ' ';
+            }
+        }
+    };
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        let next = s.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            let end = s[i..].iter().position(|&c| c == '\n').map_or(s.len(), |p| i + p);
+            blank(&mut out, i, end);
+            i = end;
+        } else if c == '/' && next == Some('*') {
+            let (mut depth, mut j) = (0usize, i);
+            while j < s.len() {
+                if s[j] == '/' && s.get(j + 1) == Some(&'*') {
+                    depth += 1;
+                    j += 2;
+                } else if s[j] == '*' && s.get(j + 1) == Some(&'/') {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, i, j);
+            i = j;
+        } else if ident(c) {
+            // A whole word, so that an `r` or `b` inside a name starts nothing.
+            let end = i + s[i..].iter().take_while(|&&c| ident(c)).count();
+            let word: String = s[i..end].iter().collect();
+            let hashes = s[end..].iter().take_while(|&&c| c == '#').count();
+            if matches!(word.as_str(), "r" | "br" | "cr") && s.get(end + hashes) == Some(&'"') {
+                // r"…", r#"…"#: no escapes; it ends at `"` and as many `#`.
+                let start = end + hashes + 1;
+                let mut j = start;
+                while j < s.len()
+                    && !(s[j] == '"' && s[j + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes)
+                {
+                    j += 1;
+                }
+                blank(&mut out, start, j);
+                i = j + 1 + hashes;
+            } else {
+                // b"…", c"…" and b'…' are read next as plain literals.
+                i = end;
+            }
+        } else if c == '"' {
+            let mut j = i + 1;
+            while j < s.len() && s[j] != '"' {
+                j += if s[j] == '\\' { 2 } else { 1 };
+            }
+            blank(&mut out, i + 1, j);
+            i = j + 1;
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\'', '\u{7f}'), else a lifetime or a label.
+            let end = if next == Some('\\') {
+                s.get(i + 3..).and_then(|rest| rest.iter().position(|&c| c == '\'')).map(|p| i + 3 + p)
+            } else if s.get(i + 2) == Some(&'\'') {
+                Some(i + 2)
+            } else {
+                None
+            };
+            match end {
+                Some(end) => {
+                    blank(&mut out, i + 1, end);
+                    i = end + 1;
+                }
+                None => i += 1,
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// From `from`, the end of the item that starts there: the index of the `}`
+/// closing its first `{`, or of a `;` before any `{` (outside parentheses and
+/// brackets); `None` when the text ends first.
+fn item_end(code: &[char], from: usize) -> Option<(usize, bool)> {
+    let mut depth = 0i64;
+    let mut i = from;
+    while i < code.len() {
+        match code[i] {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ';' if depth == 0 => return Some((i, false)),
+            '{' if depth == 0 => {
+                let mut braces = 0i64;
+                for (j, &c) in code.iter().enumerate().skip(i) {
+                    match c {
+                        '{' => braces += 1,
+                        '}' => {
+                            braces -= 1;
+                            if braces == 0 {
+                                return Some((j, true));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                return None;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Rule 7: each function of `source` (`path` relative to the root) over the
+/// limit, outside test code.
+fn check_fn_length(path: &Path, source: &str) -> Vec<String> {
+    if is_test_code_path(path) {
+        return Vec::new();
+    }
+    let code = code_only(source);
+    let mut line_of = Vec::with_capacity(code.len());
+    let mut line = 1;
+    for &c in &code {
+        line_of.push(line);
+        if c == '\n' {
+            line += 1;
+        }
+    }
+    // Char index ranges of `#[cfg(test)]` items.
+    let mut tests: Vec<(usize, usize)> = Vec::new();
+    let attr: Vec<char> = "#[cfg(test)]".chars().collect();
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut errors = Vec::new();
+    for i in 0..code.len() {
+        if code[i..].starts_with(&attr) {
+            if let Some((end, _)) = item_end(&code, i + attr.len()) {
+                tests.push((i, end));
+            }
+            continue;
+        }
+        let is_fn = code[i..].starts_with(&['f', 'n'])
+            && (i == 0 || !ident(code[i - 1]))
+            && code.get(i + 2).is_some_and(|c| c.is_whitespace());
+        if !is_fn || tests.iter().any(|&(a, b)| a <= i && i <= b) {
+            continue;
+        }
+        let name_start = (i + 2..code.len()).find(|&j| !code[j].is_whitespace()).unwrap_or(code.len());
+        let name: String = code[name_start..].iter().take_while(|&&c| ident(c)).collect();
+        if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+            continue; // `fn(u32) -> u32`, a type
+        }
+        let Some((end, true)) = item_end(&code, name_start + name.len()) else { continue };
+        let lines = line_of[end] - line_of[i] + 1;
+        if lines > FN_LIMIT {
+            errors.push(format!(
+                "{}:{} fn {name} is {lines} lines (limit {FN_LIMIT}); split it into well-named helpers",
+                path.display(),
+                line_of[i]
+            ));
+        }
+    }
+    errors
+}
+
+/// The longest README.md and ARCHITECTURE.md may be, in lines.
+const FRONT_DOC_LIMIT: usize = 400;
+
+/// Rule 8: a front document (`name`, its `text`) over the limit.
+fn check_doc_length(name: &str, text: &str) -> Option<String> {
+    let lines = text.lines().count();
+    (lines > FRONT_DOC_LIMIT).then(|| {
+        format!(
+            "{name} is {lines} lines (limit {FRONT_DOC_LIMIT}); move the detail into the guide (docs/) or the crates' \
+             file maps (their src/lib.rs headers)"
+        )
+    })
 }
 
 /// Every file and folder of the repository (relative), but `target/` and `.git/`.
@@ -461,10 +754,19 @@ fn the_tree_is_tidy() {
     // Longest folder first, so a file belongs to the innermost crate.
     let mut by_dir: Vec<&Krate> = krates.iter().collect();
     by_dir.sort_by_key(|k| std::cmp::Reverse(k.dir.as_os_str().len()));
+    let mut tree = Vec::new();
+    repo_tree(&root, &root, &mut tree);
+    // `shared/` (the design documents) lies beside the repository; where it is
+    // absent, names in it cannot be checked and are taken as they are.
+    let shared = root.join("../shared");
+    let mut beside = Vec::new();
+    repo_tree(&shared, &shared, &mut beside);
+    tree.extend(beside.into_iter().map(|p| Path::new("shared").join(p)));
     let mut files = 0;
     for k in &krates {
         let mut paths = Vec::new();
         rust_files(&root.join(&k.dir), &mut paths);
+        let mut own = Vec::new();
         for p in paths {
             let rel = p.strip_prefix(&root).unwrap().to_path_buf();
             let owner = by_dir.iter().find(|o| rel.starts_with(&o.dir)).map(|o| o.name.as_str());
@@ -476,26 +778,24 @@ fn the_tree_is_tidy() {
             errors.extend(check_writes(&k.name, &rel, &source));
             errors.extend(check_header(&rel, &source));
             errors.extend(check_generator_copy(&rel, &source));
+            errors.extend(check_fn_length(&rel, &source));
+            own.push(rel);
+        }
+        // The crate's map names its files under src/, tests/, benches/ and examples/.
+        own.retain(|p| ["src", "tests", "benches", "examples"].iter().any(|d| p.starts_with(k.dir.join(d))));
+        own.sort();
+        let map = map_file(&k.dir, &tree);
+        match std::fs::read_to_string(root.join(&map)) {
+            Ok(source) => errors.extend(check_crate_map(&k.dir, &map, &source, &tree, &own)),
+            Err(e) => errors.push(format!("{}: {e}; a crate's map opens its src/lib.rs or src/main.rs", map.display())),
         }
     }
     assert!(files > 100, "only {files} Rust files found");
-    let mut tree = Vec::new();
-    repo_tree(&root, &root, &mut tree);
-    // `shared/` (the design documents) lies beside the repository; where it is
-    // absent, names in it cannot be checked and are taken as they are.
-    let shared = root.join("../shared");
-    let mut beside = Vec::new();
-    repo_tree(&shared, &shared, &mut beside);
-    tree.extend(beside.into_iter().map(|p| Path::new("shared").join(p)));
-    let mut sources = Vec::new();
-    for k in &krates {
-        rust_files(&root.join(&k.dir), &mut sources);
-    }
-    let mut sources: Vec<PathBuf> = sources.iter().map(|p| p.strip_prefix(&root).unwrap().to_path_buf()).collect();
-    sources.sort();
-    sources.dedup();
-    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md at the root");
-    errors.extend(check_map(&map, &tree, &sources));
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md at the root");
+    errors.extend(check_architecture(&architecture, &tree));
+    errors.extend(check_doc_length("ARCHITECTURE.md", &architecture));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md at the root");
+    errors.extend(check_doc_length("README.md", &readme));
     assert!(errors.is_empty(), "the tree breaks {} rule(s):\n{}", errors.len(), errors.join("\n"));
 }
 
@@ -606,7 +906,7 @@ fn the_rules_name_crates_and_files_that_exist() {
 }
 
 #[test]
-fn a_wrong_or_missing_name_in_the_map_is_reported() {
+fn a_wrong_or_missing_name_in_a_map_is_reported() {
     let tree: Vec<PathBuf> =
         ["engine", "engine/a", "engine/a/src", "engine/a/src/lib.rs", "engine/a/src/cuda", "engine/a/src/cuda/conv"]
             .iter()
@@ -624,22 +924,79 @@ fn a_wrong_or_missing_name_in_the_map_is_reported() {
             .map(PathBuf::from)
             .collect();
     let good = "## Code map\n\n#### `engine/a/` (a)\n\n- `lib.rs` — the map.\n- `cuda/` — the backend:\n  `libs.rs` finds libraries; `conv/` is conv2d.\n\nTests: `tests/t.rs`.\n";
-    assert_eq!(check_map(good, &tree, &sources), Vec::<String>::new());
-    // A file that became a folder, and a file left out.
+    assert_eq!(check_architecture(good, &tree), Vec::<String>::new());
+    // A file that became a folder; a file left out is no longer ARCHITECTURE.md's
+    // concern (the crate's own map names every file).
     let stale = good.replace("`conv/` is conv2d", "`cuda/conv.rs` is conv2d").replace("Tests: `tests/t.rs`.", "");
-    let e = check_map(&stale, &tree, &sources);
-    assert!(e.iter().any(|e| e.contains("`cuda/conv.rs` names nothing")), "{e:?}");
-    assert!(e.iter().any(|e| e.starts_with("engine/a/tests/t.rs: not named")), "{e:?}");
-    assert_eq!(e.len(), 2, "{e:?}");
-    // Without the folder's item, its files are not named either.
-    let e = check_map(
-        &good.replace("- `cuda/` — the backend:\n  `libs.rs` finds libraries; `conv/` is conv2d.\n", ""),
-        &tree,
-        &sources,
-    );
-    assert!(e.iter().any(|e| e.starts_with("engine/a/src/cuda/conv/mod.rs: not named")), "{e:?}");
-    assert!(e.iter().any(|e| e.starts_with("engine/a/src/cuda/libs.rs: not named")), "{e:?}");
+    let e = check_architecture(&stale, &tree);
+    assert!(e.len() == 1 && e[0].starts_with("ARCHITECTURE.md:7: `cuda/conv.rs` names nothing"), "{e:?}");
     // Code blocks and placeholders are not names.
     let more = format!("{good}\n```\n`nothing/here.rs`\n```\n`NAME.stats.json` and `<suite>.csv`\n");
-    assert_eq!(check_map(&more, &tree, &sources), Vec::<String>::new());
+    assert_eq!(check_architecture(&more, &tree), Vec::<String>::new());
+    // The crate's own map, in its lib.rs header: every name exists, every file is named.
+    let dir = Path::new("engine/a");
+    let map = Path::new("engine/a/src/lib.rs");
+    let header = "//! The crate a.\n//!\n//! - `src/lib.rs` — this map.\n//! - `cuda/` — the backend (`cuda/libs.rs` finds\n//!   libraries, `cuda/conv/mod.rs` is conv2d).\n//! - `tests/t.rs` — a test; \
+                  `src/gone.rs` is not, `<suite>.csv` and `README.md` are not paths, `shared/spec.md` is beside,\n//!   and `../a/src/lib.rs` is.\n\n//! `nothing.rs`: after the header\nfn f() {}\n";
+    let e = check_crate_map(dir, map, header, &tree, &sources);
+    assert!(e.len() == 1 && e[0].starts_with("engine/a/src/lib.rs:6: `src/gone.rs` names nothing"), "{e:?}");
+    let header = header.replace("`src/gone.rs` is not, ", "");
+    assert_eq!(check_crate_map(dir, map, &header, &tree, &sources), Vec::<String>::new());
+    // A stale name, a file left out, a folder's files left out with it.
+    let stale = header.replace("`tests/t.rs`", "`tests/u.rs`").replace(
+        "//! - `cuda/` — the backend (`cuda/libs.rs` finds\n//!   libraries, `cuda/conv/mod.rs` is conv2d).\n",
+        "//! - `cuda/libs.rs` finds libraries.\n",
+    );
+    let e = check_crate_map(dir, map, &stale, &tree, &sources);
+    assert_eq!(
+        e,
+        [
+            "engine/a/src/lib.rs:5: `tests/u.rs` names nothing in the tree (read relative to engine/a/ and engine/a/src/); fix the name or the text",
+            "engine/a/src/cuda/conv/mod.rs: not named in engine/a/src/lib.rs's file map (its `//!` header), nor a folder holding it; say what it holds there",
+            "engine/a/tests/t.rs: not named in engine/a/src/lib.rs's file map (its `//!` header), nor a folder holding it; say what it holds there",
+        ]
+    );
+    assert_eq!(map_file(dir, &tree), map);
+    assert_eq!(map_file(Path::new("engine/b"), &tree), Path::new("engine/b/src/main.rs"));
+}
+
+#[test]
+fn a_long_function_is_reported_and_braces_in_literals_do_not_count() {
+    let body = |n: usize| "    let x = 1;\n".repeat(n);
+    // 1 `fn` line + 149 body lines + the closing brace = 151.
+    let long = format!("//! x\n\nfn too_long() {{\n{}}}\n", body(149));
+    let e = check_fn_length(Path::new("engine/runtime/src/x.rs"), &long);
+    assert_eq!(e, ["engine/runtime/src/x.rs:3 fn too_long is 151 lines (limit 150); split it into well-named helpers"]);
+    let fits = format!("//! x\npub(crate) fn just_fits<'a>(s: &'a str) -> &'a str {{\n{}    s\n}}\n", body(147));
+    assert_eq!(check_fn_length(Path::new("a/src/x.rs"), &fits), Vec::<String>::new());
+    // Braces in strings, raw strings, characters and comments, and lifetimes, fool nothing:
+    // the function below is 6 lines, then `after` is long.
+    let tricky = r##"//! x
+fn tricky<'a>(s: &'a str) -> &'a str {
+    let a = "}\"}"; let b = r#"}"{"#; let c = '}';
+    let d = '\''; let e = b"{"; let l = 'label: loop { break 'label; }; // } }
+    /* } /* { */ } */ let f = br"}"; let g = b'{';
+    let h = '\u{7d}'; let r#type = 1; let rr = r"\"; let i = "{";
+    s
+}
+fn after() {
+"##;
+    let tricky = format!("{tricky}{}}}\n", body(150));
+    let e = check_fn_length(Path::new("a/src/x.rs"), &tricky);
+    assert!(e.len() == 1 && e[0].starts_with("a/src/x.rs:9 fn after is 152 lines"), "{e:?}");
+    // Test code, declarations without a body and fn types are not counted.
+    let in_tests = format!("//! x\n#[cfg(test)]\nmod tests {{\n    fn long() {{\n{}    }}\n}}\n", body(200));
+    assert!(check_fn_length(Path::new("a/src/x.rs"), &in_tests).is_empty());
+    let decl = "//! x\ntrait T {\n    fn f(&self) -> u32;\n}\ntype F = fn(u32) -> u32;\n";
+    assert!(check_fn_length(Path::new("a/src/x.rs"), decl).is_empty());
+    for dir in ["a/tests/t.rs", "a/benches/b.rs", "a/examples/e.rs", "fuzz/fuzz_targets/f.rs"] {
+        assert!(check_fn_length(Path::new(dir), &long).is_empty(), "{dir}");
+    }
+}
+
+#[test]
+fn a_long_front_document_is_reported() {
+    assert_eq!(check_doc_length("README.md", &"line\n".repeat(400)), None);
+    let e = check_doc_length("ARCHITECTURE.md", &"line\n".repeat(401)).unwrap();
+    assert!(e.starts_with("ARCHITECTURE.md is 401 lines (limit 400)"), "{e}");
 }
