@@ -11,6 +11,7 @@
 //! (`vramlab_allocator::format_size`, `vramlab_allocator::summary`).
 //!
 //! Files:
+//! - `src/lib.rs` — this map and the two modules
 //! - `src/format.rs` — bytes in binary units, signed byte changes, durations; the byte units
 //! - `src/chart.rs` — the chart model (lines, bars, axes, units and their labels, the palette), serde types
 

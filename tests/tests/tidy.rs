@@ -471,34 +471,48 @@ fn check_crate_map(dir: &Path, map_file: &Path, source: &str, tree: &[PathBuf], 
     let mut errors = Vec::new();
     let (header, lines) = header_text(source);
     let mut named: Vec<PathBuf> = Vec::new();
-    let mut line_index = 0;
-    for (k, token) in header.split('`').enumerate() {
-        let here = lines.get(line_index).copied().unwrap_or(1);
-        line_index += token.matches('\n').count();
-        if k % 2 == 0 {
-            continue;
+    // The folder a list item names first (`- `src/check/` — `mod.rs`, …`): its
+    // later names, on its line and its continuation lines, may be read in it.
+    let mut item: Option<(usize, PathBuf)> = None;
+    for (line, &here) in header.lines().zip(&lines) {
+        let indent = line.len() - line.trim_start().len();
+        let is_item = line.trim_start().starts_with("- ");
+        if line.trim().is_empty() || (is_item && item.as_ref().is_some_and(|(i, _)| *i >= indent)) {
+            item = None;
         }
-        let Some(path) = header_path(token) else { continue };
-        let path = path.trim_end_matches('/');
-        // `shared/…`: the design documents beside the repository, by their one name.
-        if path.starts_with("shared/") {
-            let present = tree.iter().any(|p| p.starts_with("shared"));
-            if present && !tree.contains(&PathBuf::from(path)) {
-                errors.push(format!("{}:{here}: `{token}` names nothing in shared/", map_file.display()));
+        for (k, token) in line.split('`').skip(1).step_by(2).enumerate() {
+            let Some(path) = header_path(token) else { continue };
+            let path = path.trim_end_matches('/');
+            // `shared/…`: the design documents beside the repository, by their one name.
+            if path.starts_with("shared/") {
+                let present = tree.iter().any(|p| p.starts_with("shared"));
+                if present && !tree.contains(&PathBuf::from(path)) {
+                    errors.push(format!("{}:{here}: `{token}` names nothing in shared/", map_file.display()));
+                }
+                continue;
             }
-            continue;
+            let mut candidates = vec![dir.join(path), dir.join("src").join(path)];
+            if let Some((_, folder)) = &item {
+                candidates.push(folder.join(path));
+            }
+            let found: Vec<PathBuf> =
+                candidates.iter().filter_map(|c| normalize(c)).filter(|c| tree.contains(c)).collect();
+            if found.is_empty() {
+                let places = match &item {
+                    Some((_, f)) => format!("{}/, {}/src/ and {}/", dir.display(), dir.display(), f.display()),
+                    None => format!("{}/ and {}/src/", dir.display(), dir.display()),
+                };
+                errors.push(format!(
+                    "{}:{here}: `{token}` names nothing in the tree (read relative to {places}); fix the name or the text",
+                    map_file.display()
+                ));
+                continue;
+            }
+            if k == 0 && is_item && token.ends_with('/') && line.trim_start().starts_with(&format!("- `{token}`")) {
+                item = Some((indent, found[0].clone()));
+            }
+            named.extend(found);
         }
-        let candidates = [dir.join(path), dir.join("src").join(path)];
-        let found: Vec<PathBuf> = candidates.iter().filter_map(|c| normalize(c)).filter(|c| tree.contains(c)).collect();
-        if found.is_empty() {
-            errors.push(format!(
-                "{}:{here}: `{token}` names nothing in the tree (read relative to {}/ and {}/src/); fix the name or the text",
-                map_file.display(),
-                dir.display(),
-                dir.display()
-            ));
-        }
-        named.extend(found);
     }
     for source in sources {
         if !named.iter().any(|p| source.starts_with(p)) {
@@ -942,6 +956,16 @@ fn a_wrong_or_missing_name_in_a_map_is_reported() {
     assert!(e.len() == 1 && e[0].starts_with("engine/a/src/lib.rs:6: `src/gone.rs` names nothing"), "{e:?}");
     let header = header.replace("`src/gone.rs` is not, ", "");
     assert_eq!(check_crate_map(dir, map, &header, &tree, &sources), Vec::<String>::new());
+    // A list item that names a folder first: its later names may be read in it,
+    // on its continuation lines too, and not after the item ends.
+    let nested = header.replace(
+        "(`cuda/libs.rs` finds\n//!   libraries, `cuda/conv/mod.rs` is conv2d)",
+        "(`libs.rs` finds\n//!   libraries, `conv/mod.rs` is conv2d)",
+    );
+    assert_eq!(check_crate_map(dir, map, &nested, &tree, &sources), Vec::<String>::new());
+    let outside = nested.replace("//! - `tests/t.rs` — a test;", "//! - `tests/t.rs` — a test, not `libs.rs`;");
+    let e = check_crate_map(dir, map, &outside, &tree, &sources);
+    assert!(e.len() == 1 && e[0].starts_with("engine/a/src/lib.rs:6: `libs.rs` names nothing"), "{e:?}");
     // A stale name, a file left out, a folder's files left out with it.
     let stale = header.replace("`tests/t.rs`", "`tests/u.rs`").replace(
         "//! - `cuda/` — the backend (`cuda/libs.rs` finds\n//!   libraries, `cuda/conv/mod.rs` is conv2d).\n",

@@ -61,7 +61,7 @@
 //! Under [`no_grad`] nothing is saved: `Sequential` drops each intermediate
 //! as soon as the next layer returned, so an evaluation forward holds at most
 //! a layer's input and output at once. The difference shows in
-//! `max_memory_allocated` (see `engine/train/tests/training.rs`).
+//! `max_memory_allocated` (see `tests/training.rs`).
 //!
 //! # Tags
 //!
