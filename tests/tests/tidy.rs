@@ -42,6 +42,15 @@
 //! 8. **Short front documents.** README.md and ARCHITECTURE.md are at most
 //!    400 lines each: the guide is `docs/`, and each crate's details are in
 //!    its own file map.
+//! 9. **No circles between files.** Inside a crate, imports between files
+//!    point one way: no files of a crate's `src/` import each other, directly
+//!    or round through others. A file imports another when its code outside
+//!    test items names a path into that file's module (the longest prefix of
+//!    the path that is a file's module): `use crate::a::X`, `use super::X`,
+//!    `self::a::X`, a parent's `use child::X` or `pub use child::X`, and
+//!    `crate::`, `super::`, `self::` paths written inline. `mod child;` is no
+//!    import. Binaries (`src/bin/`, a `main.rs` beside a `lib.rs`) are
+//!    crates of their own and not read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -676,6 +685,16 @@ fn item_end(code: &[char], from: usize) -> Option<(usize, bool)> {
     None
 }
 
+/// The char index ranges of the `#[cfg(test)]` items of `code` (from
+/// [`code_only`]), from the attribute to the item's end.
+fn test_items(code: &[char]) -> Vec<(usize, usize)> {
+    let attr: Vec<char> = "#[cfg(test)]".chars().collect();
+    (0..code.len())
+        .filter(|&i| code[i..].starts_with(&attr))
+        .filter_map(|i| item_end(code, i + attr.len()).map(|(end, _)| (i, end)))
+        .collect()
+}
+
 /// Rule 7: each function of `source` (`path` relative to the root) over the
 /// limit, outside test code.
 fn check_fn_length(path: &Path, source: &str) -> Vec<String> {
@@ -691,18 +710,10 @@ fn check_fn_length(path: &Path, source: &str) -> Vec<String> {
             line += 1;
         }
     }
-    // Char index ranges of `#[cfg(test)]` items.
-    let mut tests: Vec<(usize, usize)> = Vec::new();
-    let attr: Vec<char> = "#[cfg(test)]".chars().collect();
+    let tests = test_items(&code);
     let ident = |c: char| c.is_alphanumeric() || c == '_';
     let mut errors = Vec::new();
     for i in 0..code.len() {
-        if code[i..].starts_with(&attr) {
-            if let Some((end, _)) = item_end(&code, i + attr.len()) {
-                tests.push((i, end));
-            }
-            continue;
-        }
         let is_fn = code[i..].starts_with(&['f', 'n'])
             && (i == 0 || !ident(code[i - 1]))
             && code.get(i + 2).is_some_and(|c| c.is_whitespace());
@@ -739,6 +750,341 @@ fn check_doc_length(name: &str, text: &str) -> Option<String> {
              file maps (their src/lib.rs headers)"
         )
     })
+}
+
+/// A token of Rust code, as rule 9 reads paths: a word (a name or a keyword),
+/// `::`, or one other character.
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Word(String),
+    PathSep,
+    Punct(char),
+}
+
+/// The tokens of `code` (from [`code_only`]), each with its char index.
+fn tokens(code: &[char]) -> Vec<(usize, Tok)> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < code.len() {
+        let c = code[i];
+        if ident(c) {
+            let end = i + code[i..].iter().take_while(|&&c| ident(c)).count();
+            out.push((i, Tok::Word(code[i..end].iter().collect())));
+            i = end;
+        } else if c == ':' && code.get(i + 1) == Some(&':') {
+            out.push((i, Tok::PathSep));
+            i += 2;
+        } else {
+            if !c.is_whitespace() {
+                out.push((i, Tok::Punct(c)));
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_word(t: Option<&(usize, Tok)>, w: &str) -> bool {
+    matches!(t, Some((_, Tok::Word(s))) if s == w)
+}
+
+/// Reads the use tree starting at token `j` (after `use` or inside braces),
+/// under the path `prefix`, pushing every full path it names to `out`
+/// with the name it is imported as where `as` renames it (`{self, X}` names
+/// the prefix as `…::self`; `*` names the prefix).
+fn use_tree(toks: &[(usize, Tok)], j: &mut usize, prefix: &[String], out: &mut Vec<(Vec<String>, Option<String>)>) {
+    let mut path = prefix.to_vec();
+    if toks.get(*j).is_some_and(|t| t.1 == Tok::PathSep) {
+        path.push("::".into()); // an extern crate's path
+        *j += 1;
+    }
+    loop {
+        match toks.get(*j).map(|t| &t.1) {
+            Some(Tok::Word(w)) => {
+                path.push(w.clone());
+                *j += 1;
+            }
+            Some(Tok::Punct('{')) => {
+                *j += 1;
+                while toks.get(*j).is_some_and(|t| t.1 != Tok::Punct('}') && t.1 != Tok::Punct(';')) {
+                    let before = *j;
+                    use_tree(toks, j, &path, out);
+                    if toks.get(*j).is_some_and(|t| t.1 == Tok::Punct(',')) || *j == before {
+                        *j += 1;
+                    }
+                }
+                *j += 1;
+                return;
+            }
+            Some(Tok::Punct('*')) => {
+                *j += 1;
+                out.push((path, None));
+                return;
+            }
+            _ => break,
+        }
+        if toks.get(*j).is_some_and(|t| t.1 == Tok::PathSep) {
+            *j += 1;
+        } else {
+            break;
+        }
+    }
+    let mut alias = None;
+    if is_word(toks.get(*j), "as") {
+        if let Some((_, Tok::Word(a))) = toks.get(*j + 1) {
+            alias = Some(a.clone());
+        }
+        *j += 2;
+    }
+    out.push((path, alias));
+}
+
+/// The module path of a crate's file, `rel` relative to its `src/`:
+/// `lib.rs` (or `main.rs` without a library) is the root, `a.rs` and
+/// `a/mod.rs` are `a`, `a/b.rs` is `a::b`. Binaries (`src/bin/`, `main.rs`
+/// beside a `lib.rs`) are crates of their own: `None`.
+fn module_of(rel: &Path, has_lib: bool) -> Option<Vec<String>> {
+    let mut parts: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let file = parts.pop()?;
+    if parts.first().is_some_and(|p| p == "bin") || (parts.is_empty() && file == "main.rs" && has_lib) {
+        return None;
+    }
+    let stem = file.strip_suffix(".rs")?;
+    if !(stem == "mod" || (parts.is_empty() && matches!(stem, "lib" | "main"))) {
+        parts.push(stem.to_owned());
+    }
+    Some(parts)
+}
+
+/// What rule 9 reads of a file: the paths it names, each with the module it
+/// names it from, and the names its module imports (`use`) with their paths.
+#[derive(Debug, Default)]
+struct Names {
+    paths: Vec<(Vec<String>, Vec<String>)>,
+    imports: BTreeMap<String, Vec<String>>,
+}
+
+/// The paths a file's code names into its own crate, each with the module
+/// it is named from (the file's, or an inline `mod x { … }` in it): every
+/// path of a `use` item, and every path written inline from `crate::`,
+/// `super::` or `self::`. Test items, comments and literals do not count,
+/// nor macro calls (`crate::m!`), `$crate::` paths or `pub(in crate::a)`.
+fn named_paths(module: &[String], source: &str) -> Names {
+    let mut code = code_only(source);
+    for (a, b) in test_items(&code) {
+        for c in &mut code[a..=b] {
+            if *c != '\n' {
+                *c = ' ';
+            }
+        }
+    }
+    let toks = tokens(&code);
+    // Inline modules: (first char, last char, name).
+    let mut inline = Vec::new();
+    for w in toks.windows(3) {
+        if let [(_, Tok::Word(m)), (_, Tok::Word(name)), (open, Tok::Punct('{'))] = w
+            && m == "mod"
+            && let Some((end, true)) = item_end(&code, *open)
+        {
+            inline.push((*open, end, name.clone()));
+        }
+    }
+    let module_at = |pos: usize| {
+        let mut m = module.to_vec();
+        m.extend(inline.iter().filter(|(a, b, _)| *a <= pos && pos <= *b).map(|(_, _, n)| n.clone()));
+        m
+    };
+    let mut out = Names::default();
+    let mut i = 0;
+    while i < toks.len() {
+        let (pos, tok) = &toks[i];
+        if is_word(Some(&toks[i]), "use") {
+            let mut j = i + 1;
+            let mut paths = Vec::new();
+            use_tree(&toks, &mut j, &[], &mut paths);
+            let here = module_at(*pos);
+            for (path, alias) in paths {
+                let name = alias.or_else(|| path.last().filter(|l| *l != "self").cloned());
+                if let Some(name) = name.filter(|_| here == module) {
+                    out.imports.insert(name, path.clone());
+                }
+                out.paths.push((here.clone(), path));
+            }
+            i = j.max(i + 1);
+            continue;
+        }
+        let starts_path = matches!(tok, Tok::Word(w) if matches!(w.as_str(), "crate" | "super" | "self"))
+            && toks.get(i + 1).is_some_and(|t| t.1 == Tok::PathSep)
+            && !(i > 0 && matches!(toks[i - 1].1, Tok::PathSep | Tok::Punct('$')))
+            && !is_word(i.checked_sub(1).and_then(|p| toks.get(p)), "in");
+        if !starts_path {
+            i += 1;
+            continue;
+        }
+        let mut path = Vec::new();
+        let mut j = i;
+        while let Some((_, Tok::Word(w))) = toks.get(j) {
+            path.push(w.clone());
+            if toks.get(j + 1).is_some_and(|t| t.1 == Tok::PathSep) {
+                j += 2;
+            } else {
+                j += 1;
+                break;
+            }
+        }
+        if !toks.get(j).is_some_and(|t| t.1 == Tok::Punct('!')) {
+            out.paths.push((module_at(*pos), path));
+        }
+        i = j.max(i + 1);
+    }
+    out
+}
+
+/// `path`, named from module `here`, as a path from the crate root; `None`
+/// when it leaves the crate (an extern crate's path, or a name that is no
+/// module of this crate's files heading a `use` path).
+fn absolute(here: &[String], path: &[String], modules: &BTreeMap<Vec<String>, usize>) -> Option<Vec<String>> {
+    let (first, rest) = path.split_first()?;
+    let mut abs = match first.as_str() {
+        "crate" => Vec::new(),
+        "self" => here.to_vec(),
+        "super" => here[..here.len().checked_sub(1)?].to_vec(),
+        "::" => return None,
+        name => {
+            let mut child = here.to_vec();
+            child.push(name.to_owned());
+            modules.contains_key(&child).then_some(child)?
+        }
+    };
+    for seg in rest {
+        match seg.as_str() {
+            "super" => {
+                abs.pop()?;
+            }
+            "self" => {}
+            name => abs.push(name.to_owned()),
+        }
+    }
+    Some(abs)
+}
+
+/// Where `path`, named from module `here`, leads: its path from the root,
+/// the length of its longest prefix that is a file's module, and that file.
+/// A name the file imports (a re-export, `pub use a::X`, or a private `use`)
+/// is followed to where it comes from: `crate::X` re-exported by `lib.rs`
+/// from `a.rs` leads to `a.rs`; `None` when it leads out of the crate.
+fn locate(
+    here: &[String],
+    path: &[String],
+    modules: &BTreeMap<Vec<String>, usize>,
+    names: &[Names],
+) -> Option<(Vec<String>, usize, usize)> {
+    let mut abs = absolute(here, path, modules)?;
+    for _ in 0..16 {
+        let (k, &file) = (0..=abs.len()).rev().find_map(|k| modules.get(&abs[..k]).map(|f| (k, f)))?;
+        let Some(import) = abs.get(k).and_then(|name| names[file].imports.get(name)) else {
+            return Some((abs, k, file));
+        };
+        let mut next = absolute(&abs[..k], import, modules)?;
+        next.extend_from_slice(&abs[k + 1..]);
+        abs = next;
+    }
+    None
+}
+
+/// Rule 9: the circles of imports between the files of crate `krate`;
+/// `src` is its `src/` folder and `files` its files (paths relative to the
+/// root, with their text). A file depends on another when its code names a
+/// path into that file's module (the longest module prefix that is a file):
+/// `use crate::a::X`, `super::X`, `self::a::X`, a `use a::X` of a child
+/// module, `crate::a::X` inline. A `mod a;` declaration is no import.
+fn check_circles(krate: &str, src: &Path, files: &[(PathBuf, String)]) -> Vec<String> {
+    let has_lib = files.iter().any(|(p, _)| p == &src.join("lib.rs"));
+    let mut files: Vec<(&PathBuf, &String, Vec<String>)> =
+        files.iter().filter_map(|(p, s)| module_of(p.strip_prefix(src).ok()?, has_lib).map(|m| (p, s, m))).collect();
+    files.sort_by(|a, b| a.0.cmp(b.0));
+    let modules: BTreeMap<Vec<String>, usize> = files.iter().enumerate().map(|(n, f)| (f.2.clone(), n)).collect();
+    let names: Vec<Names> = files.iter().map(|(_, source, module)| named_paths(module, source)).collect();
+    // (from, to) → the names `from` uses of `to`.
+    let mut edges: BTreeMap<(usize, usize), Vec<String>> = BTreeMap::new();
+    for (from, file) in names.iter().enumerate() {
+        for (here, path) in &file.paths {
+            let Some((abs, k, to)) = locate(here, path, &modules, &names) else { continue };
+            if to == from {
+                continue;
+            }
+            let named = &abs[..(k + 1).min(abs.len())];
+            let name = if k == 0 { format!("crate::{}", named.join("::")) } else { named.join("::") };
+            let names = edges.entry((from, to)).or_default();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    let n = files.len();
+    let mut next = vec![Vec::new(); n];
+    for &(a, b) in edges.keys() {
+        next[a].push(b);
+    }
+    let reach: Vec<Vec<bool>> = (0..n)
+        .map(|s| {
+            let mut seen = vec![false; n];
+            let mut stack = vec![s];
+            while let Some(v) = stack.pop() {
+                for &w in &next[v] {
+                    if !seen[w] {
+                        seen[w] = true;
+                        stack.push(w);
+                    }
+                }
+            }
+            seen
+        })
+        .collect();
+    let name = |v: usize| files[v].0.display().to_string();
+    let mut errors = Vec::new();
+    for s in 0..n {
+        let circle: Vec<usize> = (0..n).filter(|&v| reach[s][v] && reach[v][s]).collect();
+        if circle.len() < 2 || circle[0] != s {
+            continue; // no circle, or one reported from its first file
+        }
+        // The shortest way round from `s`, breadth first.
+        let mut parent = vec![usize::MAX; n];
+        let mut queue = std::collections::VecDeque::from([s]);
+        let mut last = s;
+        'search: while let Some(v) = queue.pop_front() {
+            for &w in &next[v] {
+                if w == s {
+                    last = v;
+                    break 'search;
+                }
+                if circle.contains(&w) && parent[w] == usize::MAX {
+                    parent[w] = v;
+                    queue.push_back(w);
+                }
+            }
+        }
+        let mut way = vec![s];
+        let mut v = last;
+        while v != s {
+            way.insert(1, v);
+            v = parent[v];
+        }
+        way.push(s);
+        let chain: Vec<String> = way.iter().map(|&v| name(v)).collect();
+        let uses: Vec<String> =
+            way.windows(2).map(|w| format!("{} uses {}", name(w[0]), edges[&(w[0], w[1])].join(", "))).collect();
+        let others: Vec<String> = circle.iter().filter(|v| !way.contains(v)).map(|&v| name(v)).collect();
+        let others = if others.is_empty() { String::new() } else { format!("; in it too: {}", others.join(", ")) };
+        errors.push(format!(
+            "crate {krate}: files import each other in a circle: {} ({}){others}; move what they share into a module \
+             both import, so that imports point one way",
+            chain.join(" → "),
+            uses.join("; ")
+        ));
+    }
+    errors
 }
 
 /// Every file and folder of the repository (relative), but `target/` and `.git/`.
@@ -781,6 +1127,7 @@ fn the_tree_is_tidy() {
         let mut paths = Vec::new();
         rust_files(&root.join(&k.dir), &mut paths);
         let mut own = Vec::new();
+        let mut src = Vec::new();
         for p in paths {
             let rel = p.strip_prefix(&root).unwrap().to_path_buf();
             let owner = by_dir.iter().find(|o| rel.starts_with(&o.dir)).map(|o| o.name.as_str());
@@ -793,8 +1140,12 @@ fn the_tree_is_tidy() {
             errors.extend(check_header(&rel, &source));
             errors.extend(check_generator_copy(&rel, &source));
             errors.extend(check_fn_length(&rel, &source));
+            if rel.starts_with(k.dir.join("src")) {
+                src.push((rel.clone(), source));
+            }
             own.push(rel);
         }
+        errors.extend(check_circles(&k.name, &k.dir.join("src"), &src));
         // The crate's map names its files under src/, tests/, benches/ and examples/.
         own.retain(|p| ["src", "tests", "benches", "examples"].iter().any(|d| p.starts_with(k.dir.join(d))));
         own.sort();
