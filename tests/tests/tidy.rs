@@ -1375,3 +1375,51 @@ fn a_long_front_document_is_reported() {
     let e = check_doc_length("ARCHITECTURE.md", &"line\n".repeat(401)).unwrap();
     assert!(e.starts_with("ARCHITECTURE.md is 401 lines (limit 400)"), "{e}");
 }
+
+#[test]
+fn files_that_import_each_other_are_reported() {
+    let src = Path::new("k/src");
+    let file = |p: &str, s: &str| (src.join(p), format!("//! {p}\n{s}"));
+    let files = [
+        file("lib.rs", "mod a;\nmod b;\nmod m;\nmod n;\nmod p;\nmod s;\nmacro_rules! m { () => { $crate::a::Y } }\n"),
+        // Two files through `crate::` paths, in a use tree and inline; strings,
+        // comments and test items name nothing.
+        file("a.rs", "use crate::{b::{X, Z as Zed}, s};\npub struct Y;\n"),
+        file(
+            "b.rs",
+            "pub struct X;\npub struct Z;\npub fn f() -> crate::a::Y { let _ = \"crate::p::q::Q\"; crate::a::Y }\n\
+             // crate::s::S\n#[cfg(test)]\nmod tests {\n    use crate::n::Foo;\n}\n",
+        ),
+        // Three through `super::`: p/q.rs → p/r.rs → s.rs → p/q.rs.
+        file("p/mod.rs", "mod q;\nmod r;\n"),
+        file("p/q.rs", "use super::r::R;\npub struct Q(R);\n"),
+        file("p/r.rs", "use super::super::s::S;\npub struct R(S);\n"),
+        file("s.rs", "pub struct S;\npub fn g(_: crate::p::q::Q) {}\n"),
+        // A parent re-exporting its child, which uses the parent.
+        file("m/mod.rs", "mod child;\npub use child::Bar;\npub struct Foo;\n"),
+        file("m/child.rs", "use super::Foo;\npub struct Bar(Foo);\n"),
+        // No circle: the parent only declares its child; the child's use of a
+        // name the parent re-exports leads past the parent.
+        file("n/mod.rs", "mod kid;\nmod leaf;\npub use leaf::Leaf;\npub struct Foo;\nfn h() { let _ = self::Foo; }\n"),
+        file("n/kid.rs", "use super::{Foo, Leaf};\nuse crate::n::leaf;\n"),
+        file("n/leaf.rs", "pub struct Leaf;\n"),
+    ];
+    assert_eq!(
+        check_circles("k", src, &files),
+        [
+            "crate k: files import each other in a circle: k/src/a.rs → k/src/b.rs → k/src/a.rs (k/src/a.rs uses \
+             b::X, b::Z; k/src/b.rs uses a::Y); move what they share into a module both import, so that imports \
+             point one way",
+            "crate k: files import each other in a circle: k/src/m/child.rs → k/src/m/mod.rs → k/src/m/child.rs \
+             (k/src/m/child.rs uses m::Foo; k/src/m/mod.rs uses m::child::Bar); move what they share into a module \
+             both import, so that imports point one way",
+            "crate k: files import each other in a circle: k/src/p/q.rs → k/src/p/r.rs → k/src/s.rs → k/src/p/q.rs \
+             (k/src/p/q.rs uses p::r::R; k/src/p/r.rs uses s::S; k/src/s.rs uses p::q::Q); move what they share \
+             into a module both import, so that imports point one way",
+        ]
+    );
+    // Each file alone, or the files of one way, have no circle.
+    let one_way: Vec<_> =
+        files.iter().filter(|(p, _)| p.starts_with("k/src/n") || p.ends_with("lib.rs")).cloned().collect();
+    assert!(check_circles("k", src, &one_way).is_empty());
+}
