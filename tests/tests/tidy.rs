@@ -792,7 +792,7 @@ fn is_word(t: Option<&(usize, Tok)>, w: &str) -> bool {
 /// Reads the use tree starting at token `j` (after `use` or inside braces),
 /// under the path `prefix`, pushing every full path it names to `out`
 /// with the name it is imported as where `as` renames it (`{self, X}` names
-/// the prefix as `…::self`; `*` names the prefix).
+/// the prefix as `…::self`; `*` names the prefix, imported as `*`).
 fn use_tree(toks: &[(usize, Tok)], j: &mut usize, prefix: &[String], out: &mut Vec<(Vec<String>, Option<String>)>) {
     let mut path = prefix.to_vec();
     if toks.get(*j).is_some_and(|t| t.1 == Tok::PathSep) {
@@ -819,7 +819,7 @@ fn use_tree(toks: &[(usize, Tok)], j: &mut usize, prefix: &[String], out: &mut V
             }
             Some(Tok::Punct('*')) => {
                 *j += 1;
-                out.push((path, None));
+                out.push((path, Some("*".into())));
                 return;
             }
             _ => break,
@@ -863,7 +863,13 @@ fn module_of(rel: &Path, has_lib: bool) -> Option<Vec<String>> {
 struct Names {
     paths: Vec<(Vec<String>, Vec<String>)>,
     imports: BTreeMap<String, Vec<String>>,
+    /// The modules it imports all of (`use a::*`), and the names it defines.
+    globs: Vec<Vec<String>>,
+    defines: Vec<String>,
 }
+
+/// The keywords that open an item with a name.
+const ITEM_KEYWORDS: &[&str] = &["struct", "enum", "union", "trait", "type", "fn", "const", "static", "mod"];
 
 /// The paths a file's code names into its own crate, each with the module
 /// it is named from (the file's, or an inline `mod x { … }` in it): every
@@ -906,13 +912,22 @@ fn named_paths(module: &[String], source: &str) -> Names {
             let here = module_at(*pos);
             for (path, alias) in paths {
                 let name = alias.or_else(|| path.last().filter(|l| *l != "self").cloned());
-                if let Some(name) = name.filter(|_| here == module) {
-                    out.imports.insert(name, path.clone());
+                match name.filter(|_| here == module) {
+                    Some(glob) if glob == "*" => out.globs.push(path.clone()),
+                    Some(name) => {
+                        out.imports.insert(name, path.clone());
+                    }
+                    None => {}
                 }
                 out.paths.push((here.clone(), path));
             }
             i = j.max(i + 1);
             continue;
+        }
+        if let (Tok::Word(k), Some((_, Tok::Word(name)))) = (tok, toks.get(i + 1))
+            && ITEM_KEYWORDS.contains(&k.as_str())
+        {
+            out.defines.push(name.clone());
         }
         let starts_path = matches!(tok, Tok::Word(w) if matches!(w.as_str(), "crate" | "super" | "self"))
             && toks.get(i + 1).is_some_and(|t| t.1 == Tok::PathSep)
@@ -983,10 +998,24 @@ fn locate(
     let mut abs = absolute(here, path, modules)?;
     for _ in 0..16 {
         let (k, &file) = (0..=abs.len()).rev().find_map(|k| modules.get(&abs[..k]).map(|f| (k, f)))?;
-        let Some(import) = abs.get(k).and_then(|name| names[file].imports.get(name)) else {
-            return Some((abs, k, file));
+        let Some(name) = abs.get(k) else { return Some((abs, k, file)) };
+        let own = &names[file];
+        let mut next = if let Some(import) = own.imports.get(name) {
+            absolute(&abs[..k], import, modules)?
+        } else {
+            // A name it neither imports nor defines comes through a glob, if from
+            // a module of this crate that has it.
+            let from_glob = (!own.defines.contains(name)).then(|| {
+                own.globs.iter().filter_map(|g| absolute(&abs[..k], g, modules)).find(|g| {
+                    modules
+                        .get(g)
+                        .is_some_and(|&m| names[m].defines.contains(name) || names[m].imports.contains_key(name))
+                })
+            });
+            let Some(Some(mut glob)) = from_glob else { return Some((abs, k, file)) };
+            glob.push(name.clone());
+            glob
         };
-        let mut next = absolute(&abs[..k], import, modules)?;
         next.extend_from_slice(&abs[k + 1..]);
         abs = next;
     }
