@@ -14,7 +14,7 @@
 //! - `src/schema.rs` — the versioned results (`RunResults` → `SuiteResult` → `CaseResult`), findings, timelines
 //! - `src/env.rs` — the machine the run measured
 //! - `src/charts.rs` — `declared_charts` and the readers the suites' chart code shares (charts are display's model)
-//! - `src/suites/mod.rs` — the suites in run order
+//! - `src/suites/mod.rs` — the suites in run order, and one found by its name
 //! - `src/suites/common.rs` — what the suites share when they judge (`faster_by`'s margins, a case, a metric)
 //! - `src/suites/devices.rs` — the devices and their round trips (no charts of its own)
 //! - `src/suites/cpu_vs_gpu.rs`, `src/suites/amp.rs`, `src/suites/autotune.rs`, `src/suites/memory.rs`,
@@ -38,13 +38,4 @@ pub use harness::{HarnessConfig, measure};
 pub use runner::{SnapshotSink, run_suite, run_suite_with};
 pub use schema::*;
 pub use suite::{Case, CaseError, CaseOutput, Context, NoProgress, Progress, Suite};
-
-/// Every suite, in the order a full run takes them.
-pub fn all_suites() -> Vec<Box<dyn Suite>> {
-    suites::all()
-}
-
-/// The suite called `name`.
-pub fn suite_by_name(name: &str) -> Option<Box<dyn Suite>> {
-    all_suites().into_iter().find(|s| s.name() == name)
-}
+pub use suites::{all_suites, suite_by_name};

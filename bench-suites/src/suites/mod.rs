@@ -1,4 +1,4 @@
-//! The suites, one module per claim.
+//! The suites, one module per claim, and the list a run takes them from.
 
 mod allocator;
 mod amp;
@@ -13,8 +13,8 @@ mod transfer;
 
 use crate::suite::Suite;
 
-/// Every suite, in run order.
-pub fn all() -> Vec<Box<dyn Suite>> {
+/// Every suite, in the order a full run takes them.
+pub fn all_suites() -> Vec<Box<dyn Suite>> {
     vec![
         Box::new(devices::DevicesSuite),
         Box::new(cpu_vs_gpu::CpuVsGpuSuite),
@@ -26,4 +26,9 @@ pub fn all() -> Vec<Box<dyn Suite>> {
         Box::new(async_timing::AsyncTimingSuite),
         Box::new(allocator::AllocatorSuite),
     ]
+}
+
+/// The suite called `name`.
+pub fn suite_by_name(name: &str) -> Option<Box<dyn Suite>> {
+    all_suites().into_iter().find(|s| s.name() == name)
 }

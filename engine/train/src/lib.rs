@@ -119,7 +119,8 @@
 //!
 //! # Files
 //!
-//! - `src/lib.rs` — the map, `NnError` and the design of backward.
+//! - `src/lib.rs` — the map and the design of backward.
+//! - `src/error.rs` — `NnError` and `Result`.
 //! - `src/module.rs` — `Module` and `Sequential`.
 //! - `src/layers.rs` — `Linear`, `Conv2d`, `MaxPool2d`, `Flatten` and the `Activation` module (`ReLU`,
 //!   `GELU`).
@@ -144,6 +145,7 @@
 
 pub mod data;
 mod dataset;
+mod error;
 pub mod functional;
 pub mod layers;
 mod loss;
@@ -157,9 +159,8 @@ mod train;
 pub mod transform;
 pub mod workers;
 
-use thiserror::Error;
-
 pub use data::{Batch, Batches, DataLoader, Dataset, LoaderConfig, LoaderMemory, Targets};
+pub use error::{NnError, Result};
 pub use layers::{Conv2d, Flatten, GELU, Linear, MaxPool2d, ReLU};
 pub use loss::{Loss, LossFn, cross_entropy, mse};
 pub use mode::{
@@ -174,34 +175,3 @@ pub use scaler::{GradScaler, GradScalerConfig, ScalerState};
 pub use train::{EpochReport, EvalReport, KernelClock, KernelTimer, StepRecord, Trainer};
 pub use transform::{Augment, SampleTransform};
 pub use workers::LiveWorkers;
-
-use vramlab_engine::tensor::{DType, TensorError};
-
-/// Why a training operation failed.
-#[derive(Debug, Error)]
-pub enum NnError {
-    #[error(transparent)]
-    Tensor(#[from] TensorError),
-    /// Backward without a grad-mode forward since the last backward.
-    #[error(
-        "{module}: backward called without a saved forward — run the forward with grad enabled (not under no_grad) \
-         before each backward; a backward consumes what its forward saved"
-    )]
-    NoSavedForward { module: String },
-    #[error("autocast runs in float16 or bfloat16, not {dtype}")]
-    AutocastDType { dtype: DType },
-    /// A bad argument or shape, named by what received it.
-    #[error("{what}: {reason}")]
-    Invalid { what: &'static str, reason: String },
-    /// Loading (gathering or transforming) a sample failed or panicked.
-    #[error(
-        "DataLoader: loading sample {sample} failed{}: {reason} — fix the dataset or the transform for that sample",
-        worker.map(|w| format!(" in worker {w}")).unwrap_or_default()
-    )]
-    LoadSample { sample: usize, worker: Option<usize>, reason: String },
-    /// A loader worker thread could not start or went away.
-    #[error("DataLoader worker {worker}: {reason}")]
-    LoaderWorker { worker: usize, reason: String },
-}
-
-pub type Result<T> = std::result::Result<T, NnError>;

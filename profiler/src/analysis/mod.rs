@@ -2,7 +2,7 @@
 //! the allocator's state (levels, live blocks, segments, phases) that runs
 //! twice — once to find the peaks, OOMs, phase peaks, kernel and copy tables,
 //! once more to take the snapshots at the peaks. The answers' types live in
-//! [`types`]; [`levels`] says how one record moves the counters; [`state`] is
+//! [`types`] (with the limits of what is reported); [`levels`] says how one record moves the counters; [`state`] is
 //! the replayed allocator state; [`passes`] runs the two passes.
 
 mod levels;
@@ -14,12 +14,3 @@ pub(crate) use levels::{CH_ACTIVE, CH_ALLOCATED, CH_REQUESTED, CH_RESERVED, appl
 pub(crate) use passes::analyze;
 pub(crate) use state::Phases;
 pub use types::*;
-
-/// How many OOMs per device are reported in full (later ones are only counted).
-pub const MAX_OOM_REPORTS: usize = 64;
-
-/// How many of the largest live allocations an OOM report lists.
-pub const OOM_LIVE_ALLOCATIONS: usize = 16;
-
-/// The phase index of "no phase".
-pub(crate) const NO_PHASE: u32 = u32::MAX;

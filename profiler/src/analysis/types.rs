@@ -7,6 +7,15 @@ use vramlab_engine::hooks::CopyKind;
 
 use crate::timeline::{ByCategory, Category};
 
+/// How many OOMs per device are reported in full (later ones are only counted).
+pub const MAX_OOM_REPORTS: usize = 64;
+
+/// How many of the largest live allocations an OOM report lists.
+pub const OOM_LIVE_ALLOCATIONS: usize = 16;
+
+/// The phase index of "no phase".
+pub(crate) const NO_PHASE: u32 = u32::MAX;
+
 /// The four allocator counters at one moment, in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryLevels {
