@@ -10,7 +10,8 @@
 //! run keeps every suite that finished and never leaves a half-written file.
 //!
 //! Files:
-//! - `src/lib.rs` — this map, `results.json` (write, strict read), the atomic writers, `ReportError`
+//! - `src/lib.rs` — this map, `results.json` (write, strict read)
+//! - `src/files.rs` — the atomic writers, the output folder and its logs, `ReportError`
 //! - `src/report.rs` — the whole report into one folder: charts planned then drawn in parallel, the lenient reader
 //! - `src/html.rs` — the pages through minijinja (one environment, auto-escaping); the report folder's file names
 //! - `src/markdown.rs` — `summary.md`
@@ -45,6 +46,7 @@ pub mod canvas;
 pub mod charts;
 pub mod check;
 pub mod diff_page;
+mod files;
 pub mod history;
 pub mod html;
 pub mod markdown;
@@ -64,100 +66,19 @@ pub mod trend_chart;
 pub mod trends;
 pub mod units;
 
-use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use thiserror::Error;
 use vramlab_suites::RunResults;
 
+pub(crate) use files::write_unsynced;
+pub use files::{ReportError, create_log, prepare_out_dir, write_atomic};
 pub use markdown::render_summary;
 pub use report::{ReportFiles, ReportOptions, load_results, write_report, write_report_with};
-pub use tidy::write_suite_csv;
-
 pub use stores::FileTuningStore;
+pub use tidy::write_suite_csv;
 
 /// The run's JSON file name inside the output folder.
 pub const RESULTS_JSON: &str = "results.json";
-
-#[derive(Debug, Error)]
-pub enum ReportError {
-    #[error("writing {path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("serializing {what}: {source}")]
-    Json {
-        what: String,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("writing CSV {path}: {source}")]
-    Csv {
-        path: PathBuf,
-        #[source]
-        source: csv::Error,
-    },
-    #[error("reading {path}: not vramlab results ({reason})")]
-    NotResults { path: PathBuf, reason: String },
-    #[error("drawing the chart {chart}: {reason}")]
-    Chart { chart: String, reason: String },
-    #[error("rendering the HTML report: {reason}")]
-    Template { reason: String },
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file beside it, synced to
-/// disk, then a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    write_replacing(path, bytes, true)
-}
-
-/// Like [`write_atomic`] without waiting for the disk (`fsync`): for the files
-/// derived from `results.json` — charts, pages, `summary.md`, `trace.json`,
-/// the CSVs — which `cargo xtask report --from` redraws; an interrupted run
-/// still leaves whole files only. A report has a couple of hundred of them,
-/// and on this project's machines one `fsync` (about 7 ms) cost more than
-/// drawing a chart. `results.json`, baselines, exported snapshots and the
-/// tuning cache stay synced.
-pub(crate) fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    write_replacing(path, bytes, false)
-}
-
-fn write_replacing(path: &Path, bytes: &[u8], sync: bool) -> Result<(), ReportError> {
-    let io = |source| ReportError::Io { path: path.to_path_buf(), source };
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(io)?;
-    }
-    let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
-    let mut f = fs::File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    if sync {
-        f.sync_all().map_err(io)?;
-    }
-    drop(f);
-    fs::rename(&tmp, path).map_err(io)
-}
-
-/// Makes `dir` (and its parents) and checks that files can be written into
-/// it, so a run finds out before it measures rather than after.
-pub fn prepare_out_dir(dir: &Path) -> Result<(), ReportError> {
-    let io = |source| ReportError::Io { path: dir.to_path_buf(), source };
-    fs::create_dir_all(dir).map_err(io)?;
-    let probe = dir.join(".vramlab-write-test");
-    fs::write(&probe, b"").map_err(io)?;
-    let _ = fs::remove_file(probe);
-    Ok(())
-}
-
-/// Creates `dir` and the log file `dir/name` for a child process's output
-/// (`check --ab`'s steps): the file, opened for writing, truncated.
-pub fn create_log(dir: &Path, name: &str) -> Result<fs::File, ReportError> {
-    prepare_out_dir(dir)?;
-    let path = dir.join(name);
-    fs::File::create(&path).map_err(|source| ReportError::Io { path, source })
-}
 
 /// Writes the run's JSON (`results.json`) into `dir`; returns its path.
 /// Compact (no indentation: a third of the pretty form's size), and kernel
@@ -201,6 +122,8 @@ pub fn read_results_json(path: &Path) -> Result<RunResults, ReportError> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::fs;
+
     use super::*;
     use vramlab_suites::{CaseResult, Environment, RunOptions, SCHEMA_VERSION, SuiteResult};
 
