@@ -31,9 +31,8 @@ use cudarc::cublas::sys;
 use super::error::{CudaError, CudaResult};
 use super::gpu::Gpu;
 use super::library::CudaLib;
-use crate::alloc::Allocation;
+use crate::alloc::{Allocation, CachingAllocator};
 use crate::cpu_kernels::{self, MatmulShape};
-use crate::device::Device;
 use crate::error::{Result, TensorError};
 use crate::hooks::Tag;
 
@@ -251,25 +250,23 @@ impl Blas {
         self.handle as sys::cublasHandle_t
     }
 
-    /// Exclusive use of the handle, with its workspace allocated (from `device`'s
-    /// caching allocator, the first time) and set.
-    pub(crate) fn lock(&self, device: &Device) -> Result<BlasGuard<'_>> {
+    /// Exclusive use of the handle, with its workspace allocated (from the
+    /// caching allocator of `gpu`'s device, the first time) and set.
+    pub(crate) fn lock(&self, gpu: &Gpu, allocator: &CachingAllocator) -> Result<BlasGuard<'_>> {
         let mut workspace = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
         if workspace.is_none() {
-            if let Some(backend) = device.cuda() {
-                backend.bind().map_err(|source| TensorError::Cuda { op: "matmul", source })?;
-            }
-            let cc = device.cuda().map_or((0, 0), |b| b.info().compute_capability);
+            gpu.bind().map_err(|source| TensorError::Cuda { op: "matmul", source })?;
+            let cc = gpu.info().compute_capability;
             let config = std::env::var(WORKSPACE_CONFIG_VAR).ok();
             let bytes = workspace_bytes(cc, config.as_deref());
-            let a = device.allocator().malloc(bytes, 0, Some(Tag::Workspace))?;
+            let a = allocator.malloc(bytes, 0, Some(Tag::Workspace))?;
             // SAFETY: a live handle; the allocation holds `bytes` device bytes,
             // 512-byte aligned, and stays set until replaced or cleared.
             let set = unsafe { sys::cublasSetWorkspace_v2(self.raw(), a.addr() as *mut c_void, bytes as usize) }
                 .result()
                 .map_err(|e| CudaError::cublas("cublasSetWorkspace", e));
             if let Err(source) = set {
-                let _ = device.allocator().free(a);
+                let _ = allocator.free(a);
                 return Err(TensorError::Cuda { op: "matmul", source });
             }
             *workspace = Some(a);

@@ -83,7 +83,7 @@ pub(crate) fn matmul(
             });
         }
         Some(g) => {
-            let blas = backend.blas().map_err(cuda)?.lock(device)?;
+            let blas = backend.blas().map_err(cuda)?.lock(backend, device.allocator())?;
             let types = GemmTypes { inputs: dtype, output: dtype, tf32 };
             let (pa, pb) = (a.addr(), b.addr());
             // SAFETY: the operands and the output are live allocations of this

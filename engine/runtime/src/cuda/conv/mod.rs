@@ -237,7 +237,7 @@ fn choose_and_run(
     // Queues the im2col + cuBLAS pass on stream 0 (the caller brackets it).
     let im2col = |ws: &Im2colWorkspace, timing: &Bracket<'_>| {
         let kernels = ConvKernels::of(backend).map_err(cuda)?;
-        let blas = backend.blas().map_err(cuda)?.lock(device)?;
+        let blas = backend.blas().map_err(cuda)?.lock(backend, device.allocator())?;
         timing(&mut |s| run_im2col(&kernels, &blas, s, pass, d, dtype, (p.a, p.b, p.out), ws))
     };
 
