@@ -15,8 +15,9 @@
 //! # Files
 //!
 //! - `src/lib.rs` — the crate's map and the re-exports.
-//! - `src/device.rs` — `DeviceId`, `Device` (identity, properties, its caching allocator), the registry and
+//! - `src/device.rs` — `Device` (identity, properties, its caching allocator), the registry and
 //!   `cuda_probe`.
+//! - `src/device_id.rs` — `DeviceKind`, `DeviceId` (parsed and printed as PyTorch writes them), `DeviceError`.
 //! - `src/backend/mod.rs` — the `Backend` trait tensor ops dispatch through (one method per op over storage)
 //!   and `KernelTiming`.
 //! - `src/backend/cpu.rs` — `CpuBackend`: the CPU kernels on host slices.
@@ -80,6 +81,7 @@ pub mod autotune;
 mod backend;
 pub mod cuda;
 pub mod device;
+mod device_id;
 mod dtype;
 mod error;
 mod storage;
