@@ -1075,8 +1075,8 @@ fn check_circles(krate: &str, src: &Path, files: &[(PathBuf, String)]) -> Vec<St
         .collect();
     let name = |v: usize| files[v].0.display().to_string();
     let mut errors = Vec::new();
-    for s in 0..n {
-        let circle: Vec<usize> = (0..n).filter(|&v| reach[s][v] && reach[v][s]).collect();
+    for (s, from_s) in reach.iter().enumerate() {
+        let circle: Vec<usize> = (0..n).filter(|&v| from_s[v] && reach[v][s]).collect();
         if circle.len() < 2 || circle[0] != s {
             continue; // no circle, or one reported from its first file
         }
