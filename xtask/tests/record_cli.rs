@@ -219,9 +219,9 @@ fn an_oom_is_dumped_when_it_happens_and_answered_by_the_what_if() {
         return;
     }
     let dir = setup("oom");
-    // The H200 back-off recording holds a recorded OOM; without it, the naming is still checked.
-    let shared = root().join("../shared/fixtures/torch-2.11-h200/oom-backoff.pickle");
-    let snap = if shared.is_file() { shared } else { small() };
+    // The H200 back-off recording holds a recorded OOM, which the what-if answers.
+    let snap = root().join("tests/data/torch-2.11-h200/oom-backoff.pickle");
+    assert!(snap.is_file(), "{} is missing", snap.display());
     let s = script(
         &dir,
         "oom.py",
@@ -236,23 +236,17 @@ fn an_oom_is_dumped_when_it_happens_and_answered_by_the_what_if() {
     assert_eq!(files.len(), 3, "two OOMs and the exception: {files:?}");
     assert!(files.iter().any(|f| f.ends_with("-oom1.pickle")) && files.iter().any(|f| f.ends_with("-oom2.pickle")));
     assert!(files.iter().all(|f| f.contains("-rank3-pid")), "{files:?}");
-    if snap.ends_with("oom-backoff.pickle") {
-        assert!(stderr.contains("recorded OOM at entry 44: a request of 512.00 MiB"), "{stderr}");
-        assert!(stderr.contains("expandable_segments:True"), "{stderr}");
-        assert!(stderr.contains("max_split_size_mb:128"), "{stderr}");
-        // The smaller-batch answer: a model, said to be one.
-        assert!(
-            stderr.contains("smaller batch: yes, 43/64 of the recorded batch fits: peak reserved 2.87 GiB"),
-            "{stderr}"
-        );
-        assert!(stderr.contains("(a model, not PyTorch's number: activation and temporary requests scaled by k"));
-        let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
-        assert!(html.contains("expandable_segments:True"), "{html}");
-    } else {
-        eprintln!(
-            "note: ../shared/fixtures/torch-2.11-h200/oom-backoff.pickle absent: the what-if answer is not checked"
-        );
-    }
+    assert!(stderr.contains("recorded OOM at entry 44: a request of 512.00 MiB"), "{stderr}");
+    assert!(stderr.contains("expandable_segments:True"), "{stderr}");
+    assert!(stderr.contains("max_split_size_mb:128"), "{stderr}");
+    // The smaller-batch answer: a model, said to be one.
+    assert!(
+        stderr.contains("smaller batch: yes, 43/64 of the recorded batch fits: peak reserved 2.87 GiB"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(a model, not PyTorch's number: activation and temporary requests scaled by k"));
+    let html = fs::read_to_string(dir.join("out/report/index.html")).unwrap();
+    assert!(html.contains("expandable_segments:True"), "{html}");
     let _ = fs::remove_dir_all(&dir);
 }
 

@@ -305,12 +305,8 @@ fn several_snapshots_are_one_report_a_row_per_rank_and_device() {
 
 #[test]
 fn a_recorded_oom_replayed_as_a_failure_is_not_called_a_new_one() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/torch-2.11-h200/oom-backoff.pickle");
-    if !path.is_file() {
-        eprintln!("skipped: {} absent", path.display());
-        return;
-    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-2.11-h200/oom-backoff.pickle");
+    assert!(path.is_file(), "{} is missing", path.display());
     let o = xtask(&["replay", path.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
