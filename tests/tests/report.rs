@@ -4,7 +4,7 @@
 //! no console error, no network request, charts with a size, hovering the
 //! timeline shows a value, screenshots at 1280 px and 390 px under
 //! `target/report-screenshots/`. Without chromium the browser test prints
-//! `skipped: no chromium (…)` and passes.
+//! `skipped: no chromium (…)` and passes, except in CI (`CI` set), where it fails.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -230,11 +230,18 @@ fn html_text_escaping_markdown_and_chart_files() {
     assert!(trace["traceEvents"].as_array().unwrap().iter().any(|e| e["ph"] == "X" && e["name"] == "forward"));
 }
 
+/// The browser, or `None` (the test then says it skipped) — except in CI
+/// (`CI` set), where a missing browser fails the test: `.ci/run` installs it.
 fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
+    let found = ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
         let out = Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().ok()?;
         out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
+    });
+    assert!(
+        found.is_some() || std::env::var_os("CI").is_none(),
+        "no chromium on PATH in CI: install Debian's chromium package (.ci/run does)"
+    );
+    found
 }
 
 fn chromium_run(browser: &Path, profile: &Path, args: &[String]) -> std::process::Output {

@@ -11,7 +11,7 @@
 //! two-finger pinch, and its hover names a band's call path with a stack.
 //! Two results files compared (`diff A.json B.json`): the terminal table,
 //! `--json` and the page. Without chromium it checks the HTML alone and prints
-//! `skipped: no chromium (…)`.
+//! `skipped: no chromium (…)`; in CI (`CI` set) a missing chromium fails the test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,11 +42,18 @@ fn results(peak: u64, activation: u64, median_ns: f64) -> String {
     )
 }
 
+/// The browser, or `None` (the test then says it skipped) — except in CI
+/// (`CI` set), where a missing browser fails the test: `.ci/run` installs it.
 fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
+    let found = ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
         let out = Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().ok()?;
         out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
+    });
+    assert!(
+        found.is_some() || std::env::var_os("CI").is_none(),
+        "no chromium on PATH in CI: install Debian's chromium package (.ci/run does)"
+    );
+    found
 }
 
 fn chromium_run(browser: &Path, profile: &Path, args: &[String]) -> std::process::Output {
