@@ -116,26 +116,7 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, chart, suite, timed};
-    use crate::schema::{CaseResult, Outcome};
-
-    fn op_case(dev: &str, i: usize, flops: f64, ns: f64) -> CaseResult {
-        let size = format!("s{i}");
-        timed(
-            case(
-                &format!("matmul/{dev}/{size}"),
-                &[
-                    ("op", "matmul".into()),
-                    ("device", dev.into()),
-                    ("size", size.into()),
-                    ("size_index", i.into()),
-                    ("flops", flops.into()),
-                ],
-                &[],
-            ),
-            ns,
-        )
-    }
+    use crate::testing::{chart, cpu_vs_gpu_without_gpu, matmul_case as op_case, suite};
 
     #[test]
     fn the_crossover_is_marked_where_the_lines_cross() {
@@ -166,9 +147,7 @@ mod tests {
 
     #[test]
     fn without_a_gpu_the_speedups_say_why() {
-        let mut gpu = case("matmul/gpu", &[("op", "matmul".into()), ("device", "gpu".into())], &[]);
-        gpu.outcome = Outcome::NotAvailable { reason: "no CUDA driver".into() };
-        let charts = charts(&suite("cpu-vs-gpu", vec![op_case("cpu", 0, 1e3, 1_000.0), gpu]));
+        let charts = charts(&cpu_vs_gpu_without_gpu());
         let ChartKind::Unavailable { reason } = chart(&charts, "speedup") else { panic!("the speedups need a GPU") };
         assert!(reason.contains("no CUDA driver"), "{reason}");
         let ChartKind::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
