@@ -60,6 +60,21 @@ pub fn matmul_case(dev: &str, i: usize, flops: f64, ns: f64) -> CaseResult {
     )
 }
 
+/// Matmuls at s0, s1 and s2 (1 k, 100 k and 10 MFLOP) on the CPU, then the
+/// same on the GPU: the GPU loses at s0 and s1 (at s1 it takes twice the CPU's
+/// time) and wins at s2 (a tenth), so on log axes the lines cross ln 2 / (ln 2
+/// + ln 10) = 0.231 of the way from 1e5 to 1e7 FLOP: 10^(5 + 2 × 0.231) = 290 kFLOP.
+pub fn matmul_crossing() -> Vec<CaseResult> {
+    vec![
+        matmul_case("cpu", 0, 1e3, 1_000.0),
+        matmul_case("cpu", 1, 1e5, 10_000.0),
+        matmul_case("cpu", 2, 1e7, 1_000_000.0),
+        matmul_case("gpu", 0, 1e3, 5_000.0),
+        matmul_case("gpu", 1, 1e5, 20_000.0),
+        matmul_case("gpu", 2, 1e7, 100_000.0),
+    ]
+}
+
 /// The cpu-vs-gpu suite with one CPU matmul (1 kFLOP in 1 µs) and a GPU side
 /// that was not available: "no CUDA driver".
 pub fn cpu_vs_gpu_without_gpu() -> SuiteResult {

@@ -29,7 +29,7 @@ pub fn for_suite(suite: &SuiteResult) -> Option<Vec<Named>> {
 #[cfg(test)]
 pub(crate) mod tests {
     use vramlab_suites::testing::{
-        async_without_device_events, autotune_conv_a, cpu_vs_gpu_without_gpu, matmul_case as op_case,
+        async_without_device_events, autotune_conv_a, cpu_vs_gpu_without_gpu, matmul_case as op_case, matmul_crossing,
         memory_sweep as sweep, suite,
     };
 
@@ -62,20 +62,10 @@ pub(crate) mod tests {
     fn crossover_is_marked_where_the_time_lines_cross() {
         // The GPU loses at s0 and s1 and wins from s2 up: at s1 it takes twice the CPU's time, at
         // s2 a tenth, so the lines cross 0.231 of the way in log FLOP from 1e5 to 1e7: 290 kFLOP.
-        let cases = vec![
-            op_case("cpu", 0, 1e3, 1_000.0),
-            op_case("cpu", 1, 1e5, 10_000.0),
-            op_case("cpu", 2, 1e7, 1_000_000.0),
-            op_case("cpu", 3, 1e9, 100_000_000.0),
-            op_case("gpu", 0, 1e3, 5_000.0),
-            op_case("gpu", 1, 1e5, 20_000.0),
-            {
-                let mut c = op_case("gpu", 2, 1e7, 100_000.0);
-                c.metrics.insert("speedup_vs_cpu_ratio".into(), 10.0);
-                c
-            },
-            op_case("gpu", 3, 1e9, 1_000_000.0),
-        ];
+        // The GPU's s2 (the sixth case) records its speedup; s3 lies past the crossing on both.
+        let mut cases = matmul_crossing();
+        cases[5].metrics.insert("speedup_vs_cpu_ratio".into(), 10.0);
+        cases.extend([op_case("cpu", 3, 1e9, 100_000_000.0), op_case("gpu", 3, 1e9, 1_000_000.0)]);
         let charts = declared(&suite("cpu-vs-gpu", cases));
         let Chart::Lines { lines, .. } = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
         assert_eq!(lines.x_marks.len(), 1);
