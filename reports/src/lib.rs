@@ -32,6 +32,7 @@
 //! - `src/memory_snapshot.rs` — bench cases' snapshots as pickle files
 //! - `src/history.rs` — the run history in SQLite, change points, noise floors
 //! - `src/stores.rs` — `FileTuningStore`, the autotuner's cache in a file
+//! - `src/testing.rs` — the headless chromium the browser tests drive (the `testing` feature only)
 //! - `src/check/` — the regression check: `mod.rs` (`compare_runs`), `model.rs` (its types), `runs.rs` (run
 //!   sets, their files, machine differences), `matching.rs`, `figures.rs`, `judge.rs`, `output.rs` (the
 //!   pipeline's steps), `stats.rs` (bootstrap, t, BH), `config.rs` (`vramlab.toml`), `export.rs` (other
@@ -58,6 +59,8 @@ pub mod report;
 pub mod results_diff;
 mod stores;
 pub mod suite_charts;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tidy;
 pub mod trace;
 pub mod trend_chart;
