@@ -81,60 +81,10 @@ pub(crate) fn distinct<'a>(cases: impl IntoIterator<Item = &'a CaseResult>, name
     out
 }
 
-/// Results to test the suites' chart code on.
-#[cfg(test)]
-pub(crate) mod testing {
-    use std::collections::BTreeMap;
-
-    use vramlab_display::chart::{ChartKind, ChartSpec};
-
-    use crate::harness::summarize;
-
-    use crate::schema::{CaseResult, Outcome, SuiteResult};
-
-    pub(crate) fn case(name: &str, params: &[(&str, serde_json::Value)], metrics: &[(&str, f64)]) -> CaseResult {
-        CaseResult {
-            name: name.into(),
-            params: params.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
-            outcome: Outcome::Ok,
-            timing: None,
-            metrics: metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect::<BTreeMap<_, _>>(),
-            memory: None,
-            notes: vec![],
-            duration_ns: 1,
-            timeline: None,
-            categories: None,
-            kernels: Vec::new(),
-        }
-    }
-
-    pub(crate) fn timed(mut c: CaseResult, ns: f64) -> CaseResult {
-        c.timing = Some(summarize(vec![ns; 5], 1, "host"));
-        c
-    }
-
-    pub(crate) fn suite(name: &str, cases: Vec<CaseResult>) -> SuiteResult {
-        SuiteResult {
-            name: name.into(),
-            description: "test".into(),
-            device: "cpu".into(),
-            duration_ns: 1,
-            cases,
-            findings: vec![],
-            charts: vec![],
-        }
-    }
-
-    /// The chart called `name` among `charts`.
-    pub(crate) fn chart<'a>(charts: &'a [ChartSpec], name: &str) -> &'a ChartKind {
-        &charts.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no chart {name}")).kind
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::testing::suite;
     use super::*;
+    use crate::testing::suite;
 
     #[test]
     fn stored_charts_come_first_then_the_suites_own() {

@@ -14,6 +14,8 @@
 //! - `src/schema.rs` — the versioned results (`RunResults` → `SuiteResult` → `CaseResult`), findings, timelines
 //! - `src/env.rs` — the machine the run measured
 //! - `src/charts.rs` — `declared_charts` and the readers the suites' chart code shares (charts are display's model)
+//! - `src/testing.rs` — results to test chart code on (cases, suites, the chart suites' case sets); tests and the
+//!   `testing` feature only
 //! - `src/suites/mod.rs` — the suites in run order, and one found by its name
 //! - `src/suites/common.rs` — what the suites share when they judge (`faster_by`'s margins, a case, a metric)
 //! - `src/suites/devices.rs` — the devices and their round trips (no charts of its own)
@@ -32,6 +34,8 @@ pub mod runner;
 pub mod schema;
 pub mod suite;
 pub mod suites;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use charts::declared_charts;
 pub use harness::{HarnessConfig, measure};

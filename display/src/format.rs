@@ -1,7 +1,7 @@
 //! The one formatting module: byte counts in binary units ([`fmt_bytes`]),
-//! signed byte changes ([`fmt_signed_bytes`]) and durations
-//! ([`fmt_ns`]), with the unit table size arguments also accept
-//! ([`BYTE_UNITS`]).
+//! changes with their sign ([`fmt_change`], [`fmt_count_change`],
+//! [`fmt_relative`]) and durations ([`fmt_ns`]), with the unit table size
+//! arguments also accept ([`BYTE_UNITS`]).
 
 /// Bytes in a kibibyte.
 pub const KIB: u64 = 1 << 10;
@@ -23,14 +23,37 @@ pub fn fmt_bytes(bytes: u64) -> String {
     if unit == 1 { format!("{bytes} B") } else { format!("{:.2} {name}", bytes as f64 / unit as f64) }
 }
 
-/// A change in bytes with its sign: `+1.50 KiB`, `-512 B`, `0 B`.
-pub fn fmt_signed_bytes(change: i64) -> String {
-    let sign = match change.signum() {
-        1 => "+",
-        -1 => "-",
-        _ => "",
-    };
-    format!("{sign}{}", fmt_bytes(change.unsigned_abs()))
+/// A signed byte change as the pages and the terminal show it: "+12.00 MiB",
+/// "−3.00 KiB", "no change".
+pub fn fmt_change(bytes: i64) -> String {
+    match bytes {
+        0 => "no change".to_owned(),
+        b if b > 0 => format!("+{}", fmt_bytes(b.unsigned_abs())),
+        b => format!("−{}", fmt_bytes(b.unsigned_abs())),
+    }
+}
+
+/// A signed count change: "+3", "−1", "no change".
+pub fn fmt_count_change(before: u64, after: u64) -> String {
+    match after.cmp(&before) {
+        std::cmp::Ordering::Equal => "no change".to_owned(),
+        std::cmp::Ordering::Greater => format!("+{}", after - before),
+        std::cmp::Ordering::Less => format!("−{}", before - after),
+    }
+}
+
+/// The change relative to `before`, " (+12.5 %)" (" (×100)" from tenfold up), or "" when
+/// `before` is 0 or nothing changed.
+pub fn fmt_relative(before: u64, change: i64) -> String {
+    if before == 0 || change == 0 {
+        return String::new();
+    }
+    let pct = change as f64 / before as f64 * 100.0;
+    if pct >= 1000.0 {
+        // "+204463.0 %" says less than "×2045".
+        return format!(" (×{:.0})", (before as f64 + change as f64) / before as f64);
+    }
+    format!(" ({pct:+.1} %)").replace('-', "−")
 }
 
 /// Nanoseconds in the largest fitting unit, its sign kept: `850 ns`,
@@ -70,11 +93,15 @@ mod tests {
     }
 
     #[test]
-    fn signed_changes() {
-        assert_eq!(fmt_signed_bytes(1536), "+1.50 KiB");
-        assert_eq!(fmt_signed_bytes(-512), "-512 B");
-        assert_eq!(fmt_signed_bytes(0), "0 B");
-        assert_eq!(fmt_signed_bytes(i64::MIN), "-8388608.00 TiB");
+    fn changes_read_with_their_sign() {
+        assert_eq!(fmt_change(0), "no change");
+        assert_eq!(fmt_change(2 << 20), "+2.00 MiB");
+        assert_eq!(fmt_change(-(3 << 10)), "−3.00 KiB");
+        assert_eq!(fmt_count_change(3, 1), "−2");
+        assert_eq!(fmt_relative(200, 50), " (+25.0 %)");
+        assert_eq!(fmt_relative(0, 50), "");
+        assert_eq!(fmt_relative(400, -4), " (−1.0 %)");
+        assert_eq!(fmt_relative(10, 990), " (×100)");
     }
 
     #[test]

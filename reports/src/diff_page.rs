@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use vramlab_display::format::fmt_bytes;
+use vramlab_display::format::{fmt_bytes, fmt_change, fmt_count_change, fmt_relative};
 use vramlab_snapshot::{DiffSide, SnapshotDiff};
 
 use crate::replay_page::Fact;
@@ -18,39 +18,6 @@ use crate::{ReportError, prepare_out_dir};
 
 /// Call-path rows on the page (the rest are counted; `--json` has them all).
 pub const MAX_PATH_ROWS: usize = 50;
-
-/// A signed byte change as the pages and the terminal show it: "+12.00 MiB",
-/// "−3.00 KiB", "no change".
-pub fn fmt_change(bytes: i64) -> String {
-    match bytes {
-        0 => "no change".to_owned(),
-        b if b > 0 => format!("+{}", fmt_bytes(b.unsigned_abs())),
-        b => format!("−{}", fmt_bytes(b.unsigned_abs())),
-    }
-}
-
-/// A signed count change: "+3", "−1", "no change".
-pub fn fmt_count_change(before: u64, after: u64) -> String {
-    match after.cmp(&before) {
-        std::cmp::Ordering::Equal => "no change".to_owned(),
-        std::cmp::Ordering::Greater => format!("+{}", after - before),
-        std::cmp::Ordering::Less => format!("−{}", before - after),
-    }
-}
-
-/// The change relative to `before`, " (+12.5 %)" (" (×100)" from tenfold up), or "" when
-/// `before` is 0 or nothing changed.
-pub fn fmt_relative(before: u64, change: i64) -> String {
-    if before == 0 || change == 0 {
-        return String::new();
-    }
-    let pct = change as f64 / before as f64 * 100.0;
-    if pct >= 1000.0 {
-        // "+204463.0 %" says less than "×2045".
-        return format!(" (×{:.0})", (before as f64 + change as f64) / before as f64);
-    }
-    format!(" ({pct:+.1} %)").replace('-', "−")
-}
 
 /// One figure before and after.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -225,18 +192,6 @@ pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, Report
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn changes_read_with_their_sign() {
-        assert_eq!(fmt_change(0), "no change");
-        assert_eq!(fmt_change(2 << 20), "+2.00 MiB");
-        assert_eq!(fmt_change(-(3 << 10)), "−3.00 KiB");
-        assert_eq!(fmt_count_change(3, 1), "−2");
-        assert_eq!(fmt_relative(200, 50), " (+25.0 %)");
-        assert_eq!(fmt_relative(0, 50), "");
-        assert_eq!(fmt_relative(400, -4), " (−1.0 %)");
-        assert_eq!(fmt_relative(10, 990), " (×100)");
-    }
 
     #[test]
     fn the_page_of_a_snapshot_against_itself() {

@@ -26,13 +26,14 @@
 //! - `src/trends.rs` — the report's Trends section
 //! - `src/replay_page.rs` — the replay and what-if pages (memory charts of the chart model, the segment map)
 //! - `src/replay_doc.rs` — the replay's document model: what `replay` prints, its `--json` and the page's facts
-//! - `src/diff_page.rs` — the page of two snapshots compared, and signed changes
+//! - `src/diff_page.rs` — the page of two snapshots compared
 //! - `src/results_diff.rs` — two results files compared case by case, and its page
 //! - `src/peak_table.rs` — the "who holds the memory" tables
 //! - `src/record.rs` — `vramlab record`'s hook folder and index page
 //! - `src/memory_snapshot.rs` — bench cases' snapshots as pickle files
 //! - `src/history.rs` — the run history in SQLite, change points, noise floors
 //! - `src/stores.rs` — `FileTuningStore`, the autotuner's cache in a file
+//! - `src/testing.rs` — the headless chromium the browser tests drive (the `testing` feature only)
 //! - `src/check/` — the regression check: `mod.rs` (`compare_runs`), `model.rs` (its types), `runs.rs` (run
 //!   sets, their files, machine differences), `matching.rs`, `figures.rs`, `judge.rs`, `output.rs` (the
 //!   pipeline's steps), `stats.rs` (bootstrap, t, BH), `config.rs` (`vramlab.toml`), `export.rs` (other
@@ -60,6 +61,8 @@ pub mod report;
 pub mod results_diff;
 mod stores;
 pub mod suite_charts;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tidy;
 pub mod trace;
 pub mod trend_chart;

@@ -13,9 +13,9 @@ use serde::Serialize;
 use vramlab_display::format::{fmt_bytes, fmt_ns};
 use vramlab_suites::{CaseResult, Outcome, RunResults};
 
-use crate::diff_page::{fmt_change, fmt_relative};
 use crate::replay_page::Fact;
 use crate::{ReportError, prepare_out_dir};
+use vramlab_display::format::{fmt_change, fmt_relative};
 
 /// One side of the comparison.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

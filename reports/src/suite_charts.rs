@@ -28,57 +28,17 @@ pub fn for_suite(suite: &SuiteResult) -> Option<Vec<Named>> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use vramlab_suites::harness::summarize;
-    use vramlab_suites::{CaseResult, Outcome};
+    use vramlab_suites::testing::{
+        async_without_device_events, autotune_conv_a, cpu_vs_gpu_without_gpu, matmul_case as op_case, matmul_crossing,
+        memory_sweep as sweep, suite,
+    };
 
     use super::*;
     use crate::plot::line_layout;
 
-    pub(crate) fn case(name: &str, params: &[(&str, serde_json::Value)], metrics: &[(&str, f64)]) -> CaseResult {
-        CaseResult::ok(name)
-            .with_params(params.iter().map(|(k, v)| ((*k).to_owned(), v.clone())))
-            .with_metrics(metrics.iter().map(|(k, v)| ((*k).to_owned(), *v)))
-            .with_duration_ns(1)
-    }
-
-    pub(crate) fn timed(mut c: CaseResult, ns: f64) -> CaseResult {
-        c.timing = Some(summarize(vec![ns; 5], 1, "host"));
-        c
-    }
-
-    pub(crate) fn suite(name: &str, cases: Vec<CaseResult>) -> SuiteResult {
-        SuiteResult {
-            name: name.into(),
-            description: "test".into(),
-            device: "cpu".into(),
-            duration_ns: 1,
-            cases,
-            findings: vec![],
-            charts: vec![],
-        }
-    }
-
     /// The charts the suite of `s`'s name declares for it, drawn.
     fn declared(s: &SuiteResult) -> Vec<Named> {
         for_suite(s).unwrap_or_else(|| panic!("{} declares charts", s.name))
-    }
-
-    fn op_case(dev: &str, i: usize, flops: f64, ns: f64) -> CaseResult {
-        let size = format!("s{i}");
-        timed(
-            case(
-                &format!("matmul/{dev}/{size}"),
-                &[
-                    ("op", "matmul".into()),
-                    ("device", dev.into()),
-                    ("size", size.into()),
-                    ("size_index", i.into()),
-                    ("flops", flops.into()),
-                ],
-                &[],
-            ),
-            ns,
-        )
     }
 
     /// The `<text>` element showing `label`: its x and y.
@@ -102,20 +62,10 @@ pub(crate) mod tests {
     fn crossover_is_marked_where_the_time_lines_cross() {
         // The GPU loses at s0 and s1 and wins from s2 up: at s1 it takes twice the CPU's time, at
         // s2 a tenth, so the lines cross 0.231 of the way in log FLOP from 1e5 to 1e7: 290 kFLOP.
-        let cases = vec![
-            op_case("cpu", 0, 1e3, 1_000.0),
-            op_case("cpu", 1, 1e5, 10_000.0),
-            op_case("cpu", 2, 1e7, 1_000_000.0),
-            op_case("cpu", 3, 1e9, 100_000_000.0),
-            op_case("gpu", 0, 1e3, 5_000.0),
-            op_case("gpu", 1, 1e5, 20_000.0),
-            {
-                let mut c = op_case("gpu", 2, 1e7, 100_000.0);
-                c.metrics.insert("speedup_vs_cpu_ratio".into(), 10.0);
-                c
-            },
-            op_case("gpu", 3, 1e9, 1_000_000.0),
-        ];
+        // The GPU's s2 (the sixth case) records its speedup; s3 lies past the crossing on both.
+        let mut cases = matmul_crossing();
+        cases[5].metrics.insert("speedup_vs_cpu_ratio".into(), 10.0);
+        cases.extend([op_case("cpu", 3, 1e9, 100_000_000.0), op_case("gpu", 3, 1e9, 1_000_000.0)]);
         let charts = declared(&suite("cpu-vs-gpu", cases));
         let Chart::Lines { lines, .. } = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
         assert_eq!(lines.x_marks.len(), 1);
@@ -139,33 +89,11 @@ pub(crate) mod tests {
         let Chart::Lines { lines, .. } = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
         assert!(lines.x_marks.is_empty());
         assert!(lines.notes.iter().any(|n| n.contains("does not win")));
-        let mut gpu = case("matmul/gpu", &[("op", "matmul".into()), ("device", "gpu".into())], &[]);
-        gpu.outcome = Outcome::NotAvailable { reason: "no CUDA driver".into() };
-        let charts = declared(&suite("cpu-vs-gpu", vec![op_case("cpu", 0, 1e3, 1_000.0), gpu]));
+        let charts = declared(&cpu_vs_gpu_without_gpu());
         let Chart::Unavailable { reason, .. } = chart(&charts, "speedup") else { panic!("the speedups need a GPU") };
         assert!(reason.contains("no CUDA driver"), "{reason}");
         let svg = chart(&charts, "matmul-time-by-size").svg().unwrap();
         assert!(svg.contains("GPU side matmul/gpu: not available: no CUDA driver"), "{svg}");
-    }
-
-    fn sweep() -> CaseResult {
-        let mib = (1u64 << 20) as f64;
-        let mut c = case(
-            "batch_size_sweep",
-            &[("capacity_bytes", (4u64 << 20).into())],
-            &[
-                ("capacity_bytes", 4.0 * mib),
-                ("oom_batch_count", 1024.0),
-                ("largest_fitting_batch_count", 768.0),
-                ("largest_fitting_peak_allocated_bytes", 3.0 * mib),
-            ],
-        );
-        c.notes.push(
-            "trials: 256 fits (peak 1.00 MiB); 512 fits (peak 2.00 MiB); 1024 out of memory in forward (requested \
-             4.00 MiB); 768 fits (peak 3.00 MiB)"
-                .into(),
-        );
-        c
     }
 
     #[test]
@@ -192,35 +120,7 @@ pub(crate) mod tests {
 
     #[test]
     fn autotune_marks_the_chosen_candidate_and_the_break_even() {
-        let shape = |mode: &str, ns: f64, alg: &str, metrics: &[(&str, f64)]| {
-            let mut c = timed(
-                case(
-                    &format!("conv_a/{mode}"),
-                    &[("shape", "conv_a".into()), ("op", "conv2d_forward".into()), ("mode", mode.into())],
-                    metrics,
-                ),
-                ns,
-            );
-            c.notes.push(format!("algorithm: {alg}"));
-            c
-        };
-        let s = suite(
-            "autotune",
-            vec![
-                shape("off", 2_000.0, "direct", &[]),
-                shape(
-                    "benchmark",
-                    1_000.0,
-                    "gemm",
-                    &[
-                        ("candidate_direct_median_ns", 2_000.0),
-                        ("candidate_gemm_median_ns", 1_000.0),
-                        ("tuning_ns", 50_000.0),
-                        ("payback_calls_count", 50.0),
-                    ],
-                ),
-            ],
-        );
+        let s = autotune_conv_a();
         let charts = declared(&s);
         let svg = chart(&charts, "convolution-candidates").svg().unwrap();
         assert!(svg.contains("\n1.00 µs — chosen\n"), "{svg}");
@@ -239,16 +139,7 @@ pub(crate) mod tests {
 
     #[test]
     fn async_without_device_events_says_why_beside_the_host_clocks() {
-        let mut events = case("device_events", &[], &[]);
-        events.outcome = Outcome::NotAvailable { reason: "the CPU backend runs synchronously".into() };
-        let s = suite(
-            "async",
-            vec![
-                timed(case("host_clock/no_sync", &[("shape", "8x8x8".into())], &[]), 100.0),
-                timed(case("host_clock/synchronized", &[], &[]), 900.0),
-                events,
-            ],
-        );
+        let s = async_without_device_events();
         let svg = chart(&declared(&s), "host-vs-device").svg().unwrap();
         assert!(svg.contains("\n100 ns\n") && svg.contains("\n900 ns\n"), "{svg}");
         assert!(svg.contains("device events (the kernel&apos;s time): not available: the CPU backend runs"), "{svg}");

@@ -69,7 +69,8 @@
 //!   fidelity check, bad files, export round trips.
 //! - `tests/partial_traces.rs` — recordings cut short: the rewound start, windows.
 //! - `tests/torch_snapshots.rs` — six real PyTorch 2.11 snapshots replayed exactly.
-//! - `tests/shared_fixtures.rs` — the H200 snapshots (when present): every stat equal.
+//! - `tests/h200_recordings.rs` — the H200 snapshots: every stat equal.
+//! - `tests/common/mod.rs` — the H200 recordings' folder and PyTorch's stats.
 //! - `tests/recorded_oom.rs` — recorded OOMs: the inferred limit, the releases.
 //! - `tests/record_stream.rs` — a `record_stream` free pending at the dump.
 //! - `benches/snapshot.rs` — import plus replay of a 2-million-entry snapshot.

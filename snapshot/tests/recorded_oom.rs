@@ -1,16 +1,16 @@
 //! Recorded out-of-memory errors and whose releases a trace's segment frees
 //! were: the real OOM back-off snapshot PyTorch 2.11 recorded on an H200
-//! (`../shared/fixtures/torch-2.11-h200/oom-backoff.pickle`, a 3 GiB limit set
+//! (`tests/data/torch-2.11-h200/oom-backoff.pickle`, a 3 GiB limit set
 //! with `set_per_process_memory_fraction`) replays with its failed request made
 //! again — every `memory_stats()` key equal to PyTorch's, `num_alloc_retries`
 //! and `num_ooms` included — and hand-made traces pin the capacity inference,
 //! the release classification and garbage collection under a memory fraction.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+mod common;
+
 use std::sync::Arc;
 
-use serde_json::Value;
+use common::{h200_dir, torch_stats};
 use vramlab_allocator::AllocatorConfig;
 use vramlab_allocator::consts::MIB;
 use vramlab_snapshot::{
@@ -18,25 +18,9 @@ use vramlab_snapshot::{
     replay_snapshot, what_if,
 };
 
-fn shared_fixtures() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/torch-2.11-h200");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!("skipped: {} is absent (CI has the shared fixtures; a clone may not)", dir.display());
-        None
-    }
-}
-
-fn torch_stats(dir: &std::path::Path, name: &str) -> BTreeMap<String, i64> {
-    let text = std::fs::read_to_string(dir.join(format!("{name}.stats.json"))).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    v["memory_stats"].as_object().unwrap().iter().map(|(k, n)| (k.clone(), n.as_i64().unwrap())).collect()
-}
-
 #[test]
 fn the_oom_backoff_snapshot_replays_its_failed_request_and_gives_pytorchs_memory_stats() {
-    let Some(dir) = shared_fixtures() else { return };
+    let dir = h200_dir();
     let snapshot = read_snapshot_file(&dir.join("oom-backoff.pickle")).unwrap();
     let torch = torch_stats(&dir, "oom-backoff");
     let r = replay_snapshot(&snapshot, &SnapshotReplayOptions::default()).unwrap();
@@ -81,7 +65,7 @@ fn the_oom_backoff_snapshot_replays_its_failed_request_and_gives_pytorchs_memory
 
 #[test]
 fn whatif_of_the_oom_backoff_snapshot_says_whether_each_setting_avoids_the_recorded_oom() {
-    let Some(dir) = shared_fixtures() else { return };
+    let dir = h200_dir();
     let snapshot = read_snapshot_file(&dir.join("oom-backoff.pickle")).unwrap();
     let configs = [None, Some(AllocatorConfig::parse("expandable_segments:True").unwrap())];
     let results = what_if(&snapshot, &SnapshotReplayOptions::default(), &configs).unwrap();

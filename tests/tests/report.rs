@@ -4,12 +4,12 @@
 //! no console error, no network request, charts with a size, hovering the
 //! timeline shows a value, screenshots at 1280 px and 390 px under
 //! `target/report-screenshots/`. Without chromium the browser test prints
-//! `skipped: no chromium (…)` and passes.
+//! `skipped: no chromium (…)` and passes, except in CI (`CI` set), where it fails.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use vramlab_reports::testing::{chromium, chromium_run};
 use vramlab_suites::{
     CaseResult, CategoryStack, Environment, Finding, MemoryPeaks, MemoryTimeline, PhaseBand, RunOptions, RunResults,
     SCHEMA_VERSION, Series, SuiteResult, Verdict,
@@ -228,33 +228,6 @@ fn html_text_escaping_markdown_and_chart_files() {
     // The trace opens as Chrome trace JSON.
     let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(files.trace_json.unwrap()).unwrap()).unwrap();
     assert!(trace["traceEvents"].as_array().unwrap().iter().any(|e| e["ph"] == "X" && e["name"] == "forward"));
-}
-
-fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
-        let out = Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().ok()?;
-        out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-}
-
-fn chromium_run(browser: &Path, profile: &Path, args: &[String]) -> std::process::Output {
-    Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--enable-logging=stderr",
-            "--v=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .output()
-        .expect("chromium runs")
 }
 
 #[test]

@@ -16,7 +16,8 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::Serialize;
 use vramlab_display::format::fmt_bytes;
-use vramlab_reports::diff_page::{self, fmt_change, fmt_relative};
+use vramlab_display::format::{fmt_change, fmt_count_change, fmt_relative};
+use vramlab_reports::diff_page;
 use vramlab_reports::results_diff::{self, ResultsDiff};
 use vramlab_snapshot::{self as snapshot, Snapshot, SnapshotDiff, SnapshotReplayOptions};
 
@@ -240,7 +241,7 @@ pub fn text(d: &SnapshotDiff) -> String {
             fmt_bytes(s.size_bytes),
             s.before,
             s.after,
-            diff_page::fmt_count_change(s.before, s.after)
+            fmt_count_change(s.before, s.after)
         );
     }
     t

@@ -11,10 +11,12 @@
 //! two-finger pinch, and its hover names a band's call path with a stack.
 //! Two results files compared (`diff A.json B.json`): the terminal table,
 //! `--json` and the page. Without chromium it checks the HTML alone and prints
-//! `skipped: no chromium (…)`.
+//! `skipped: no chromium (…)`; in CI (`CI` set) a missing chromium fails the test.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
+use vramlab_reports::testing::{chromium, chromium_run};
 
 mod terminal;
 
@@ -40,33 +42,6 @@ fn results(peak: u64, activation: u64, median_ns: f64) -> String {
         reserved = peak + (4 << 20),
         m = median_ns
     )
-}
-
-fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|name| {
-        let out = Command::new("sh").arg("-c").arg(format!("command -v {name}")).output().ok()?;
-        out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    })
-}
-
-fn chromium_run(browser: &Path, profile: &Path, args: &[String]) -> std::process::Output {
-    Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--enable-logging=stderr",
-            "--v=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .output()
-        .expect("chromium runs")
 }
 
 /// The value of `data-NAME="…"` on the dumped page's body.

@@ -69,7 +69,7 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, chart, suite, timed};
+    use crate::testing::{case, chart, suite, timed};
 
     #[test]
     fn cached_and_raw_are_two_lines_and_the_recording_overhead_is_noted() {

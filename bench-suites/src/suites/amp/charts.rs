@@ -55,8 +55,8 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, chart, suite, timed};
     use crate::schema::Outcome;
+    use crate::testing::{case, chart, suite, timed};
 
     #[test]
     fn precisions_keep_their_series_and_a_missing_one_is_noted() {

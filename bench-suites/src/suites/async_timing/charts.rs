@@ -45,21 +45,11 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, suite, timed};
-    use crate::schema::Outcome;
+    use crate::testing::async_without_device_events;
 
     #[test]
     fn without_device_events_the_host_clocks_are_drawn_and_the_reason_noted() {
-        let mut events = case("device_events", &[], &[]);
-        events.outcome = Outcome::NotAvailable { reason: "the CPU backend runs synchronously".into() };
-        let s = suite(
-            "async",
-            vec![
-                timed(case("host_clock/no_sync", &[("shape", "8x8x8".into())], &[]), 100.0),
-                timed(case("host_clock/synchronized", &[], &[]), 900.0),
-                events,
-            ],
-        );
+        let s = async_without_device_events();
         let charts = charts(&s);
         assert_eq!(charts[0].title, "async: host clock vs device time of one matmul (8x8x8)");
         let ChartKind::Bars(bars) = &charts[0].kind else { panic!("bars") };

@@ -138,39 +138,11 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, chart, suite, timed};
+    use crate::testing::{autotune_conv_a, chart};
 
     #[test]
     fn the_chosen_candidate_is_marked_and_the_break_even_lies_where_the_totals_meet() {
-        let shape = |mode: &str, ns: f64, alg: &str, metrics: &[(&str, f64)]| {
-            let mut c = timed(
-                case(
-                    &format!("conv_a/{mode}"),
-                    &[("shape", "conv_a".into()), ("op", "conv2d_forward".into()), ("mode", mode.into())],
-                    metrics,
-                ),
-                ns,
-            );
-            c.notes.push(format!("algorithm: {alg}"));
-            c
-        };
-        let s = suite(
-            "autotune",
-            vec![
-                shape("off", 2_000.0, "direct", &[]),
-                shape(
-                    "benchmark",
-                    1_000.0,
-                    "gemm",
-                    &[
-                        ("candidate_direct_median_ns", 2_000.0),
-                        ("candidate_gemm_median_ns", 1_000.0),
-                        ("tuning_ns", 50_000.0),
-                        ("payback_calls_count", 50.0),
-                    ],
-                ),
-            ],
-        );
+        let s = autotune_conv_a();
         let charts = charts(&s);
         let ChartKind::Bars(c) = chart(&charts, "convolution-candidates") else { panic!("bars") };
         let bars = &c.groups[0].bars;

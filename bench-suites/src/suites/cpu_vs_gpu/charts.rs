@@ -116,41 +116,12 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, chart, suite, timed};
-    use crate::schema::{CaseResult, Outcome};
-
-    fn op_case(dev: &str, i: usize, flops: f64, ns: f64) -> CaseResult {
-        let size = format!("s{i}");
-        timed(
-            case(
-                &format!("matmul/{dev}/{size}"),
-                &[
-                    ("op", "matmul".into()),
-                    ("device", dev.into()),
-                    ("size", size.into()),
-                    ("size_index", i.into()),
-                    ("flops", flops.into()),
-                ],
-                &[],
-            ),
-            ns,
-        )
-    }
+    use crate::testing::{chart, cpu_vs_gpu_without_gpu, matmul_crossing, suite};
 
     #[test]
     fn the_crossover_is_marked_where_the_lines_cross() {
-        // The GPU loses at s0 and s1 and wins from s2 up: at s1 it takes 2x the CPU's time, at
-        // s2 a tenth, so on log axes the lines cross ln 2 / (ln 2 + ln 10) = 0.231 of the way
-        // from 1e5 to 1e7 FLOP: 10^(5 + 2 × 0.231) = 290 kFLOP.
-        let cases = vec![
-            op_case("cpu", 0, 1e3, 1_000.0),
-            op_case("cpu", 1, 1e5, 10_000.0),
-            op_case("cpu", 2, 1e7, 1_000_000.0),
-            op_case("gpu", 0, 1e3, 5_000.0),
-            op_case("gpu", 1, 1e5, 20_000.0),
-            op_case("gpu", 2, 1e7, 100_000.0),
-        ];
-        let charts = charts(&suite("cpu-vs-gpu", cases));
+        // The crossing the cases' doc works out: 290 kFLOP.
+        let charts = charts(&suite("cpu-vs-gpu", matmul_crossing()));
         let ChartKind::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };
         assert_eq!(lines.x_marks.len(), 1);
         let expected = 10f64.powf(5.0 + 2.0 * 2f64.ln() / (2f64.ln() + 10f64.ln()));
@@ -166,9 +137,7 @@ mod tests {
 
     #[test]
     fn without_a_gpu_the_speedups_say_why() {
-        let mut gpu = case("matmul/gpu", &[("op", "matmul".into()), ("device", "gpu".into())], &[]);
-        gpu.outcome = Outcome::NotAvailable { reason: "no CUDA driver".into() };
-        let charts = charts(&suite("cpu-vs-gpu", vec![op_case("cpu", 0, 1e3, 1_000.0), gpu]));
+        let charts = charts(&cpu_vs_gpu_without_gpu());
         let ChartKind::Unavailable { reason } = chart(&charts, "speedup") else { panic!("the speedups need a GPU") };
         assert!(reason.contains("no CUDA driver"), "{reason}");
         let ChartKind::Lines(lines) = chart(&charts, "matmul-time-by-size") else { panic!("a line chart") };

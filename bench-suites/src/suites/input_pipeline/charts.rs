@@ -57,8 +57,8 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, suite};
     use crate::schema::Outcome;
+    use crate::testing::{case, suite};
 
     #[test]
     fn workers_by_throughput_per_host_memory_and_a_missing_side_noted() {

@@ -205,27 +205,7 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, chart, suite};
-
-    fn sweep() -> CaseResult {
-        let mib = (1u64 << 20) as f64;
-        let mut c = case(
-            "batch_size_sweep",
-            &[("capacity_bytes", (4u64 << 20).into())],
-            &[
-                ("capacity_bytes", 4.0 * mib),
-                ("oom_batch_count", 1024.0),
-                ("largest_fitting_batch_count", 768.0),
-                ("largest_fitting_peak_allocated_bytes", 3.0 * mib),
-            ],
-        );
-        c.notes.push(
-            "trials: 256 fits (peak 1.00 MiB); 512 fits (peak 2.00 MiB); 1024 out of memory in forward (requested \
-             4.00 MiB); 768 fits (peak 3.00 MiB)"
-                .into(),
-        );
-        c
-    }
+    use crate::testing::{chart, memory_sweep as sweep, suite};
 
     #[test]
     fn sweep_trials_parse_from_the_note() {

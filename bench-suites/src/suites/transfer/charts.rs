@@ -93,8 +93,8 @@ mod tests {
     use vramlab_display::chart::ChartKind;
 
     use super::*;
-    use crate::charts::testing::{case, suite};
     use crate::schema::Outcome;
+    use crate::testing::{case, suite};
 
     #[test]
     fn a_suite_that_did_not_run_says_why_in_every_chart() {

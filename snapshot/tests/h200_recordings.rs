@@ -1,33 +1,19 @@
-//! Real PyTorch 2.11 snapshots from an H200 in the shared fixtures folder
-//! (`shared/fixtures/torch-2.11-h200`, its README says how each was made), each
-//! with the `torch.cuda.memory_stats()` PyTorch read at the dump: the replay
-//! agrees with the recording and every statistic the trace determines equals
-//! PyTorch's; the ones it cannot determine are listed, and where the replay's
-//! value is a lower bound it is one. Skipped, with the reason printed, where the
-//! folder is absent (a checkout without the shared fixtures).
+//! Real PyTorch 2.11 snapshots from an H200 (`tests/data/torch-2.11-h200`,
+//! its README says how each was made), each with the `torch.cuda.memory_stats()`
+//! PyTorch read at the dump: the replay agrees with the recording and every
+//! statistic the trace determines equals PyTorch's; the ones it cannot
+//! determine are listed, and where the replay's value is a lower bound it is one.
+
+mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use serde_json::Value;
+use common::{h200_dir, torch_stats};
 use vramlab_snapshot::{SnapshotReplay, SnapshotReplayOptions, read_snapshot_file, replay_snapshot};
-
-fn dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/torch-2.11-h200");
-    if d.is_dir() {
-        Some(d)
-    } else {
-        println!("skipped: {} is absent (the shared fixtures are not checked out here)", d.display());
-        None
-    }
-}
 
 fn replay(dir: &std::path::Path, name: &str) -> (SnapshotReplay, BTreeMap<String, i64>) {
     let snapshot = read_snapshot_file(&dir.join(format!("{name}.pickle"))).unwrap();
-    let text = std::fs::read_to_string(dir.join(format!("{name}.stats.json"))).unwrap();
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let torch = v["memory_stats"].as_object().unwrap().iter().map(|(k, n)| (k.clone(), n.as_i64().unwrap())).collect();
-    (replay_snapshot(&snapshot, &SnapshotReplayOptions::default()).unwrap(), torch)
+    (replay_snapshot(&snapshot, &SnapshotReplayOptions::default()).unwrap(), torch_stats(dir, name))
 }
 
 /// The fidelity check agrees and every derivable statistic is PyTorch's;
@@ -53,7 +39,7 @@ fn check_exact(dir: &std::path::Path, name: &str) -> (SnapshotReplay, Vec<String
 
 #[test]
 fn a_cuda_graph_capture_replays_exactly() {
-    let Some(dir) = dir() else { return };
+    let dir = h200_dir();
     let (r, underivable) = check_exact(&dir, "cudagraph");
     // graph.__enter__'s empty_cache releases the warm-up's 20 MiB segment; the
     // capture then allocates one at the same address in the graph's pool.
@@ -69,7 +55,7 @@ fn a_cuda_graph_capture_replays_exactly() {
 
 #[test]
 fn resnet50_under_amp_and_cudnn_benchmark_matches_on_every_derivable_key() {
-    let Some(dir) = dir() else { return };
+    let dir = h200_dir();
     let (r, underivable) = check_exact(&dir, "resnet50-amp");
     // cuDNN's benchmark empty_cache() calls that released nothing: PyTorch read
     // 68, the trace shows 59 releases.
