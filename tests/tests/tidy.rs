@@ -28,8 +28,8 @@
 //! 6. **The maps are true.** Each crate's `src/lib.rs` (or `src/main.rs`
 //!    where it has no library) opens with the crate's file map: every path
 //!    that header names in backticks exists (read relative to the crate's
-//!    folder, or its `src/`; `shared/…` is the design documents beside the
-//!    repository), and every Rust file of the crate (`src/`,
+//!    folder, or its `src/`; `shared/…` names the design documents beside the
+//!    repository, which tidy does not read), and every Rust file of the crate (`src/`,
 //!    `tests/`, `benches/`, `examples/`) is named there, or a folder holding
 //!    it is. ARCHITECTURE.md names crates and key files: every path it names
 //!    in backticks exists, read in its place — relative to the root, to the
@@ -53,6 +53,10 @@
 //!    comes from. Binaries (`src/bin/`, a `main.rs` beside a `lib.rs`) are
 //!    crates of their own and not read. The circles still to break are
 //!    listed in `CIRCLES_TO_BREAK`, which may only shrink.
+//! 10. **Inside the repository.** No source file (tests included) names a
+//!    path beside or above the repository, such as `../shared/fixtures`
+//!    from a crate: a test reads only what the repository holds, so a fresh
+//!    clone runs every test. Comments may name such paths.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -422,8 +426,8 @@ fn check_architecture(text: &str, tree: &[PathBuf]) -> Vec<String> {
         }
         for (k, token) in tokens.iter().enumerate() {
             let Some(path) = map_path(token) else { continue };
-            if path.starts_with("shared/") && !tree.iter().any(|p| p.starts_with("shared")) {
-                continue;
+            if path.starts_with("shared/") {
+                continue; // beside the repository: not read (rule 10)
             }
             let found = resolve_map_path(path, &contexts, tree);
             if found.is_empty() {
@@ -494,12 +498,8 @@ fn check_crate_map(dir: &Path, map_file: &Path, source: &str, tree: &[PathBuf], 
         for (k, token) in line.split('`').skip(1).step_by(2).enumerate() {
             let Some(path) = header_path(token) else { continue };
             let path = path.trim_end_matches('/');
-            // `shared/…`: the design documents beside the repository, by their one name.
+            // `shared/…`: the design documents beside the repository, not read (rule 10).
             if path.starts_with("shared/") {
-                let present = tree.iter().any(|p| p.starts_with("shared"));
-                if present && !tree.contains(&PathBuf::from(path)) {
-                    errors.push(format!("{}:{here}: `{token}` names nothing in shared/", map_file.display()));
-                }
                 continue;
             }
             let mut candidates = vec![dir.join(path), dir.join("src").join(path)];
@@ -1142,6 +1142,49 @@ const CIRCLES_TO_BREAK: &[&[&str]] = &[
     ],
 ];
 
+/// Files that hold paths outside the repository as data to check, not to read:
+/// the tests of the rules that judge such paths.
+const OUTSIDE_PATHS_AS_DATA: &[&str] = &["tests/tests/tidy.rs", "tests/tests/docs.rs"];
+
+/// Rule 10 over one source (`path` relative to the root): every string
+/// literal that is a path whose `../` steps climb above the repository's root,
+/// read from the file's crate (the part of `path` before its `src/`, `tests/`,
+/// `benches/` or `examples/`) or, inside `include_bytes!`/`include_str!`, from
+/// the file's own folder.
+fn check_inside_repository(path: &Path, source: &str) -> Vec<String> {
+    if OUTSIDE_PATHS_AS_DATA.iter().any(|p| path == Path::new(p)) {
+        return Vec::new();
+    }
+    let parts: Vec<String> = path.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let folders = parts.len().saturating_sub(1);
+    let crate_depth = parts
+        .iter()
+        .skip(1)
+        .position(|c| ["src", "tests", "benches", "examples"].contains(&c.as_str()))
+        .map_or(folders, |i| i + 1);
+    let mut errors = Vec::new();
+    for (n, line) in source.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let pieces: Vec<&str> = code.split('"').collect();
+        for (i, literal) in pieces.iter().enumerate().skip(1).step_by(2) {
+            let steps: Vec<&str> = literal.split('/').collect();
+            let ups = steps.iter().take_while(|c| **c == "..").count();
+            let rest = steps[ups..].iter().any(|c| !c.is_empty());
+            let included = pieces[i - 1].trim_end().ends_with("include_bytes!(")
+                || pieces[i - 1].trim_end().ends_with("include_str!(");
+            let depth = if included { folders } else { crate_depth };
+            if rest && !literal.contains(' ') && ups > depth {
+                errors.push(format!(
+                    "{}:{}: \"{literal}\" reaches outside the repository; put what the test reads under tests/data/",
+                    path.display(),
+                    n + 1
+                ));
+            }
+        }
+    }
+    errors
+}
+
 /// Rule 9's messages (`circles`) less those of the circles in `known` (each
 /// the set of a circle's files), and a message for each known circle that
 /// none of `circles` is.
@@ -1201,12 +1244,6 @@ fn the_tree_is_tidy() {
     by_dir.sort_by_key(|k| std::cmp::Reverse(k.dir.as_os_str().len()));
     let mut tree = Vec::new();
     repo_tree(&root, &root, &mut tree);
-    // `shared/` (the design documents) lies beside the repository; where it is
-    // absent, names in it cannot be checked and are taken as they are.
-    let shared = root.join("../shared");
-    let mut beside = Vec::new();
-    repo_tree(&shared, &shared, &mut beside);
-    tree.extend(beside.into_iter().map(|p| Path::new("shared").join(p)));
     let mut files = 0;
     let mut circles = Vec::new();
     for k in &krates {
@@ -1226,6 +1263,7 @@ fn the_tree_is_tidy() {
             errors.extend(check_header(&rel, &source));
             errors.extend(check_generator_copy(&rel, &source));
             errors.extend(check_fn_length(&rel, &source));
+            errors.extend(check_inside_repository(&rel, &source));
             if rel.starts_with(k.dir.join("src")) {
                 src.push((rel.clone(), source));
             }
@@ -1518,4 +1556,23 @@ fn files_that_import_each_other_are_reported() {
     let one_way: Vec<_> =
         files.iter().filter(|(p, _)| p.starts_with("k/src/n") || p.ends_with("lib.rs")).cloned().collect();
     assert!(check_circles("k", src, &one_way).is_empty());
+}
+
+#[test]
+fn a_path_outside_the_repository_is_reported() {
+    let src = "//! x\nfn f() {\n    let d = dir.join(\"../../shared/fixtures\"); // \"../../../x\"\n    let t = dir.join(\"../tests/data\");\n}\n";
+    let e = check_inside_repository(Path::new("snapshot/tests/a.rs"), src);
+    assert_eq!(
+        e,
+        [
+            "snapshot/tests/a.rs:3: \"../../shared/fixtures\" reaches outside the repository; put what the test reads under tests/data/"
+        ]
+    );
+    // Two levels down, two steps up stay inside; the root's own files have no step to spare.
+    assert!(check_inside_repository(Path::new("engine/a/tests/a.rs"), src).is_empty());
+    assert_eq!(check_inside_repository(Path::new("build.rs"), "//! x\nconst P: &str = \"../x\";\n").len(), 1);
+    // An included file is read from the including file's folder.
+    let include = "//! x\nconst B: &[u8] = include_bytes!(\"../../../tests/data/a.pickle\");\n";
+    assert!(check_inside_repository(Path::new("snapshot/src/analysis/diff.rs"), include).is_empty());
+    assert_eq!(check_inside_repository(Path::new("snapshot/src/diff.rs"), include).len(), 1);
 }
