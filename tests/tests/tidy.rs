@@ -54,9 +54,9 @@
 //!    crates of their own and not read. The circles still to break are
 //!    listed in `CIRCLES_TO_BREAK`, which may only shrink.
 //! 10. **Inside the repository.** No source file (tests included) names a
-//!    path beside or above the repository, such as `../shared/fixtures`
-//!    from a crate: a test reads only what the repository holds, so a fresh
-//!    clone runs every test. Comments may name such paths.
+//!     path beside or above the repository, such as `../shared/fixtures`
+//!     from a crate: a test reads only what the repository holds, so a fresh
+//!     clone runs every test. Comments may name such paths.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
