@@ -43,10 +43,8 @@ use super::raw::{EventId, MemInfo, RawAllocator, RawError, StreamId};
 use super::stats::{MemoryStats, PoolKind};
 use crate::hooks::{AllocatorAction, AllocatorEvent, Emitter, Event, Hooks, Tag};
 
-mod checkpoint;
-mod restore;
-pub use checkpoint::{CheckpointBlock, CheckpointDelta, CheckpointSegment, PoolCheckpoint};
-pub use restore::{RestoreBlock, RestoreSegment};
+pub(crate) mod checkpoint;
+pub(crate) mod restore;
 
 /// Requests of this size (1 EiB) or more are refused outright, as in PyTorch.
 pub const MAX_REQUEST: u64 = 1 << 60;

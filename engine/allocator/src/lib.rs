@@ -69,9 +69,10 @@ mod raw;
 mod stats;
 mod summary;
 
+pub use caching::checkpoint::{CheckpointBlock, CheckpointDelta, CheckpointSegment, PoolCheckpoint};
+pub use caching::restore::{RestoreBlock, RestoreSegment};
 pub use caching::{
-    Allocation, BlockInfo, BlockState, CachingAllocator, CheckpointBlock, CheckpointDelta, CheckpointSegment,
-    MAX_REQUEST, MempoolId, PoolCheckpoint, PoolFilter, RestoreBlock, RestoreSegment, SegmentInfo,
+    Allocation, BlockInfo, BlockState, CachingAllocator, MAX_REQUEST, MempoolId, PoolFilter, SegmentInfo,
 };
 pub use config::{AllocatorConfig, ConfigError, ROUNDUP_BUCKETS};
 pub use consistency::{StatInconsistency, check_memory_stat_consistency};
