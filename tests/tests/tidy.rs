@@ -1125,22 +1125,11 @@ fn check_circles(krate: &str, src: &Path, files: &[(PathBuf, String)]) -> Vec<St
 ///   `restore.rs`: the children `use super::*` (the blocks, segments and pools
 ///   the parent defines) and the parent re-exports the checkpoint types; to
 ///   break it, the block, segment and pool types move into a leaf module.
-/// - The runtime's `tensor/mod.rs` and `tensor/host.rs`: `Tensor` is defined in
-///   `mod.rs`, its host half in `host.rs`; to break it, `Tensor` moves into a
-///   leaf module of `tensor/` that `host.rs` imports.
-const CIRCLES_TO_BREAK: &[&[&str]] = &[
-    &[
-        "engine/allocator/src/caching.rs",
-        "engine/allocator/src/caching/checkpoint.rs",
-        "engine/allocator/src/caching/restore.rs",
-    ],
-    &[
-        "engine/runtime/src/tensor/host.rs",
-        "engine/runtime/src/tensor/mod.rs",
-        "engine/runtime/src/tensor/ops/cast.rs",
-        "engine/runtime/src/tensor/ops/mod.rs",
-    ],
-];
+const CIRCLES_TO_BREAK: &[&[&str]] = &[&[
+    "engine/allocator/src/caching.rs",
+    "engine/allocator/src/caching/checkpoint.rs",
+    "engine/allocator/src/caching/restore.rs",
+]];
 
 /// Rule 9's messages (`circles`) less those of the circles in `known` (each
 /// the set of a circle's files), and a message for each known circle that
