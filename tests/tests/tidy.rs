@@ -51,8 +51,7 @@
 //!    `crate::`, `super::`, `self::` paths written inline. `mod child;` is no
 //!    import; a name a module imports (`pub use a::X`) leads on to where it
 //!    comes from. Binaries (`src/bin/`, a `main.rs` beside a `lib.rs`) are
-//!    crates of their own and not read. The circles still to break are
-//!    listed in `CIRCLES_TO_BREAK`, which may only shrink.
+//!    crates of their own and not read.
 //! 10. **Inside the repository.** No source file (tests included) names a
 //!     path beside or above the repository, such as `../shared/fixtures`
 //!     from a crate: a test reads only what the repository holds, so a fresh
@@ -1118,23 +1117,6 @@ fn check_circles(krate: &str, src: &Path, files: &[(PathBuf, String)]) -> Vec<St
     errors
 }
 
-/// Circles the tree still has, each as the set of its files: known, to be
-/// broken, and not to grow. A circle listed here is not reported; one listed
-/// that the tree no longer has is, so that the list only shrinks.
-/// - The allocator's `caching.rs` and its children `checkpoint.rs` and
-///   `restore.rs`: the children `use super::*` (the blocks, segments and pools
-///   the parent defines) and the parent re-exports the checkpoint types; to
-///   break it, the block, segment and pool types move into a leaf module.
-/// - The runtime's `tensor/mod.rs` and `tensor/host.rs`: `Tensor` is defined in
-///   `mod.rs`, its host half in `host.rs`; to break it, `Tensor` moves into a
-///   leaf module of `tensor/` that `host.rs` imports.
-const CIRCLES_TO_BREAK: &[&[&str]] = &[&[
-    "engine/runtime/src/tensor/host.rs",
-    "engine/runtime/src/tensor/mod.rs",
-    "engine/runtime/src/tensor/ops/cast.rs",
-    "engine/runtime/src/tensor/ops/mod.rs",
-]];
-
 /// Files that hold paths outside the repository as data to check, not to read:
 /// the tests of the rules that judge such paths.
 const OUTSIDE_PATHS_AS_DATA: &[&str] = &["tests/tests/tidy.rs", "tests/tests/docs.rs"];
@@ -1175,36 +1157,6 @@ fn check_inside_repository(path: &Path, source: &str) -> Vec<String> {
             }
         }
     }
-    errors
-}
-
-/// Rule 9's messages (`circles`) less those of the circles in `known` (each
-/// the set of a circle's files), and a message for each known circle that
-/// none of `circles` is.
-fn unknown_circles(circles: Vec<String>, known: &[&[&str]]) -> Vec<String> {
-    let files_of = |m: &str| -> Vec<String> {
-        let mut f: Vec<String> = m
-            .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')'))
-            .filter(|w| w.ends_with(".rs"))
-            .map(str::to_owned)
-            .collect();
-        f.sort();
-        f.dedup();
-        f
-    };
-    let is = |m: &str, k: &[&str]| {
-        let mut k: Vec<String> = k.iter().map(|&f| f.to_owned()).collect();
-        k.sort();
-        files_of(m) == k
-    };
-    let gone = known.iter().filter(|k| !circles.iter().any(|m| is(m, k))).map(|k| {
-        format!(
-            "CIRCLES_TO_BREAK (tests/tests/tidy.rs) lists a circle the tree no longer has: {}; remove it",
-            k.join(", ")
-        )
-    });
-    let mut errors: Vec<String> = gone.collect();
-    errors.extend(circles.into_iter().filter(|m| !known.iter().any(|k| is(m, k))));
     errors
 }
 
@@ -1272,7 +1224,7 @@ fn the_tree_is_tidy() {
             Err(e) => errors.push(format!("{}: {e}; a crate's map opens its src/lib.rs or src/main.rs", map.display())),
         }
     }
-    errors.extend(unknown_circles(circles, CIRCLES_TO_BREAK));
+    errors.extend(circles);
     assert!(files > 100, "only {files} Rust files found");
     let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md at the root");
     errors.extend(check_architecture(&architecture, &tree));
@@ -1536,15 +1488,6 @@ fn files_that_import_each_other_are_reported() {
              into a module both import, so that imports point one way",
         ]
     );
-    // A known circle is not reported; a known circle that is gone is.
-    let known: &[&[&str]] = &[&["k/src/s.rs", "k/src/p/q.rs", "k/src/p/r.rs"], &["k/src/gone.rs", "k/src/a.rs"]];
-    let e = unknown_circles(check_circles("k", src, &files), known);
-    assert_eq!(e.len(), 3, "{e:?}");
-    assert_eq!(
-        e[0],
-        "CIRCLES_TO_BREAK (tests/tests/tidy.rs) lists a circle the tree no longer has: k/src/gone.rs, k/src/a.rs; remove it"
-    );
-    assert!(e[1].contains("k/src/a.rs → k/src/b.rs") && e[2].contains("k/src/m/child.rs → k/src/m/mod.rs"), "{e:?}");
     // Each file alone, or the files of one way, have no circle.
     let one_way: Vec<_> =
         files.iter().filter(|(p, _)| p.starts_with("k/src/n") || p.ends_with("lib.rs")).cloned().collect();

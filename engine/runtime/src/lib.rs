@@ -48,7 +48,8 @@
 //! - `src/cuda/conv/cudnn.rs` — the cuDNN wrapper: handle, descriptors, algorithm and math enums, rank, find
 //!   and run.
 //! - `src/cuda/conv/algo.rs` — the candidates, cached rankings, `Find`'s workspace and the fallback order.
-//! - `src/tensor/mod.rs` — `Tensor`: shape, storage, constructors and the re-exports users name.
+//! - `src/tensor/mod.rs` — the tensor module's map and the re-exports users name.
+//! - `src/tensor/value.rs` — `Tensor`: shape, storage, constructors, accessors, moves between devices.
 //! - `src/tensor/host.rs` — pageable and pinned `HostBuffer`s and their copies to and from tensors.
 //! - `src/tensor/ops/mod.rs` — what the ops share: operand checks, in-place storage, `Conv2dOptions`.
 //! - `src/tensor/ops/elementwise.rs` — binary and unary maps, the bias broadcast and its gradient, in-place

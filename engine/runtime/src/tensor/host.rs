@@ -16,11 +16,14 @@
 use std::alloc::Layout;
 use std::sync::{Arc, Mutex};
 
-use super::{DType, Pod, Result, Tensor, TensorError, current_tag};
 use crate::alloc::StreamId;
 use crate::cuda::{CudaBackend, StreamEvent};
 use crate::device::{Device, DeviceId};
+use crate::dtype::DType;
+use crate::error::{Result, TensorError};
 use crate::hooks::{CopyKind, now_ns};
+use crate::storage::{Pod, current_tag};
+use crate::tensor::value::Tensor;
 use crate::transfer::{cuda_err, emit_copy};
 
 /// Alignment of host buffers (a page).

@@ -1,9 +1,18 @@
 //! Dtype conversion (`tensor.to(dtype)`).
 
-use crate::tensor::{DType, Result, Tensor};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::tensor::value::Tensor;
+
+impl Tensor {
+    /// `tensor.to(dtype)`: this tensor when the dtype matches, else a converted copy.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        cast(self, dtype)
+    }
+}
 
 /// Converts to `dtype` (a copy; the same tensor when the dtype already matches).
-pub(in crate::tensor) fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
+fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
     const OP: &str = "to_dtype";
     if t.dtype() == dtype {
         return Ok(t.clone());

@@ -2,8 +2,10 @@
 //! autotuner's algorithm.
 
 use super::{Conv2dOptions, check_pair};
+use crate::backend::KernelTiming;
 use crate::cpu_kernels::{Conv2dShape, ConvPass};
-use crate::tensor::{KernelTiming, Result, Tensor, TensorError};
+use crate::error::{Result, TensorError};
+use crate::tensor::value::Tensor;
 
 impl Tensor {
     /// 2-d convolution, NCHW input `[n, c, h, w]` and weight `[k, c, r, s]`.

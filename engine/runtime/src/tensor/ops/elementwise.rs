@@ -4,7 +4,8 @@
 
 use super::{check_pair, same_shape};
 use crate::cpu_kernels::ElementwiseOp;
-use crate::tensor::{Result, Tensor, TensorError};
+use crate::error::{Result, TensorError};
+use crate::tensor::value::Tensor;
 
 impl Tensor {
     /// `a + b` (same shape, device and dtype).

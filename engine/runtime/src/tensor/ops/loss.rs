@@ -2,7 +2,9 @@
 //! error, and their gradients.
 
 use super::{check_pair, need_f32, same_device, same_shape};
-use crate::tensor::{DType, Result, Tensor, TensorError};
+use crate::dtype::DType;
+use crate::error::{Result, TensorError};
+use crate::tensor::value::Tensor;
 
 impl Tensor {
     /// Mean cross-entropy of f32 logits `[rows, classes]` against i64 labels

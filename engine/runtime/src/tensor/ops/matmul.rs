@@ -2,8 +2,10 @@
 //! autotuner's algorithm.
 
 use super::check_pair;
+use crate::backend::KernelTiming;
 use crate::cpu_kernels::MatmulShape;
-use crate::tensor::{KernelTiming, Result, Tensor, TensorError};
+use crate::error::{Result, TensorError};
+use crate::tensor::value::Tensor;
 
 impl Tensor {
     /// Matrix product `[m, k] · [k, n]`, or batched `[b, m, k] · [b, k, n]`.

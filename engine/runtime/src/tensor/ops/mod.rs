@@ -16,10 +16,10 @@ mod softmax;
 
 use std::sync::Arc;
 
-use super::{DType, Result, Tensor, TensorError};
+use crate::dtype::DType;
+use crate::error::{Result, TensorError};
 use crate::storage::Storage;
-
-pub(super) use cast::cast;
+use crate::tensor::value::Tensor;
 
 /// Stride and padding of a convolution (dilation 1, one group).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

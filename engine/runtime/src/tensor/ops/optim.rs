@@ -2,7 +2,9 @@
 
 use super::{expect_dtype, same_device, same_shape};
 use crate::cpu_kernels as k;
-use crate::tensor::{DType, Result, Tensor, TensorError};
+use crate::dtype::DType;
+use crate::error::{Result, TensorError};
+use crate::tensor::value::Tensor;
 
 /// In-place optimizer updates on f32 parameters.
 impl Tensor {

@@ -2,7 +2,8 @@
 
 use super::same_device;
 use crate::cpu_kernels::MaxPool2dShape;
-use crate::tensor::{Result, Tensor, TensorError};
+use crate::error::{Result, TensorError};
+use crate::tensor::value::Tensor;
 
 impl Tensor {
     /// Max pooling with a square `kernel` and `stride`; returns the output and the

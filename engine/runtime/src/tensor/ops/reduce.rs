@@ -2,7 +2,8 @@
 
 use super::rows_cols;
 use crate::device::Device;
-use crate::tensor::{Result, Tensor, TensorError};
+use crate::error::{Result, TensorError};
+use crate::tensor::value::Tensor;
 
 impl Tensor {
     /// Sum of all elements, as a 0-d f32 tensor (accumulated in f32 or wider).

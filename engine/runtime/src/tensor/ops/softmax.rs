@@ -1,7 +1,8 @@
 //! Softmax and log-softmax over the last dimension, and their gradients.
 
 use super::{check_pair, rows_cols, same_shape};
-use crate::tensor::{Result, Tensor};
+use crate::error::Result;
+use crate::tensor::value::Tensor;
 
 impl Tensor {
     /// Softmax over the last dimension.
