@@ -44,6 +44,10 @@ fn bench_quick_on_cpu_writes_sane_results() {
     }
     // The report is written too, and the terminal summary ends with its path.
     let stdout = String::from_utf8_lossy(&run.stdout);
+    // Every line the bench prints fits in 100 columns, its first one (the machine) included.
+    for line in stdout.lines().chain(stderr.lines()) {
+        assert!(line.chars().count() <= 100, "a line over 100 columns:\n{line}\n--- stdout:\n{stdout}");
+    }
     let index = out.join("report").join("index.html");
     assert!(index.is_file(), "no report: {stdout}");
     assert!(stdout.trim_end().ends_with(&index.display().to_string()), "{stdout}");
