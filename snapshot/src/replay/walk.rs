@@ -94,6 +94,11 @@ enum Walked {
     Contradicted,
 }
 
+/// What one entry's step returns: its error boxed (errors are rare), so that
+/// the result of the step made for every entry is a few words, not a
+/// [`SnapshotReplayError`]-sized value written and read through memory.
+type StepResult<T> = Result<T, Box<SnapshotReplayError>>;
+
 /// What a trace's streams are to the allocator: numbered from 0 as they appear.
 struct Streams {
     ids: HashMap<i64, StreamId>,
@@ -249,7 +254,7 @@ impl<'a> Walk<'a> {
                 continue;
             }
             self.r.entries_in_window += 1;
-            let placed = match self.entry(feed, i, &e, track.as_deref_mut())? {
+            let placed = match self.entry(feed, i, &e, track.as_deref_mut()).map_err(|e| *e)? {
                 ControlFlow::Continue(placed) => placed,
                 ControlFlow::Break(walked) => return Ok(walked),
             };
@@ -269,7 +274,7 @@ impl<'a> Walk<'a> {
         i: u64,
         e: &TraceEntry,
         track: Option<&mut Track>,
-    ) -> Result<ControlFlow<Walked, Option<(u64, u64)>>, SnapshotReplayError> {
+    ) -> StepResult<ControlFlow<Walked, Option<(u64, u64)>>> {
         let free_on_completed = self.setup.free_on_completed;
         let frees_at = if free_on_completed { Action::FreeCompleted } else { Action::FreeRequested };
         match e.action {
@@ -304,7 +309,7 @@ impl<'a> Walk<'a> {
         i: u64,
         e: &TraceEntry,
         track: Option<&mut Track>,
-    ) -> Result<ControlFlow<Walked, Option<(u64, u64)>>, SnapshotReplayError> {
+    ) -> StepResult<ControlFlow<Walked, Option<(u64, u64)>>> {
         self.r.allocs += 1;
         // An alloc at an address live already (or whose free is still
         // waiting, or whose alloc failed and was not freed) contradicts
@@ -349,14 +354,14 @@ impl<'a> Walk<'a> {
                 }
                 Ok(ControlFlow::Continue(None))
             }
-            Err(source) => Err(SnapshotReplayError::Allocator { index: i, source }),
+            Err(source) => Err(Box::new(SnapshotReplayError::Allocator { index: i, source })),
         }
     }
 
     /// A `free_requested` in a trace whose frees complete apart: the two-step
     /// free (two_step.rs), allocated no more from here.
     #[inline(always)]
-    fn free_requested<F: Feed>(&mut self, feed: &mut F, i: u64, e: &TraceEntry) -> Result<(), SnapshotReplayError> {
+    fn free_requested<F: Feed>(&mut self, feed: &mut F, i: u64, e: &TraceEntry) -> StepResult<()> {
         if let Some(h) = self.handles.remove(&e.addr) {
             let after = feed.get(i as usize + 1);
             let now = after.is_some_and(|n| n.action == Action::FreeCompleted && n.addr == e.addr);
@@ -370,7 +375,7 @@ impl<'a> Walk<'a> {
     /// The free that makes a block reusable (`free_completed`, or
     /// `free_requested` in traces without completions).
     #[inline(always)]
-    fn free(&mut self, i: u64, e: &TraceEntry) -> Result<ControlFlow<Walked>, SnapshotReplayError> {
+    fn free(&mut self, i: u64, e: &TraceEntry) -> StepResult<ControlFlow<Walked>> {
         self.r.frees += 1;
         if self.frees.complete(&self.allocator, &self.raw, e.addr) {
             // Requested before: done now.
@@ -414,7 +419,7 @@ impl<'a> Walk<'a> {
     }
 
     /// A recorded `oom` entry: its request made again where a limit can fail it.
-    fn recorded_oom(&mut self, i: u64, e: &TraceEntry, track: Option<&mut Track>) -> Result<(), SnapshotReplayError> {
+    fn recorded_oom(&mut self, i: u64, e: &TraceEntry, track: Option<&mut Track>) -> StepResult<()> {
         self.r.recorded_ooms += 1;
         if !self.limited {
             return Ok(());
