@@ -15,8 +15,8 @@ use vramlab_engine::alloc::OutOfMemoryError;
 use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
 use vramlab_snapshot::{
-    Action, Attribution, CategorySource, FidelityReport, InferredCapacity, LiveAtStart, OomRequest, Placement,
-    PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
+    Action, Attribution, CategorySource, FidelityReport, InferredCapacity, LiveAtStart, MemoryStatsCheck, OomRequest,
+    Placement, PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
 };
 
 use crate::replay_page::{Fact, StatNote};
@@ -751,6 +751,9 @@ fn fidelity_lines(s: &mut String, fidelity: Option<&FidelityReport>) {
                  allocated and reserved totals match",
                 f.recorded_segment_events, f.recorded_segments
             );
+            for line in f.memory_stats.iter().flat_map(memory_stats_lines) {
+                let _ = writeln!(s, "                     {line}");
+            }
         }
         Some(f) => {
             let _ = writeln!(s, "  fidelity           DISAGREES with the recording:");
@@ -798,8 +801,38 @@ fn fidelity_lines(s: &mut String, fidelity: Option<&FidelityReport>) {
                     exact(f.replayed_reserved_bytes)
                 );
             }
+            for line in f.memory_stats.iter().flat_map(memory_stats_lines) {
+                let _ = writeln!(s, "    {line}");
+            }
         }
     }
+}
+
+/// PyTorch's `memory_stats()` against the replay's, as lines (each under 100
+/// columns once indented): how many keys are equal, each key that differs
+/// with both values, then the keys the trace cannot determine, apart.
+pub fn memory_stats_lines(m: &MemoryStatsCheck) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{} of {} memory_stats keys equal PyTorch's ({})",
+        m.equal,
+        m.keys,
+        m.source.rsplit('/').next().unwrap_or(&m.source)
+    )];
+    if !m.differing.is_empty() {
+        lines.push(format!("{} differ:", m.differing.len()));
+    }
+    for d in &m.differing {
+        let ours = d.replayed.map_or_else(|| "no such key".to_owned(), |v| v.to_string());
+        lines.push(format!("  {}: vramlab {ours}, PyTorch {}", d.key, d.pytorch));
+    }
+    if !m.underivable.is_empty() {
+        lines.push(format!("{} not derivable from the trace, compared apart:", m.underivable.len()));
+    }
+    for u in &m.underivable {
+        let bound = if u.lower_bound { " (a lower bound)" } else { "" };
+        lines.push(format!("  {}: vramlab {}{bound}, PyTorch {}", u.key, u.replayed, u.pytorch));
+    }
+    lines
 }
 
 /// The statistics the input cannot determine, as the text and the page show

@@ -55,6 +55,8 @@
 //! - `src/replay/oom.rs` — recorded out-of-memory errors and whose releases
 //!   the segment frees were; the capacity they imply.
 //! - `src/replay/underivable.rs` — the `memory_stats()` keys a trace cannot determine.
+//! - `src/replay/stats_check.rs` — PyTorch's `memory_stats()` read beside a
+//!   snapshot (`NAME.stats.json`) and compared with the replay's, key by key.
 //! - `src/replay/fidelity.rs` — the fidelity check: segment events and
 //!   placements side by side, final segments and totals.
 //! - `src/replay/recording.rs` — the replay's own events, and the replay as a `Snapshot`.
@@ -105,4 +107,8 @@ pub use replay::report::{
     SnapshotReplayError, SnapshotReplayOptions,
 };
 pub use replay::run::{replay_snapshot, replay_snapshot_timeline};
+pub use replay::stats_check::{
+    MemoryStatsCheck, PytorchStats, StatDifference, StatsFileError, StatsNotCompared, UnderivableValue,
+    read_pytorch_stats, stats_file_beside,
+};
 pub use replay::underivable::UnderivableStat;

@@ -331,7 +331,9 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             "not a readable PyTorch memory snapshot (cut short by a killed process?)"
         })?;
         let opts = SnapshotReplayOptions::default();
-        let (r, timeline) = snapshot::replay_snapshot_timeline(&snap, &opts, true).context("cannot replay it")?;
+        let (mut r, timeline) =
+            snapshot::replay_snapshot_timeline(&snap, &opts, true).context("cannot replay it")?;
+        let stats_note = crate::snapshot_cmd::check_stats_beside(path, &mut r);
         let doc = replay_doc::from_snapshot(&file, &snap, &r, &opts);
         row.peak_allocated = fmt_bytes(doc.peak_allocated_bytes);
         row.peak_reserved = fmt_bytes(doc.peak_reserved_bytes);
@@ -341,6 +343,16 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             "  {file}: device {}, {} trace entries; peak allocated {},\n    peak reserved {}; {} recorded OOM(s)",
             doc.device, doc.entries, row.peak_allocated, row.peak_reserved, row.ooms
         );
+        if let Some(f) = doc.fidelity.as_ref().filter(|f| f.memory_stats.is_some() || !f.agrees()) {
+            let verdict = if f.agrees() { "agrees with" } else { "DISAGREES with" };
+            let _ = writeln!(text, "    the replay {verdict} the recording");
+            for line in f.memory_stats.iter().flat_map(replay_doc::memory_stats_lines) {
+                let _ = writeln!(text, "      {line}");
+            }
+        }
+        if let Some(note) = stats_note {
+            let _ = writeln!(text, "    memory_stats: {note}");
+        }
         // Its what-if page: the recorded settings, expandable segments and max_split_size_mb.
         let settings = WhatifArgs {
             file: path.to_path_buf(),

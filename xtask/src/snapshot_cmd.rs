@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vramlab_reports::replay_page::{self, ReplayPage};
-use vramlab_snapshot::{self as snapshot, ReadOptions, SnapshotReplayOptions};
+use vramlab_snapshot::{self as snapshot, ReadOptions, SnapshotReplay, SnapshotReplayOptions};
 
 use crate::cli::ReplayArgs;
 use vramlab_reports::replay_doc;
@@ -64,7 +64,7 @@ pub fn replay(
         None => Box::new(input),
     };
     let unreadable = || format!("{name} is not a readable PyTorch memory snapshot");
-    let (snap, r, timeline) = if args.report.is_some() {
+    let (snap, mut r, timeline) = if args.report.is_some() {
         let snap = snapshot::read_snapshot_with(input, read).with_context(unreadable)?;
         if let Some(bar) = &bar {
             let entries: usize = snap.device_traces.iter().map(Vec::len).sum();
@@ -84,6 +84,7 @@ pub fn replay(
         let r = r.with_context(|| format!("cannot replay {name}"))?;
         (snap, r, None)
     };
+    let stats_note = path.and_then(|p| check_stats_beside(p, &mut r));
     let doc = replay_doc::from_snapshot(name, &snap, &r, &opts);
     let mut written = None;
     if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
@@ -124,6 +125,9 @@ pub fn replay(
         out.push(b'\n');
     } else {
         let mut text = replay_doc::text(&doc, snap.allocator_settings.is_some());
+        if let Some(note) = &stats_note {
+            let _ = writeln!(text, "  memory_stats       {note}");
+        }
         for (what, path) in [("snapshot pickle", &args.export_snapshot), ("Chrome trace", &args.chrome_trace)] {
             if let Some(p) = path {
                 let _ = writeln!(text, "  wrote              {} ({what})", p.display());
@@ -135,6 +139,24 @@ pub fn replay(
         }
     }
     Ok(out)
+}
+
+/// PyTorch's `memory_stats()` beside the snapshot `path` (`NAME.stats.json`, as
+/// `record` writes it), compared with the replay `r` key by key into its
+/// fidelity report. Without such a file, nothing; with one that cannot be read
+/// or compared, the line that says why.
+pub(crate) fn check_stats_beside(path: &Path, r: &mut SnapshotReplay) -> Option<String> {
+    let file = snapshot::stats_file_beside(path);
+    let shown = file.display().to_string();
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(format!("{shown}: cannot read it: {e}")),
+    };
+    match snapshot::read_pytorch_stats(&shown, &text) {
+        Ok(stats) => r.check_memory_stats(&stats).err().map(|e| format!("{shown}: not compared: {e}")),
+        Err(e) => Some(e.to_string()),
+    }
 }
 
 /// The allocator settings the last 256 KiB of the snapshot file at `path` hold, if any.

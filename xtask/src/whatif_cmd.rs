@@ -38,7 +38,8 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if args.device.is_none() && args.report.is_none() && devices_with_entries(&snap).len() > 1 {
         return run_many(args, Some(snap));
     }
-    let a = analyse(args, &name, &snap, args.report.is_some())?;
+    let mut a = analyse(args, &name, &snap, args.report.is_some())?;
+    let stats_note = crate::snapshot_cmd::check_stats_beside(&args.file, &mut a.results[0].replay);
     let written = match &args.report {
         Some(dir) => Some(write_page(dir, args, &name, &a)?),
         None => None,
@@ -65,6 +66,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         v
     } else {
         let mut text = text(&name, &snap, args, &results, best, &attribution);
+        text += &fidelity_text(&results[0], stats_note.as_deref());
         if let Some(b) = &batch {
             text.push('\n');
             for line in smaller_batch_lines(b) {
@@ -78,6 +80,24 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         text.into_bytes()
     };
     write_stdout(&out).map(|()| 0)
+}
+
+/// The recorded setting's check against the recording, when it has one:
+/// whether it agrees and PyTorch's `memory_stats()` key by key (`note`: why
+/// a stats file beside the snapshot was not compared).
+fn fidelity_text(recorded: &WhatIf, note: Option<&str>) -> String {
+    let mut s = String::new();
+    if let Some(f) = &recorded.replay.fidelity {
+        let verdict = if f.agrees() { "agrees with" } else { "DISAGREES with (see `replay`)" };
+        let _ = writeln!(s, "\n  the recorded setting's replay {verdict} the recording");
+        for line in f.memory_stats.iter().flat_map(vramlab_reports::replay_doc::memory_stats_lines) {
+            let _ = writeln!(s, "    {line}");
+        }
+    }
+    if let Some(note) = note {
+        let _ = writeln!(s, "  memory_stats: {note}");
+    }
+    s
 }
 
 /// A snapshot under every setting: what the terminal, JSON and page show.

@@ -1,7 +1,8 @@
 //! `cargo xtask bench --export-snapshot DIR`: a real case's recording becomes
 //! `DIR/<suite>-<case>.pickle`, which vramlab replays with the fidelity check
 //! agreeing and — where python3 and PyTorch's `torch/cuda/_memory_viz.py` are
-//! present (`VRAMLAB_MEMORY_VIZ`, default `/work/notes/_memory_viz.py`) —
+//! present (`VRAMLAB_MEMORY_VIZ`, default `target/memory_viz/_memory_viz.py`, which
+//! `scripts/fetch_memory_viz.sh` fetches; missing in CI, the test fails) —
 //! PyTorch's own viewer reads (`stats`, `trace`, `segments`, `segsum`).
 
 use std::path::Path;
@@ -81,7 +82,7 @@ fn a_bench_case_exports_as_a_snapshot_that_replays_and_memory_viz_reads() {
     match memory_viz() {
         Some(viz) => run_memory_viz(&viz, &pickle),
         None => {
-            eprintln!("skipped the _memory_viz.py half: set VRAMLAB_MEMORY_VIZ to PyTorch's torch/cuda/_memory_viz.py")
+            eprintln!("{}", common::SKIPPED)
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -220,7 +220,7 @@ fn an_exported_replay_is_accepted_by_pytorchs_memory_viz() {
         let segments = segments_and_segsum(&viz, &pickle);
         assert!(segments.contains("active_allocated;"), "{segments}");
     } else {
-        eprintln!("skipped the _memory_viz.py half: set VRAMLAB_MEMORY_VIZ to PyTorch's torch/cuda/_memory_viz.py");
+        eprintln!("{}", common::SKIPPED);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -368,4 +368,58 @@ fn a_window_is_applied_while_reading() {
     assert_eq!(v["entries"].as_u64().unwrap() + before, entries);
     assert!(out.contains(&format!("before --from-us   {before} entries, dropped while reading")), "{out}");
     assert_eq!(whole["entries_before_window"], Value::Null);
+}
+
+/// Every real recording the repository holds with PyTorch's `memory_stats()`
+/// beside it (`NAME.stats.json`): `replay` finds the file, compares every key
+/// and says so in its fidelity line; the JSON holds the comparison.
+#[test]
+fn replay_compares_every_memory_stats_key_with_the_stats_file_beside_the_pickle() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    let mut seen = 0;
+    for dir in ["torch-snapshots", "torch-2.11-h200"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "pickle") {
+                continue;
+            }
+            seen += 1;
+            let p = path.to_str().unwrap();
+            let out = stdout(&xtask(&["replay", p]));
+            assert!(out.contains("121 of 121 memory_stats keys equal PyTorch's"), "{p}:\n{out}");
+            assert!(out.contains("num_sync_all_streams: vramlab"), "{p}: listed apart\n{out}");
+            let v: Value = serde_json::from_slice(&xtask(&["replay", p, "--json"]).stdout).unwrap();
+            let m = &v["fidelity"]["memory_stats"];
+            assert_eq!((m["keys"].as_u64(), m["equal"].as_u64()), (Some(121), Some(121)), "{p}: {m}");
+            assert_eq!(m["differing"], serde_json::json!([]), "{p}");
+        }
+    }
+    assert_eq!(seen, 9, "six H100 and three H200 recordings");
+}
+
+/// A stats file that disagrees makes the replay disagree, naming each key
+/// with both values; one of another device is not compared, and says why.
+#[test]
+fn a_differing_memory_stats_key_is_named_and_the_replay_disagrees() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-snapshots");
+    let dir = std::env::temp_dir().join(format!("vramlab-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pickle = dir.join("mlp.pickle");
+    std::fs::copy(data.join("mlp-default.pickle"), &pickle).unwrap();
+    let mut stats: Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("mlp-default.stats.json")).unwrap()).unwrap();
+    let real = stats["memory_stats"]["allocated_bytes.all.peak"].as_i64().unwrap();
+    stats["memory_stats"]["allocated_bytes.all.peak"] = (real + 512).into();
+    std::fs::write(dir.join("mlp.stats.json"), stats.to_string()).unwrap();
+    let out = stdout(&xtask(&["replay", pickle.to_str().unwrap()]));
+    assert!(out.contains("fidelity           DISAGREES with the recording"), "{out}");
+    assert!(out.contains("120 of 121 memory_stats keys equal PyTorch's (mlp.stats.json)"), "{out}");
+    assert!(out.contains(&format!("allocated_bytes.all.peak: vramlab {real}, PyTorch {}", real + 512)), "{out}");
+    stats["device_index"] = 1.into();
+    std::fs::write(dir.join("mlp.stats.json"), stats.to_string()).unwrap();
+    let out = stdout(&xtask(&["replay", pickle.to_str().unwrap()]));
+    assert!(out.contains("fidelity           agrees"), "{out}");
+    assert!(out.contains("mlp.stats.json: not compared:"), "{out}");
+    assert!(out.contains("the stats are of device 1, the replay is of device 0"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

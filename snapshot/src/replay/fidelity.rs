@@ -177,5 +177,6 @@ fn fidelity(
         replayed_allocated_bytes: allocator.memory_allocated(),
         recorded_reserved_bytes: rec_iter().map(|s| s.total_size).sum(),
         replayed_reserved_bytes: allocator.memory_reserved(),
+        memory_stats: None,
     }
 }

@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use super::oom::{InferredCapacity, OomRequest, ReleaseSummary};
 use super::pools::PoolInference;
+use super::stats_check::{MemoryStatsCheck, PytorchStats, StatsNotCompared, compare};
 use super::underivable::UnderivableStat;
 use crate::format::model::{Action, Snapshot, StackId};
 use vramlab_allocator::{AllocError, AllocatorConfig};
@@ -97,11 +98,18 @@ pub struct FidelityReport {
     pub replayed_allocated_bytes: u64,
     pub recorded_reserved_bytes: u64,
     pub replayed_reserved_bytes: u64,
+    /// PyTorch's own `memory_stats()` read at the dump (the `.stats.json`
+    /// beside the snapshot) compared key by key, when there is one
+    /// ([`SnapshotReplay::check_memory_stats`]).
+    pub memory_stats: Option<MemoryStatsCheck>,
 }
 
 impl FidelityReport {
+    /// The segment events, placements, final segments and totals agree, and
+    /// so does every `memory_stats()` key where PyTorch's are known.
     pub fn agrees(&self) -> bool {
-        self.first_segment_disagreement.is_none()
+        self.memory_stats.as_ref().is_none_or(MemoryStatsCheck::agrees)
+            && self.first_segment_disagreement.is_none()
             && self.first_misplaced_alloc.is_none()
             && self.final_segments_disagreement.is_none()
             && self.recorded_allocated_bytes == self.replayed_allocated_bytes
@@ -192,6 +200,21 @@ pub struct SnapshotReplay {
     /// [`SnapshotReplayOptions::record`] asked for it.
     #[serde(skip)]
     pub recording: Option<Snapshot>,
+}
+
+impl SnapshotReplay {
+    /// Compares `pytorch` with this replay's final `memory_stats()` and puts
+    /// the result into its fidelity report. Only a replay with a fidelity
+    /// check (the recording's own settings, whole trace) of the stats' device.
+    pub fn check_memory_stats(&mut self, pytorch: &PytorchStats) -> Result<&MemoryStatsCheck, StatsNotCompared> {
+        let device = pytorch.device_index.unwrap_or(0);
+        if device != self.device {
+            return Err(StatsNotCompared::OtherDevice { stats: device, replay: self.device });
+        }
+        let check = compare(&self.final_memory_stats, &self.underivable_stats, pytorch);
+        let fidelity = self.fidelity.as_mut().ok_or(StatsNotCompared::NotTheRecording)?;
+        Ok(fidelity.memory_stats.insert(check))
+    }
 }
 
 /// A snapshot that cannot be replayed as asked.
