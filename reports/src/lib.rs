@@ -37,7 +37,8 @@
 //! - `src/check/` — the regression check: `mod.rs` (`compare_runs`), `model.rs` (its types), `runs.rs` (run
 //!   sets, their files, machine differences), `matching.rs`, `figures.rs`, `judge.rs`, `output.rs` (the
 //!   pipeline's steps), `stats.rs` (bootstrap, t, BH), `config.rs` (`vramlab.toml`), `export.rs` (other
-//!   tools' formats), `tests.rs` (synthetic runs)
+//!   tools' formats), `memory.rs` (the memory gate of PyTorch programs: snapshot figures per rank and
+//!   device), `tests.rs` (synthetic runs)
 //! - `templates/` — the pages' templates, CSS and the interactive timeline script
 //! - `tests/suite_charts.rs` — every suite's charts from a real full CPU run
 //! - `tests/declared_charts.rs` — a suite defined in the test gets its charts with no edit to reports

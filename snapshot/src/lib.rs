@@ -65,6 +65,8 @@
 //!   user's call path, with categories.
 //! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path.
 //! - `src/analysis/diff.rs` — two snapshots compared (`diff_snapshots`).
+//! - `src/analysis/gate.rs` — the figures a memory gate judges of a snapshot,
+//!   per device (`snapshot_figures`), as saved in a memory baseline.
 //! - `src/analysis/whatif.rs` — what-if under other settings, the
 //!   recommendation, the smaller-batch answer at an OOM.
 //! - `tests/snapshot.rs` — the fixtures at every protocol and layout, the
@@ -86,6 +88,10 @@ pub use analysis::attribution::{
     Point, PointKind, StackFrame, attribute, entry_categories, frame_kind, replay_attribution, requested_peak_index,
 };
 pub use analysis::diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
+pub use analysis::gate::{
+    FIGURES, FIGURES_KIND, FIGURES_VERSION, GateFigure, MemoryFigures, PATHS_KEPT, PathBytes, RankFigures,
+    snapshot_figures,
+};
 pub use analysis::path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
 pub use analysis::whatif::{
     BatchTrial, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, WhatIf, recommend, smaller_batch, what_if,

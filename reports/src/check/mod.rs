@@ -8,12 +8,18 @@
 //! match the cases ([`matching::match_runs`]), resolve each figure's rule
 //! ([`figures::resolve`]), judge ([`judge::judge`]), render ([`output`]). The
 //! result is data; `export` turns a run into other tools' formats.
+//!
+//! [`memory::compare_memory`] is the same gate for PyTorch programs: two sets
+//! of snapshot figures (`vramlab check` on snapshots, `record --baseline`),
+//! matched by rank and device, judged by the same memory rule and rendered by
+//! the same writers, with the call paths at the peak that moved most.
 
 pub mod config;
 pub mod export;
 pub mod figures;
 pub mod judge;
 pub mod matching;
+pub mod memory;
 pub mod model;
 pub mod output;
 pub mod runs;
@@ -23,7 +29,9 @@ use vramlab_suites::RunResults;
 
 pub use config::{CONFIG_FILE, CheckConfig, ConfigError};
 pub use matching::CaseKey;
-pub use model::{CompareOptions, Comparison, Design, Kind, KnownNoise, Labels, MIN_SAMPLES, Method, Row, Status};
+pub use model::{
+    CompareOptions, Comparison, Design, Kind, KnownNoise, Labels, MIN_SAMPLES, Method, PathMove, Row, Status,
+};
 pub use runs::{
     AppendError, CheckError, MAX_SCHEMA_READ, RUNS_JSON, RunSet, environment_differences, load_results, load_runs,
 };
@@ -104,6 +112,7 @@ pub fn compare_runs(
             baseline_runs: baseline.len(),
             current_runs: current.len(),
         },
+        call_paths: Vec::new(),
     }
 }
 

@@ -165,6 +165,25 @@ pub struct Comparison {
     /// What the user should act on (also GitHub warnings): e.g. times not judged for want of runs.
     pub warnings: Vec<String>,
     pub method: Method,
+    /// The memory gate of snapshots: the call paths whose bytes at the
+    /// allocated peak moved most, largest move first (empty for bench runs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub call_paths: Vec<PathMove>,
+}
+
+/// One call path's requested bytes live at the allocated peak of one rank
+/// and device, before and after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathMove {
+    pub case: CaseKey,
+    /// The row's name (the innermost frame of the user's code, or the stand-in).
+    pub label: String,
+    /// The user's frames, innermost first.
+    pub user_frames: Vec<String>,
+    pub before_bytes: u64,
+    pub after_bytes: u64,
+    /// `after_bytes − before_bytes`.
+    pub change_bytes: i64,
 }
 
 impl Comparison {

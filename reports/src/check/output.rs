@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use vramlab_display::format::fmt_ns;
+use vramlab_display::format::{fmt_change, fmt_ns};
 
 use super::figures::amount_text;
 use super::model::{Comparison, Design, Kind, Row, Status};
@@ -42,6 +42,14 @@ fn headline(c: &Comparison) -> String {
 
 fn method_line(c: &Comparison) -> String {
     let m = &c.method;
+    if super::memory::is_memory_gate(c) {
+        return format!(
+            "Memory is exact — the same program on the same inputs asks the allocator for the same sequence — so any \
+             increase beyond the tolerance ({} B unless vramlab.toml says otherwise) is a regression. Figures per rank \
+             and device, from each snapshot's replay under its own settings.",
+            m.memory_tolerance_bytes
+        );
+    }
     let sides = match m.design {
         Design::Pairs => format!(
             "{} A/B pairs run interleaved in one sitting; a hierarchical bootstrap over the pairs' ratios, then over each run's samples",
@@ -98,6 +106,23 @@ pub fn terminal(c: &Comparison, all: bool, colour: bool) -> String {
             let case = truncate(&r.case.to_string(), w_case);
             let word = format!("{:<12}", status_word(r.status));
             let _ = writeln!(out, "{}  {case:<w_case$}  {:<w_metric$}  {}", paint(r.status, &word), r.metric, r.detail);
+        }
+    }
+    if !c.call_paths.is_empty() {
+        let _ = writeln!(out, "\ncall paths whose bytes at the allocated peak moved most:");
+        for p in &c.call_paths {
+            let _ = writeln!(
+                out,
+                "  {:>12}  {}  {}  ({} → {})",
+                fmt_change(p.change_bytes),
+                p.case,
+                p.label,
+                amount_text(p.before_bytes as f64, true),
+                amount_text(p.after_bytes as f64, true)
+            );
+            if p.user_frames.len() > 1 {
+                let _ = writeln!(out, "                {}", p.user_frames.join(" <- "));
+            }
         }
     }
     for (what, keys) in [("only in the baseline", &c.only_in_baseline), ("only in this run", &c.only_in_current)] {
@@ -198,6 +223,25 @@ pub fn markdown(c: &Comparison) -> String {
             out.push('\n');
         }
     }
+    if !c.call_paths.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Call paths whose bytes at the allocated peak moved most\n\n| rank and device | call path (your frames, innermost first) | before | after | change |\n|---|---|---:|---:|---:|"
+        );
+        for p in &c.call_paths {
+            let frames = if p.user_frames.is_empty() { p.label.clone() } else { p.user_frames.join(" ← ") };
+            let _ = writeln!(
+                out,
+                "| `{}` | `{}` | {} | {} | {} |",
+                md_escape(&p.case.to_string()),
+                md_escape(&frames),
+                amount_text(p.before_bytes as f64, true),
+                amount_text(p.after_bytes as f64, true),
+                fmt_change(p.change_bytes)
+            );
+        }
+        out.push('\n');
+    }
     for (what, keys) in [("only in the baseline", &c.only_in_baseline), ("only in this run", &c.only_in_current)] {
         if !keys.is_empty() {
             let _ = writeln!(out, "## Cases {what} ({})\n", keys.len());
@@ -244,6 +288,19 @@ pub fn annotations(c: &Comparison) -> String {
         };
         let title = if r.status == Status::Regression { "vramlab regression" } else { "vramlab: inconclusive time" };
         let _ = writeln!(out, "::{level} title={title}::{}", esc(&format!("{} {}: {}", r.case, r.metric, r.detail)));
+    }
+    for p in c.call_paths.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "::notice title=vramlab: a call path at the peak moved::{}",
+            esc(&format!(
+                "{}: {} {} at the allocated peak ({})",
+                p.case,
+                p.label,
+                fmt_change(p.change_bytes),
+                if p.user_frames.is_empty() { p.label.clone() } else { p.user_frames.join(" <- ") }
+            ))
+        );
     }
     for k in &c.only_in_baseline {
         let _ = writeln!(out, "::warning title=vramlab::{}", esc(&format!("{k}: in the baseline, not in this run")));

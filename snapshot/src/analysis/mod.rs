@@ -4,5 +4,6 @@
 
 pub(crate) mod attribution;
 pub(crate) mod diff;
+pub(crate) mod gate;
 pub(crate) mod path_timeline;
 pub(crate) mod whatif;
