@@ -8,7 +8,9 @@ use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use vramlab_reports::check::{self, CheckConfig, CompareOptions, Design, KnownNoise, Labels, RunSet, export, output};
+use vramlab_reports::check::{
+    self, CheckConfig, CompareOptions, Comparison, Design, KnownNoise, Labels, RunSet, export, output,
+};
 use vramlab_reports::history::History;
 
 use crate::cli::{CheckOptions, ExportFormat};
@@ -106,8 +108,7 @@ pub fn report(
     };
     let options = CompareOptions { force_times: opts.force_times, design: cfg.design, known_noise };
     let comparison = check::compare_runs(baseline, current, &cfg.config, options, labels);
-    let md = output::write_markdown(out_dir, &comparison)?;
-    let mut written = vec![md];
+    let mut written = Vec::new();
     for f in &opts.export {
         let format = match f {
             ExportFormat::Bmf => export::Format::Bmf,
@@ -118,24 +119,41 @@ pub fn report(
         vramlab_reports::write_atomic(&path, export::render(format, last).as_bytes())?;
         written.push(path);
     }
+    emit(&comparison, opts, out_dir, written, false)
+}
+
+/// Writes `regressions.md` into `out_dir`, prints GitHub annotations (under
+/// GitHub Actions), the table or JSON on stdout (`on_stderr`: on stderr, where
+/// stdout is another program's) and what was written (with `written`, files
+/// already written) on stderr; returns the exit status.
+pub fn emit(
+    comparison: &Comparison,
+    opts: &CheckOptions,
+    out_dir: &Path,
+    mut written: Vec<PathBuf>,
+    on_stderr: bool,
+) -> Result<u8> {
+    written.insert(0, output::write_markdown(out_dir, comparison)?);
+    let mut out: Box<dyn std::io::Write> =
+        if on_stderr { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
     if std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true") {
         // The runner reads workflow commands from both streams; with --json,
         // stdout carries only the JSON.
-        let annotations = output::annotations(&comparison);
-        if opts.json {
+        let annotations = output::annotations(comparison);
+        if opts.json && !on_stderr {
             eprint!("{annotations}");
         } else {
-            print!("{annotations}");
+            write!(out, "{annotations}")?;
         }
     }
-    let mut stdout = std::io::stdout().lock();
     if opts.json {
-        writeln!(stdout, "{}", output::json(&comparison)?)?;
+        writeln!(out, "{}", output::json(comparison)?)?;
     } else {
-        let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        write!(stdout, "{}", crate::output::fit_lines(&output::terminal(&comparison, opts.all, colour)))?;
+        let tty = if on_stderr { std::io::stderr().is_terminal() } else { std::io::stdout().is_terminal() };
+        let colour = tty && std::env::var_os("NO_COLOR").is_none();
+        write!(out, "{}", crate::output::fit_lines(&output::terminal(comparison, opts.all, colour)))?;
     }
-    drop(stdout);
+    drop(out);
     for p in written {
         crate::output::eprint_line(&format!("wrote {}", p.display()));
     }

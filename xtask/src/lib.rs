@@ -33,6 +33,8 @@
 //! - `src/check_cmd.rs` — `check --baseline`; `src/ab_cmd.rs` — `check --ab`, the A/B
 //!   sitting; `src/compare.rs` — what they and `bench --baseline` share: baselines,
 //!   thresholds, the comparison and its outputs.
+//! - `src/memory_gate.rs` — the memory gate of PyTorch programs: `check` on snapshots or
+//!   `record` folders, `record --save-baseline`/`--baseline`.
 //! - `src/history_cmd.rs` — `history`: trends with change points, `--import`, `--noise`.
 //! - `src/gpu_check.rs` — `gpu-check`: the GPU test bundle, built and run.
 //! - `tests/` — end-to-end tests of the binaries (`terminal/` checks every line
@@ -46,6 +48,7 @@ mod compare;
 mod diff_cmd;
 mod gpu_check;
 mod history_cmd;
+mod memory_gate;
 mod output;
 mod ranks_cmd;
 mod record_cmd;

@@ -160,6 +160,20 @@ pub fn rows_of(
     Ok(rows)
 }
 
+/// A dump made at an out-of-memory error (`…-oomN.pickle`), not a process's last.
+pub(crate) fn is_oom_dump(path: &Path) -> bool {
+    let path = if is_part(path) { Path::new(path.file_stem().unwrap_or_default()) } else { path };
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.rsplit_once("-oom"))
+        .is_some_and(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// A `.pickle.part` file: a dump its process never finished.
+pub(crate) fn is_part(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "part")
+}
+
 /// `R` of a `-rank<R>-` or `-rank<R>.` in the file name.
 pub(crate) fn rank_of(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;

@@ -30,7 +30,9 @@ use vramlab_reports::record::{
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
-use crate::cli::{RecordArgs, WhatifArgs};
+use crate::cli::{CheckOptions, RecordArgs, WhatifArgs};
+use crate::memory_gate;
+use crate::ranks_cmd::{is_oom_dump, is_part};
 use crate::whatif_cmd;
 
 /// Why a `.part` piece (a process killed while dumping) is not replayed.
@@ -129,7 +131,7 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
     } else {
         String::new()
     };
-    let index = RecordIndex { command: shown, exit_status: code, rows, ranks: ranks_summary, empty_reason };
+    let index = RecordIndex { command: shown.clone(), exit_status: code, rows, ranks: ranks_summary, empty_reason };
     match write_record_index(&report_dir, &index) {
         Ok(path) => {
             let _ = writeln!(text, "report: {}", path.display());
@@ -146,7 +148,45 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         .map(|l| if l.contains(PART_REASON) { l.to_owned() } else { crate::output::fit_lines(l) })
         .collect();
     let _ = std::io::stderr().lock().write_all(fitted.as_bytes());
-    Ok(code)
+    let finals: Vec<PathBuf> = new.into_iter().filter(|p| !is_oom_dump(p) && !is_part(p)).collect();
+    let gate = gate(args, &out, &shown, &finals)?;
+    // The program's failure comes first; else the gate's verdict.
+    Ok(if code == 0 { gate.unwrap_or(0) } else { code })
+}
+
+/// `--save-baseline` and `--baseline`: the memory figures of the run's final
+/// snapshots saved, or gated (its exit status). Nothing without either flag.
+fn gate(args: &RecordArgs, out: &Path, shown: &str, finals: &[PathBuf]) -> anyhow::Result<Option<u8>> {
+    if args.save_baseline.is_none() && args.baseline.is_none() {
+        return Ok(None);
+    }
+    let figures = if finals.is_empty() {
+        Err(format!("`{shown}` wrote no snapshot to gate"))
+    } else {
+        memory_gate::figures_of(finals, format!("vramlab record -- {shown}"))
+    };
+    if let Some(name) = &args.save_baseline {
+        let saved = figures.and_then(|f| memory_gate::save(&f, name, &args.baseline_dir));
+        return Ok(Some(match saved {
+            Ok(path) => {
+                crate::output::eprint_line(&format!("memory baseline `{name}` saved: {}", path.display()));
+                0
+            }
+            Err(message) => crate::compare::impossible(&format!("baseline `{name}` not saved: {message}")),
+        }));
+    }
+    let baseline = args.baseline.as_deref().unwrap_or_default();
+    let baseline_path = crate::compare::resolve_baseline(baseline, &args.baseline_dir);
+    let opts = CheckOptions {
+        force_times: false,
+        export: Vec::new(),
+        config: args.config.clone(),
+        json: false,
+        all: false,
+        history: None,
+    };
+    eprintln!();
+    memory_gate::check(&baseline_path, figures, &out.display().to_string(), &opts, out, true).map(Some)
 }
 
 /// Runs the command with the hook on its path; waits for it.
@@ -259,15 +299,6 @@ fn exit_code(status: ExitStatus) -> u8 {
     1
 }
 
-/// A dump made at an out-of-memory error (`…-oomN.pickle`), not a process's last.
-fn is_oom_dump(path: &Path) -> bool {
-    let path = if is_part(path) { Path::new(path.file_stem().unwrap_or_default()) } else { path };
-    path.file_stem()
-        .and_then(|s| s.to_str())
-        .and_then(|s| s.rsplit_once("-oom"))
-        .is_some_and(|(_, n)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-}
-
 /// The snapshot files in `dir`, sorted: the finished ones and the hook's
 /// `.pickle.part` files, which a process killed while dumping leaves behind.
 fn pickles(dir: &Path) -> BTreeSet<PathBuf> {
@@ -276,11 +307,6 @@ fn pickles(dir: &Path) -> BTreeSet<PathBuf> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.to_str().is_some_and(|s| s.ends_with(".pickle") || s.ends_with(".pickle.part")))
         .collect()
-}
-
-/// A `.pickle.part` file: a dump its process never finished.
-fn is_part(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "part")
 }
 
 /// The command as it would be typed (arguments with spaces or quotes quoted).
@@ -331,8 +357,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             "not a readable PyTorch memory snapshot (cut short by a killed process?)"
         })?;
         let opts = SnapshotReplayOptions::default();
-        let (mut r, timeline) =
-            snapshot::replay_snapshot_timeline(&snap, &opts, true).context("cannot replay it")?;
+        let (mut r, timeline) = snapshot::replay_snapshot_timeline(&snap, &opts, true).context("cannot replay it")?;
         let stats_note = crate::snapshot_cmd::check_stats_beside(path, &mut r);
         let doc = replay_doc::from_snapshot(&file, &snap, &r, &opts);
         row.peak_allocated = fmt_bytes(doc.peak_allocated_bytes);

@@ -6,7 +6,8 @@
 # `import torch`: once torch initialises CUDA it starts
 # torch.cuda.memory._record_memory_history(max_entries=N, stacks=...), and dumps the
 # snapshot on every OOM (PyTorch's out-of-memory observer), on an uncaught exception and
-# at exit, as DIR/<host>[-rank<R>]-pid<P>[-oom<N>].pickle (written as .part, then renamed;
+# at exit, as DIR/<host>[-rank<R>]-pid<P>[-oom<N>].pickle, with torch.cuda.memory_stats() read
+# at the same moment beside it as the same name's .stats.json (written as .part, then renamed;
 # a dump that fails, a full disk, leaves no .part and the snapshots already written; SIGINT
 # waits while a dump is written). A Python that cannot import torch leaves a note,
 # DIR/.vramlab-no-torch-<pid> holding its executable, for vramlab to say so.
@@ -86,6 +87,12 @@ def _dump(suffix):
     previous = _hold_sigint()
     try:
         torch.cuda.memory._dump_snapshot(part)
+        # PyTorch's own statistics at the same moment (nothing allocates in between), for
+        # vramlab to check its replay against key by key.
+        try:
+            _write_stats(torch, path[: -len(".pickle")] + ".stats.json")
+        except Exception as e:
+            _failed("to write memory_stats beside the snapshot", e)
         _os.replace(part, path)
     except BaseException:
         # A disk that filled up mid-write: drop the piece, keep the snapshots already written.
@@ -96,6 +103,26 @@ def _dump(suffix):
         raise
     finally:
         _release_sigint(previous)
+
+
+def _write_stats(torch, path):
+    """Writes torch.cuda.memory_stats() of the current device as JSON at `path`
+    (through a .part file); nothing when CUDA holds no statistics yet."""
+    import json
+
+    device = torch.cuda.current_device()
+    stats = torch.cuda.memory_stats(device)
+    if not stats:
+        return
+    doc = {
+        "PYTORCH_CUDA_ALLOC_CONF": _os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "device": torch.cuda.get_device_name(device),
+        "device_index": device,
+        "memory_stats": dict(stats),
+    }
+    with open(path + ".part", "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+    _os.replace(path + ".part", path)
 
 
 def _hold_sigint():

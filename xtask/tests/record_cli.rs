@@ -11,7 +11,13 @@
 //! raises ENOSPC) or a process killed mid-dump (`FAKE_TORCH_KILL_IN_DUMP`).
 //! The bad inputs: no torch in the child, a command that does not exist or
 //! cannot run, an `--out` that cannot be written, a full disk, a snapshot cut
-//! short by a killed process, Ctrl-C. Skipped with a note without `python3`.
+//! short by a killed process, Ctrl-C. With `FAKE_TORCH_MODEL` (the folder of
+//! `scripts/make_snapshot_fixtures.py`) the stand-in's `torch.empty(nbytes)`
+//! goes through that script's caching-allocator model, each allocation with the
+//! program's own Python frames, and `_dump_snapshot` pickles what the model
+//! recorded: the program's code decides what the snapshot holds, as with real
+//! torch — the memory gate's end-to-end test (`--save-baseline`, `--baseline`).
+//! Fails without `python3`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,7 +25,7 @@ use std::process::{Command, Output};
 
 mod terminal;
 
-const TORCH_INIT: &str = "from . import _C, cuda\n";
+const TORCH_INIT: &str = "from . import _C, cuda\ndef empty(nbytes):\n    return cuda.Tensor(nbytes)\n";
 const TORCH_C: &str = "\
 _observers = []
 def _cuda_attach_out_of_memory_observer(fn):
@@ -39,6 +45,23 @@ def _lazy_init():
     _initialized = True
 def alloc():
     _lazy_init()
+class Tensor:
+    def __init__(self, nbytes):
+        _lazy_init()
+        self._addr = memory._model[0].malloc(nbytes)
+    def __del__(self):
+        try:
+            memory._model[0].free_(self._addr)
+        except Exception:
+            pass
+def current_device():
+    return 0
+def get_device_name(device=None):
+    return 'stand-in'
+def memory_stats(device=None):
+    import json, os
+    path = os.environ.get('FAKE_TORCH_STATS')
+    return json.load(open(path))['memory_stats'] if path else {}
 def oom():
     _lazy_init()
     import torch._C
@@ -52,10 +75,31 @@ _dumps = [0]
 def _log(line):
     with open(os.environ['FAKE_TORCH_LOG'], 'a') as f:
         f.write(line + '\\n')
+_model = [None]
+def _frames():
+    import traceback
+    return [{'filename': f.filename, 'line': f.lineno, 'name': f.name}
+            for f in reversed(traceback.extract_stack())
+            if '/site/torch/' not in f.filename and 'make_snapshot_fixtures' not in f.filename]
 def _record_memory_history(max_entries=None, stacks=None, **kwargs):
     _log('record max_entries=%s stacks=%s' % (max_entries, stacks))
+    if os.environ.get('FAKE_TORCH_MODEL'):
+        import sys
+        sys.path.insert(0, os.environ['FAKE_TORCH_MODEL'])
+        import make_snapshot_fixtures
+        _model[0] = make_snapshot_fixtures.Model([])
+        _model[0]._frames = _frames
 def _dump_snapshot(path):
     _dumps[0] += 1
+    if _model[0] is not None:
+        import make_snapshot_fixtures, pickle
+        m = _model[0]
+        snap = {'segments': m.segment_dicts(), 'device_traces': [m.trace],
+                'allocator_settings': make_snapshot_fixtures.settings(), 'external_annotations': []}
+        with open(path, 'wb') as f:
+            pickle.dump(snap, f, protocol=4)
+        _log('dump ' + os.path.basename(path))
+        return
     data = open(os.environ['FAKE_TORCH_SNAPSHOT'], 'rb').read()
     if os.environ.get('FAKE_TORCH_DISK_FULL') == str(_dumps[0]):
         with open(path, 'wb') as f:
@@ -487,5 +531,88 @@ fn ctrl_c_reaches_the_program_and_its_snapshot_is_replayed() {
     let files = snapshots(&dir);
     assert_eq!(files.len(), 1, "{files:?}");
     assert!(stderr.contains(&format!("{}: device 0, 26 trace entries", files[0])), "{stderr}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The training loop the gate tests record; `held` is where the activation is
+/// freed: before the gradient's allocation (v1) or after it (v2, an activation
+/// kept alive longer).
+fn train_py(v2: bool) -> String {
+    let (early, late) = if v2 { ("", "        del h\n") } else { ("        del h\n", "") };
+    format!(
+        "import torch\n\ndef main():\n    weights = torch.empty(16 << 20)\n    for step in range(2):\n        \
+         h = torch.empty(24 << 20)\n        y = torch.empty(4 << 20)\n{early}        grad = torch.empty(48 << 20)\n\
+         {late}        del y, grad\n\nmain()\n"
+    )
+}
+
+/// `record --save-baseline`, then `record --baseline` of the same program (no
+/// regression) and of the program changed to keep one activation alive past
+/// the gradient's allocation: exit 1, the peak named, and the activation's call
+/// path named first, in the terminal and in `regressions.md`.
+#[test]
+fn record_gates_a_programs_memory_on_a_saved_baseline() {
+    require_python();
+    let dir = setup("gate");
+    let model = [("FAKE_TORCH_MODEL", root().join("scripts").display().to_string())];
+    let s = script(&dir, "train.py", &train_py(false));
+    let o = record(&dir, &small(), &["--save-baseline", "main"], &["python3", &s], &model);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("memory baseline `main` saved: target/vramlab/baselines/main.json"), "{stderr}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("target/vramlab/baselines/main.json")).unwrap()).unwrap();
+    assert_eq!(saved["kind"], "vramlab-memory-figures");
+    let figure = |v: &serde_json::Value, name: &str| {
+        v["ranks"][0]["figures"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["value"].clone()
+    };
+    assert_eq!(figure(&saved, "peak_allocated_bytes"), (68u64 << 20), "weights, y and grad");
+
+    let o = record(&dir, &small(), &["--baseline", "main"], &["python3", &s], &model);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("ok: 0 regressions"), "{stderr}");
+
+    fs::write(&s, train_py(true)).unwrap();
+    let o = record(&dir, &small(), &["--baseline", "main"], &["python3", &s], &model);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("FAIL: 1 regression"), "{stderr}");
+    let row = stderr.lines().find(|l| l.starts_with("REGRESSION")).unwrap();
+    assert!(row.contains("peak_allocated_bytes") && row.contains("68.00 MiB → 92.00 MiB (+24.00 MiB)"), "{row}");
+    let paths = stderr.split("call paths whose bytes at the allocated peak moved most:\n").nth(1).unwrap();
+    let first = paths.lines().next().unwrap();
+    assert!(first.contains("+24.00 MiB") && first.contains("train.py:6:main"), "{first}");
+    let md = fs::read_to_string(dir.join("out/regressions.md")).unwrap();
+    let table = md.split("## Call paths whose bytes at the allocated peak moved most").nth(1).unwrap();
+    let first_row = table.lines().find(|l| l.starts_with("| `")).unwrap();
+    assert!(first_row.contains("train.py:6:main ← train.py:12:<module>") && first_row.contains("+24.00 MiB"), "{md}");
+    // A baseline that is not there: the comparison cannot be made.
+    let o = record(&dir, &small(), &["--baseline", "nope"], &["python3", &s], &model);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// The hook writes `torch.cuda.memory_stats()` beside each snapshot; record
+/// compares every key with its replay.
+#[test]
+fn record_checks_each_snapshot_against_pytorchs_memory_stats_written_beside_it() {
+    require_python();
+    let dir = setup("stats");
+    let data = root().join("tests/data/torch-snapshots");
+    let s = script(&dir, "train.py", "import torch\ntorch.cuda.alloc()\n");
+    let stats = [("FAKE_TORCH_STATS", data.join("cnn-default.stats.json").display().to_string())];
+    let o = record(&dir, &data.join("cnn-default.pickle"), &[], &["python3", &s], &stats);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let written: Vec<String> = fs::read_dir(dir.join("out"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".stats.json"))
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(written[0].trim_end_matches(".stats.json"), snapshots(&dir)[0].trim_end_matches(".pickle"));
+    assert!(stderr.contains("the replay agrees with the recording"), "{stderr}");
+    assert!(stderr.contains("121 of 121 memory_stats keys equal PyTorch's"), "{stderr}");
     let _ = fs::remove_dir_all(&dir);
 }

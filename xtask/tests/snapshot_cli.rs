@@ -423,3 +423,96 @@ fn a_differing_memory_stats_key_is_named_and_the_replay_disagrees() {
     assert!(out.contains("the stats are of device 1, the replay is of device 0"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn torch_fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-snapshots").join(name).display().to_string()
+}
+
+/// `check --baseline A --from B` on snapshots: the memory gate. The same
+/// snapshot against itself is exit 0 with nothing changed; default against
+/// expandable segments names every figure that changed; the other way round
+/// they are regressions (exit 1), and a tolerance from the config lets them
+/// through; a baseline that is not there is exit 2.
+#[test]
+fn check_gates_snapshots_exactly_per_rank_and_device() {
+    let out = std::env::temp_dir().join(format!("vramlab-memory-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let o_dir = out.to_str().unwrap();
+    let (default, expandable) = (torch_fixture("cnn-default.pickle"), torch_fixture("cnn-expandable.pickle"));
+    let o = xtask(&["check", "--baseline", &default, "--from", &default, "--out", o_dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("ok: 0 regressions, 0 improvements, 0 inconclusive, 7 unchanged"), "{}", stdout(&o));
+
+    let o = xtask(&["check", "--baseline", &default, "--from", &expandable, "--out", o_dir, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let changed: Vec<(String, f64)> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["change"].as_f64().is_some_and(|c| c != 0.0))
+        .map(|r| (r["metric"].as_str().unwrap().to_owned(), r["change"].as_f64().unwrap()))
+        .collect();
+    let mib = |n: f64| n * 1048576.0;
+    assert_eq!(
+        changed,
+        [
+            ("fragmentation_at_peak_bytes".to_owned(), -mib(86.0)),
+            ("reserved_at_end_bytes".to_owned(), -mib(290.0)),
+            ("cudamalloc_calls".to_owned(), -4.0),
+            ("peak_reserved_bytes".to_owned(), -mib(86.0)),
+        ]
+    );
+    assert!(
+        v["rows"].as_array().unwrap().iter().all(|r| r["case"]["case"] == "process" && r["case"]["device"] == "cuda:0")
+    );
+
+    let o = xtask(&["check", "--baseline", &expandable, "--from", &default, "--out", o_dir]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("FAIL: 4 regressions"), "{text}");
+    assert!(text.contains("peak_reserved_bytes") && text.contains("1.08 GiB → 1.16 GiB (+86.00 MiB)"), "{text}");
+    let md = std::fs::read_to_string(out.join("regressions.md")).unwrap();
+    assert!(md.starts_with("# vramlab regression check: ❌ regression") && md.contains("## Regressions (4)"), "{md}");
+    let config = out.join("gate.toml");
+    std::fs::write(&config, "[suite.memory]\nmemory_tolerance_bytes = 314572800\n").unwrap();
+    let o = xtask(
+        &["check", "--baseline", &expandable, "--from", &default, "--out", o_dir, "--all", "--config"]
+            .into_iter()
+            .chain([config.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("within the tolerance of 300.00 MiB"), "{}", stdout(&o));
+
+    let o = xtask(&["check", "--baseline", "nope", "--baseline-dir", o_dir, "--from", &default, "--out", o_dir]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the comparison could not be made: the baseline:") && stderr(&o).contains("nope.json"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `record` folders: each process's final snapshot, matched by the rank in its
+/// name and by device; OOM dumps are left out; a rank only on one side is named.
+#[test]
+fn check_matches_the_ranks_of_two_record_folders() {
+    let root = std::env::temp_dir().join(format!("vramlab-memory-ranks-{}", std::process::id()));
+    let (a, b) = (root.join("a"), root.join("b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let copy = |from: &str, to: &std::path::Path| std::fs::copy(torch_fixture(from), to).unwrap();
+    copy("mlp-default.pickle", &a.join("h-rank0-pid1.pickle"));
+    copy("cnn-default.pickle", &a.join("h-rank1-pid2.pickle"));
+    copy("cnn-default.pickle", &a.join("h-rank1-pid2-oom1.pickle"));
+    copy("mlp-default.pickle", &b.join("h-rank0-pid7.pickle"));
+    copy("cnn-expandable.pickle", &b.join("h-rank1-pid8.pickle"));
+    copy("mlp-default.pickle", &b.join("h-rank2-pid9.pickle"));
+    let o = xtask(&["check", "--baseline", a.to_str().unwrap(), "--from", b.to_str().unwrap(), "--all"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("memory/rank 0 (cuda:0)") && text.contains("memory/rank 1 (cuda:0)"), "{text}");
+    assert!(text.contains("4 improvements") && text.contains("1 only in this run"), "{text}");
+    assert!(text.contains("cases only in this run:\n  memory/rank 2 (cuda:0)"), "{text}");
+    assert!(b.join("regressions.md").is_file(), "regressions.md goes into the --from folder");
+    let _ = std::fs::remove_dir_all(&root);
+}

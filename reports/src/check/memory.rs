@@ -144,20 +144,51 @@ pub fn compare_memory(
     }
 }
 
-/// The call paths of one rank whose bytes at the allocated peak changed,
-/// matched by label and frames.
+/// The call paths of one rank whose bytes at the allocated peak changed. A
+/// path is matched by its label and frames; one left over on each side whose
+/// frames differ only in line numbers (an edit above them moved the lines) is
+/// then matched to the other side's with the same functions nearest in bytes,
+/// and shown under its new lines.
 fn path_moves(key: &CaseKey, old: &RankFigures, new: &RankFigures) -> Vec<PathMove> {
-    let mut by_path: BTreeMap<(&str, &[String]), (u64, u64)> = BTreeMap::new();
+    type Path<'a> = (&'a str, &'a [String]);
+    let mut before: BTreeMap<Path, u64> = BTreeMap::new();
+    let mut after: BTreeMap<Path, u64> = BTreeMap::new();
     for p in &old.paths {
-        by_path.entry((&p.label, &p.user_frames)).or_default().0 += p.bytes;
+        *before.entry((&p.label, &p.user_frames)).or_default() += p.bytes;
     }
     for p in &new.paths {
-        by_path.entry((&p.label, &p.user_frames)).or_default().1 += p.bytes;
+        *after.entry((&p.label, &p.user_frames)).or_default() += p.bytes;
     }
-    by_path
+    let mut pairs: Vec<(Path, u64, u64)> = Vec::new();
+    let mut unmatched_old: Vec<(Path, u64)> = Vec::new();
+    for (path, b) in before {
+        match after.remove(&path) {
+            Some(a) => pairs.push((path, b, a)),
+            None => unmatched_old.push((path, b)),
+        }
+    }
+    let mut unmatched_new: Vec<(Path, u64)> = after.into_iter().collect();
+    for (path, b) in unmatched_old {
+        let functions = without_lines(path);
+        let nearest = unmatched_new
+            .iter()
+            .enumerate()
+            .filter(|(_, (p, _))| without_lines(*p) == functions)
+            .min_by_key(|(_, (_, a))| a.abs_diff(b))
+            .map(|(i, _)| i);
+        match nearest {
+            Some(i) => {
+                let (p, a) = unmatched_new.remove(i);
+                pairs.push((p, b, a));
+            }
+            None => pairs.push((path, b, 0)),
+        }
+    }
+    pairs.extend(unmatched_new.into_iter().map(|(p, a)| (p, 0, a)));
+    pairs
         .into_iter()
-        .filter(|(_, (b, a))| a != b)
-        .map(|((label, frames), (before, after))| PathMove {
+        .filter(|(_, b, a)| a != b)
+        .map(|((label, frames), before, after)| PathMove {
             case: key.clone(),
             label: label.to_owned(),
             user_frames: frames.to_vec(),
@@ -166,6 +197,19 @@ fn path_moves(key: &CaseKey, old: &RankFigures, new: &RankFigures) -> Vec<PathMo
             change_bytes: (after as i128 - before as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64,
         })
         .collect()
+}
+
+/// A path's label and frames without line numbers (`train.py:42:forward` →
+/// `train.py:forward`).
+fn without_lines((label, frames): (&str, &[String])) -> Vec<String> {
+    let strip = |f: &str| -> String {
+        let parts: Vec<&str> = f.rsplitn(3, ':').collect();
+        match parts.as_slice() {
+            [function, line, file] if line.chars().all(|c| c.is_ascii_digit()) => format!("{file}:{function}"),
+            _ => f.to_owned(),
+        }
+    };
+    std::iter::once(label).chain(frames.iter().map(String::as_str)).map(strip).collect()
 }
 
 /// Whether a row is one of the memory gate's (for the writers' wording).
@@ -229,6 +273,15 @@ mod tests {
         // A tolerance from vramlab.toml lets it through.
         let cfg = CheckConfig::parse("[suite.memory]\nmemory_tolerance_bytes = 64\n").unwrap();
         assert_eq!(compare_memory(&a, &b, &cfg, Labels::default()).exit_code(), 0);
+    }
+
+    #[test]
+    fn a_path_whose_lines_moved_is_matched_by_its_functions_nearest_in_bytes() {
+        let a = figures(vec![rank(100, &[("t.py:9:main", 48), ("t.py:3:init", 16)])]);
+        let b = figures(vec![rank(124, &[("t.py:8:main", 48), ("t.py:6:main", 24), ("t.py:3:init", 16)])]);
+        let c = compare_memory(&a, &b, &CheckConfig::default(), Labels::default());
+        let moved: Vec<(&str, i64)> = c.call_paths.iter().map(|p| (p.label.as_str(), p.change_bytes)).collect();
+        assert_eq!(moved, [("t.py:6:main", 24)]);
     }
 
     #[test]

@@ -28,8 +28,7 @@ pub fn memory_viz() -> Option<PathBuf> {
 }
 
 /// The note a test prints where it skips the `_memory_viz.py` half (never in CI).
-pub const SKIPPED: &str =
-    "skipped the _memory_viz.py half: run scripts/fetch_memory_viz.sh, or set VRAMLAB_MEMORY_VIZ to PyTorch's torch/cuda/_memory_viz.py";
+pub const SKIPPED: &str = "skipped the _memory_viz.py half: run scripts/fetch_memory_viz.sh, or set VRAMLAB_MEMORY_VIZ to PyTorch's torch/cuda/_memory_viz.py";
 
 /// `python3 _memory_viz.py ARGS PICKLE`'s output; a failure fails the test.
 pub fn run_viz(viz: &Path, args: &[&str], pickle: &Path) -> String {
