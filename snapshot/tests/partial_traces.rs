@@ -248,3 +248,49 @@ fn every_fixture_cut_in_half_replays_exactly_from_its_rewound_start() {
         assert_eq!(r.live_at_start.entries_not_undone, 0, "{name}: {:?}", r.live_at_start);
     }
 }
+
+/// Every real recording with PyTorch's `memory_stats()` beside it, its trace
+/// cut at 1/5, 1/2 and 4/5 (as a ring buffer loses its start): every
+/// `.current` key (and every other key the replay does not declare
+/// underivable) equals PyTorch's final value.
+#[test]
+fn every_real_fixture_cut_at_a_fifth_a_half_and_four_fifths_keeps_its_current_stats() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for dir in ["torch-snapshots", "torch-2.11-h200"] {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let stats_path = vramlab_snapshot::stats_file_beside(&path);
+            let text = std::fs::read_to_string(&stats_path).unwrap();
+            let torch = vramlab_snapshot::read_pytorch_stats(&name, &text).unwrap();
+            let s = read_snapshot_file(&path).unwrap();
+            let device = s.busiest_device().unwrap();
+            let n = s.device_traces[device].len();
+            for (num, den) in [(1, 5), (1, 2), (4, 5)] {
+                let k = n * num / den;
+                let mut r = replay_snapshot(&cut(&s, device, k), &SnapshotReplayOptions::default()).unwrap();
+                let check = r.check_memory_stats(&torch).unwrap().clone();
+                let current = torch.stats.keys().filter(|k| k.ends_with(".current")).count();
+                let derivable_current =
+                    current - check.underivable.iter().filter(|u| u.key.ends_with(".current")).count();
+                assert!(derivable_current > 0);
+                for d in &check.differing {
+                    failures.push(format!(
+                        "{name} cut at {num}/{den} (entry {k}): {}: vramlab {:?}, PyTorch {}",
+                        d.key, d.replayed, d.pytorch
+                    ));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 27, "nine recordings, three cuts each");
+    assert!(failures.is_empty(), "{} keys differ:\n{}", failures.len(), failures.join("\n"));
+}

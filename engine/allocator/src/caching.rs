@@ -591,6 +591,29 @@ impl CachingAllocator {
         }
     }
 
+    /// Counts `allocation` as `requested` bytes asked for (at most its block's
+    /// size) instead of the size it was made with; only `requested_bytes`
+    /// changes. Not a PyTorch call: a replay that places memory it found live
+    /// (a snapshot's blocks, rewound into expandable segments) knows each
+    /// block's size and the bytes its caller asked for, and allocates the one
+    /// to count the other, as PyTorch's block does (`requested_size`).
+    pub fn set_requested(&self, allocation: &mut Allocation, requested: u64) {
+        if allocation.block == NIL || allocation.owner != self.id || requested > allocation.size {
+            return;
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        let b = &mut st.arena[allocation.block];
+        if !(b.in_use && b.allocated && b.addr == allocation.addr) {
+            return;
+        }
+        let (pool, old) = (b.pool, b.requested);
+        b.requested = requested;
+        st.stats.requested_bytes.decrease(pool, old);
+        st.stats.requested_bytes.increase(pool, requested);
+        allocation.requested = requested;
+    }
+
     /// PyTorch's `process_events` on its own: frees the blocks whose stream events
     /// have all completed, as the start of every `malloc` does (and, like it, not
     /// while a pool is being allocated to). For replays that learn from a trace

@@ -592,3 +592,19 @@ fn host_memory_supports_expandable_segments() {
     a.empty_cache();
     assert_eq!(a.memory_reserved(), 0);
 }
+
+/// `set_requested`: a block allocated at its size counts the bytes its caller
+/// asked for, in `requested_bytes` only; freeing it takes those bytes back.
+#[test]
+fn set_requested_counts_the_callers_bytes_for_a_block_placed_at_its_size() {
+    let a = sim();
+    let mut x = a.malloc(512, 0, None).unwrap();
+    a.set_requested(&mut x, 40);
+    let s = a.stats();
+    assert_eq!((s.requested_bytes.all.current, s.allocated_bytes.all.current), (40, 512));
+    assert_eq!(x.requested(), 40);
+    a.set_requested(&mut x, 4096);
+    assert_eq!(a.stats().requested_bytes.all.current, 40, "never more than the block");
+    a.free(x).unwrap();
+    assert_eq!(a.stats().requested_bytes.all.current, 0);
+}

@@ -551,9 +551,13 @@ pub(crate) fn place(
             carry = 0;
         }
         for (size, block) in requests {
-            let a = malloc_in(allocator, size, stream, pool).map_err(err)?;
+            let mut a = malloc_in(allocator, size, stream, pool).map_err(err)?;
             match block {
-                Some(b) => placed.push((b.address, a, b.frames)),
+                Some(b) => {
+                    // The block's size was asked for, to place it; its caller asked for fewer.
+                    allocator.set_requested(&mut a, b.requested);
+                    placed.push((b.address, a, b.frames));
+                }
                 None => gaps.push(a),
             }
         }
