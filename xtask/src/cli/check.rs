@@ -28,6 +28,12 @@ alternating which goes first, for --pairs rounds in one sitting, then judges eac
 the pairs' ratios: drift that moves both builds alike cancels. The way to gate on a noisy
 shared machine.
 
+With snapshots — --baseline and --from each a PyTorch snapshot, a `vramlab record` folder or a
+memory baseline saved by `record --save-baseline` — it is the memory gate of a PyTorch program:
+per rank and device (matched by the -rankR of the file names and by device), peak allocated
+and reserved, reserved at the end, cudaMalloc calls, num_alloc_retries, OOMs and fragmentation
+at the peak, exactly, then the call paths whose bytes at the allocated peak moved most.
+
 Thresholds per suite, case or metric come from vramlab.toml at the repository root (see the
 README). Writes regressions.md beside the results (for $GITHUB_STEP_SUMMARY); prints GitHub
 annotations when GITHUB_ACTIONS=true.";
@@ -40,6 +46,8 @@ Examples:
   cargo xtask check --baseline main --from target/vramlab/runs.json   after `bench --repeat 3`
   cargo xtask check --ab ../base/target/release/vramlab --quick --pairs 5
                                             A/B: the base build and this one, interleaved
+  vramlab check --baseline before.pickle --from after.pickle   two PyTorch snapshots
+  vramlab check --baseline main --from vramlab-record          a record folder vs memory baseline `main`
 
 Exit status: 0 when nothing regressed; 1 when something did; 2 when the comparison could not be
 made (missing, corrupt, truncated or incompatible baseline or results, a bad vramlab.toml): the
@@ -84,11 +92,13 @@ pub enum ExportFormat {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The baseline: a NAME saved with `bench --save-baseline NAME` (in --baseline-dir) or a results or runs FILE
+    /// The baseline: a NAME saved with `bench --save-baseline NAME` or `record --save-baseline NAME` (in
+    /// --baseline-dir), a results or runs FILE, or a PyTorch snapshot or `record` folder
     #[arg(long, value_name = "NAME|FILE", required_unless_present = "ab")]
     pub baseline: Option<String>,
 
-    /// The runs to check: results.json (one run) or runs.json (`bench --repeat N`)
+    /// The runs to check: results.json (one run) or runs.json (`bench --repeat N`); or a PyTorch
+    /// snapshot or `record` folder (the memory gate)
     #[arg(long, value_name = "FILE", default_value = DEFAULT_RESULTS)]
     pub from: PathBuf,
 
