@@ -80,15 +80,39 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
                 || std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|modified| modified >= started)
         })
         .collect();
-    let report_dir = out.join("report");
     let mut text = format!("\nvramlab record: `{shown}` exited with status {code}\n");
     #[cfg(unix)]
     if let Some(sig) = forward::received() {
         let name = if sig == libc::SIGINT { "SIGINT (Ctrl-C)" } else { "SIGTERM" };
         let _ = writeln!(text, "  interrupted by {name} while it ran; the snapshots it wrote are replayed");
     }
+    text += &replay_and_index(&out, &new, &no_torch, shown, code).0;
+    // Nothing sensible is left to do if stderr is gone.
+    // Every line fitted to the terminal but a `.part` file's reason, which
+    // stays whole on its line (its tests pin it so).
+    let fitted: String = text
+        .split_inclusive('\n')
+        .map(|l| if l.contains(PART_REASON) { l.to_owned() } else { crate::output::fit_lines(l) })
+        .collect();
+    let _ = std::io::stderr().lock().write_all(fitted.as_bytes());
+    Ok(code)
+}
+
+/// Replays each snapshot of `new` (written into `out` by `shown`, which exited
+/// with `code`; `no_torch`: the Pythons that could not import torch) and writes
+/// `OUT/report/`: the summary's lines and the index's path. The command and
+/// `crate::api` (Python's `vramlab.record`) share it.
+pub(crate) fn replay_and_index(
+    out: &Path,
+    new: &[PathBuf],
+    no_torch: &[String],
+    shown: String,
+    code: u8,
+) -> (String, Option<PathBuf>) {
+    let report_dir = out.join("report");
+    let mut text = String::new();
     let mut rows = Vec::new();
-    for path in &new {
+    for path in new {
         let (row, summary) = replay_one(path, &report_dir);
         text += &summary;
         rows.push(row);
@@ -130,23 +154,17 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
         String::new()
     };
     let index = RecordIndex { command: shown, exit_status: code, rows, ranks: ranks_summary, empty_reason };
-    match write_record_index(&report_dir, &index) {
+    let written = match write_record_index(&report_dir, &index) {
         Ok(path) => {
             let _ = writeln!(text, "report: {}", path.display());
+            Some(path)
         }
         Err(e) => {
             let _ = writeln!(text, "error: cannot write the report into {}: {e}", report_dir.display());
+            None
         }
-    }
-    // Nothing sensible is left to do if stderr is gone.
-    // Every line fitted to the terminal but a `.part` file's reason, which
-    // stays whole on its line (its tests pin it so).
-    let fitted: String = text
-        .split_inclusive('\n')
-        .map(|l| if l.contains(PART_REASON) { l.to_owned() } else { crate::output::fit_lines(l) })
-        .collect();
-    let _ = std::io::stderr().lock().write_all(fitted.as_bytes());
-    Ok(code)
+    };
+    (text, written)
 }
 
 /// Runs the command with the hook on its path; waits for it.

@@ -45,13 +45,14 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         }
     }
     if args.device.is_some()
+        || args.fraction.is_some()
         || args.from_us.is_some()
         || args.to_us.is_some()
         || args.export_snapshot.is_some()
         || args.chrome_trace.is_some()
     {
         bail!(
-            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace\n  \
+            "--device, --fraction, --from-us, --to-us, --export-snapshot and --chrome-trace\n  \
              apply to PyTorch memory snapshots; {name} is a vramlab trace (JSON Lines)"
         );
     }

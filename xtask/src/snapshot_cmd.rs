@@ -44,6 +44,7 @@ pub fn replay(
         from_us: args.from_us,
         to_us: args.to_us,
         capacity_bytes: args.capacity_bytes(),
+        memory_fraction: args.fraction,
         config: args.alloc_conf.clone(),
         on_oom: args.on_oom.into(),
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
