@@ -23,8 +23,8 @@ def test_the_peak_of_a_real_recording_is_pytorchs(mlp, stats):
         if key not in r.underivable:
             assert r.memory_stats[key] == value, key
     assert r.fidelity is not None and r.ooms == []
-    top = r.holders[0]["groups"][0]
-    assert top["user_frames"], "who holds the peak names frames of the recording script"
+    frames = [f for g in r.holders[0]["groups"] for f in g["user_frames"]]
+    assert any("record_snapshots.py" in f for f in frames), "who holds the peak, by the script's frames"
     assert "peak reserved 343932928 bytes" in repr(r)
 
 
@@ -102,8 +102,9 @@ def test_errors_carry_the_commands_message_and_status(mlp, src, kwargs, error, s
     if cli_args is not None:
         cli = run_cli(*[str(mlp) if a is None else a for a in cli_args])
         assert cli.returncode == status, cli.stderr
-        first = cli.stderr.splitlines()[0]
-        assert first == "error: " + e.message.splitlines()[0], (first, e.message)
+        # The command fits its lines to 100 columns (and clap adds where help is): the same words.
+        stderr = cli.stderr.replace("For more information, try '--help'.", "")
+        assert stderr.split() == ("error: " + e.message).split(), (cli.stderr, e.message)
 
 
 def test_a_source_of_another_type_and_an_unwritable_report(mlp, tmp_path):
@@ -122,7 +123,7 @@ def test_save_report_and_the_notebook_view_are_the_commands_page(mlp, tmp_path):
     index = r.save_report(tmp_path / "page")
     assert index == tmp_path / "page" / "index.html"
     page = index.read_text()
-    assert "vramlab replay of %s" % mlp in page and "data-stacked" in page
+    assert "<title>vramlab replay of" in page and "mlp-default.pickle" in page and "data-stacked" in page
     assert (tmp_path / "page" / "charts" / "timeline.png").exists()
     view = r._repr_html_()
     assert view.startswith('<iframe class="vramlab-report" srcdoc="')
