@@ -1,9 +1,12 @@
 //! The Python package end to end, from `cargo test`: a virtual environment
 //! kept under `target/python-venv/` (created once, with maturin, pytest,
 //! nbclient and ipykernel from PyPI at the versions below), the wheel built by
-//! maturin from `pyproject.toml` in the debug profile (sharing this build's
-//! target folder: only the extension module itself is compiled and linked)
-//! and installed into it, then the pytest suite in `python/tests/` (the API,
+//! maturin from `pyproject.toml` in release, as `pip install .` builds it, into
+//! the workspace's target folder, where the release `xtask` the other
+//! end-to-end tests build (`vramlab_tests::xtask_release`) has every
+//! dependency compiled with the same features (the extension module leaves
+//! out PyO3's macros for that): only PyO3 and the module are compiled (about
+//! 20 s); then it is installed, then the pytest suite in `python/tests/` (the API,
 //! `record` against a stand-in torch, the `vramlab` command, the wheel's
 //! contents and version, a notebook executed), and last the notebook's HTML
 //! output in Chromium: the replay page inside its iframe, drawn by its own
@@ -63,14 +66,14 @@ fn venv() -> PathBuf {
     python
 }
 
-/// Builds the wheel (debug) into a fresh folder and installs it: the wheel's path.
+/// Builds the wheel (release) into a fresh folder and installs it: the wheel's path.
 fn build_and_install(python: &Path) -> PathBuf {
     let wheels = target_dir().join("python-wheels");
     let _ = std::fs::remove_dir_all(&wheels);
     let bin = python.parent().unwrap();
     run(
         Command::new(bin.join("maturin"))
-            .args(["build", "--quiet", "--interpreter"])
+            .args(["build", "--release", "--quiet", "--interpreter"])
             .arg(python)
             .arg("--out")
             .arg(&wheels)
@@ -157,7 +160,11 @@ fn check_in_chromium(output: &Path) {
     chromium_run(
         &browser,
         &profile,
-        &["--window-size=1280,1400".into(), format!("--screenshot={}", shot.display()), format!("file://{}", probe_page.display())],
+        &[
+            "--window-size=1280,1400".into(),
+            format!("--screenshot={}", shot.display()),
+            format!("file://{}", probe_page.display()),
+        ],
     );
     println!("the notebook's output in Chromium: screenshot {}", shot.display());
 }
