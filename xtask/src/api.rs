@@ -16,6 +16,7 @@ use clap::Parser;
 use vramlab_snapshot::{self as snapshot, SnapshotError, SnapshotReplayError};
 
 use crate::cli::{Cli, Command};
+use crate::snapshot_cmd::Tail;
 
 /// Where a snapshot comes from.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +93,8 @@ impl ApiError {
 
 /// `command` with `args` parsed as the command line parses them.
 fn parse(command: &str, args: &[&str], flags: &[String]) -> Result<Command, ApiError> {
-    let words = ["vramlab", command].into_iter().chain(args.iter().copied()).map(str::to_owned).chain(flags.iter().cloned());
+    let words =
+        ["vramlab", command].into_iter().chain(args.iter().copied()).map(str::to_owned).chain(flags.iter().cloned());
     let cli = Cli::try_parse_from(words).map_err(|e| {
         let text = e.render().to_string();
         let first = text.lines().next().unwrap_or_default();
@@ -127,8 +129,7 @@ fn read(src: &Source<'_>) -> Result<snapshot::Snapshot, ApiError> {
 }
 
 fn open(name: &str, path: &Path) -> Result<File, ApiError> {
-    let file =
-        File::open(path).map_err(|e| ApiError::new(ErrorKind::Snapshot, format!("cannot open {name}: {e}")))?;
+    let file = File::open(path).map_err(|e| ApiError::new(ErrorKind::Snapshot, format!("cannot open {name}: {e}")))?;
     if file.metadata().is_ok_and(|m| m.is_dir()) {
         return Err(ApiError::new(ErrorKind::Snapshot, format!("{name} is a directory, not a snapshot file")));
     }
@@ -138,9 +139,7 @@ fn open(name: &str, path: &Path) -> Result<File, ApiError> {
 /// `replay` of one snapshot with `flags` (`--capacity 24GiB`, `--report DIR`, …):
 /// its `--json` document. A file is read and replayed at once, as the command does.
 pub fn replay(src: &Source<'_>, flags: &[String]) -> Result<Vec<u8>, ApiError> {
-    let Command::Replay(mut args) = parse("replay", &[src.name], flags)? else {
-        unreachable!("parsed as replay")
-    };
+    let Command::Replay(mut args) = parse("replay", &[src.name], flags)? else { unreachable!("parsed as replay") };
     args.json = true;
     check_report_dir(args.report.as_deref())?;
     let not_snapshot = || {
@@ -159,16 +158,18 @@ pub fn replay(src: &Source<'_>, flags: &[String]) -> Result<Vec<u8>, ApiError> {
                 return Err(not_snapshot());
             }
             let len = bytes.len() as u64;
-            crate::snapshot_cmd::replay(&args, src.name, Cursor::new(bytes), Some(len), None)
+            crate::snapshot_cmd::replay(&args, src.name, Cursor::new(bytes), Some(len), Tail::Bytes(bytes))
         }
         Input::Path(path) => {
             let mut file = BufReader::with_capacity(1 << 18, open(src.name, path)?);
-            let head = file.fill_buf().map_err(|e| ApiError::new(ErrorKind::Snapshot, format!("cannot read {}: {e}", src.name)))?;
+            let head = file
+                .fill_buf()
+                .map_err(|e| ApiError::new(ErrorKind::Snapshot, format!("cannot read {}: {e}", src.name)))?;
             if !snapshot::is_pickle(head) {
                 return Err(not_snapshot());
             }
             let len = file.get_ref().metadata().ok().map(|m| m.len());
-            crate::snapshot_cmd::replay(&args, src.name, file, len, Some(path))
+            crate::snapshot_cmd::replay(&args, src.name, file, len, Tail::File(path))
         }
     };
     out.map_err(|e| ApiError::of(&e))
@@ -178,9 +179,7 @@ pub fn replay(src: &Source<'_>, flags: &[String]) -> Result<Vec<u8>, ApiError> {
 /// `--json` document and the command's exit status (1 when a device of a
 /// snapshot of several could not be replayed).
 pub fn whatif(src: &Source<'_>, flags: &[String]) -> Result<(Vec<u8>, u8), ApiError> {
-    let Command::Whatif(mut args) = parse("whatif", &[src.name], flags)? else {
-        unreachable!("parsed as whatif")
-    };
+    let Command::Whatif(mut args) = parse("whatif", &[src.name], flags)? else { unreachable!("parsed as whatif") };
     args.json = true;
     check_report_dir(args.report.as_deref())?;
     let snap = read(src)?;
@@ -189,9 +188,7 @@ pub fn whatif(src: &Source<'_>, flags: &[String]) -> Result<(Vec<u8>, u8), ApiEr
 
 /// `diff` of two snapshots (`a` before, `b` after) with `flags`: its `--json` document.
 pub fn diff(a: &Source<'_>, b: &Source<'_>, flags: &[String]) -> Result<Vec<u8>, ApiError> {
-    let Command::Diff(mut args) = parse("diff", &[a.name, b.name], flags)? else {
-        unreachable!("parsed as diff")
-    };
+    let Command::Diff(mut args) = parse("diff", &[a.name, b.name], flags)? else { unreachable!("parsed as diff") };
     args.json = true;
     check_report_dir(args.report.as_deref())?;
     let (sa, sb) = (read(a)?, read(b)?);
