@@ -171,9 +171,10 @@ fn module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
     let m = m.cast_into::<PyModule>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     for &(name, doc, body) in FUNCTIONS {
-        let f = PyCFunction::new_closure(py, Some(name), Some(doc), move |args, _kwargs: Option<&Bound<'_, PyDict>>| {
-            body(args)
-        })?;
+        let f =
+            PyCFunction::new_closure(py, Some(name), Some(doc), move |args, _kwargs: Option<&Bound<'_, PyDict>>| {
+                body(args)
+            })?;
         m.add(name.to_str().unwrap_or_default(), f)?;
     }
     Ok(m)

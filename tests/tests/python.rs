@@ -45,12 +45,15 @@ fn run(cmd: &mut Command, what: &str) -> Output {
 /// The environment's Python, the environment made first where it is missing
 /// or holds another list of requirements.
 fn venv() -> PathBuf {
-    let found = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(found, "the Python package's tests need python3 with venv on PATH (Debian: apt-get install python3-venv)");
+    let version = Command::new("python3").arg("--version").output().ok().filter(|o| o.status.success());
+    let version = version.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let version = version
+        .expect("the Python package's tests need python3 with venv on PATH (Debian: apt-get install python3-venv)");
     let dir = target_dir().join("python-venv");
     let python = dir.join("bin").join("python");
+    // The environment is made anew for another Python or other requirements.
     let marker = dir.join("requirements.txt");
-    let wanted = REQUIREMENTS.join("\n");
+    let wanted = format!("# {version}\n{}", REQUIREMENTS.join("\n"));
     if python.exists() && std::fs::read_to_string(&marker).is_ok_and(|m| m == wanted) {
         return python;
     }
