@@ -20,6 +20,9 @@
 //!   inputs.
 //! - `tests/report.rs` — the report of a fixed results file as a person sees it,
 //!   in a headless browser.
+//! - `tests/python.rs` — the Python package (`../python/`): a cached virtual
+//!   environment, the wheel built and installed, the pytest suite, the
+//!   notebook's output in a headless browser.
 //! - `data/` — fixtures: `data/snapshots/` (PyTorch snapshot pickles written by
 //!   `../scripts/make_snapshot_fixtures.py`), `data/torch-snapshots/` (snapshots
 //!   PyTorch 2.11 recorded on an H100, with its `memory_stats()`) and

@@ -76,6 +76,7 @@ const LAYERS: &[&[&str]] = &[
     &["vramlab-suites"],
     &["vramlab-reports"],
     &["xtask"],
+    &["vramlab-python"],
     &["vramlab-tests"],
 ];
 

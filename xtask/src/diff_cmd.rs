@@ -80,17 +80,18 @@ fn run_results(args: &DiffArgs, a_name: &str, b_name: &str) -> anyhow::Result<u8
         None => None,
     };
     let doc = ResultsDiffDoc { schema_version: SCHEMA_VERSION, kind: "results", diff: &d };
-    print_diff(args.json, &doc, || results_text(&d), written.as_deref())
+    crate::output::write_stdout(&diff_output(args.json, &doc, || results_text(&d), written.as_deref())?)?;
+    Ok(0)
 }
 
-/// Prints a diff: its JSON document with `--json`, else its text and the
-/// report's path when one was written. Exit status 0.
-fn print_diff(
+/// What a diff prints: its JSON document with `--json`, else its text and the
+/// report's path when one was written.
+fn diff_output(
     json: bool,
     doc: &impl Serialize,
     text: impl FnOnce() -> String,
     written: Option<&Path>,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<Vec<u8>> {
     let out = if json {
         let mut v = serde_json::to_vec_pretty(doc).context("cannot serialize the diff")?;
         v.push(b'\n');
@@ -102,8 +103,7 @@ fn print_diff(
         }
         text.into_bytes()
     };
-    crate::output::write_stdout(&out)?;
-    Ok(0)
+    Ok(out)
 }
 
 /// The terminal report of two results files.
@@ -168,9 +168,21 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<u8> {
         bail!("--case applies to results files; {a_name} and {b_name} are snapshots");
     }
     let (a, b) = (read(&args.before)?, read(&args.after)?);
+    crate::output::write_stdout(&snapshots_output(args, (&a_name, &a), (&b_name, &b))?)?;
+    Ok(0)
+}
+
+/// What `diff` prints for two snapshots (`a` before, `b` after, each with
+/// its name); with `--report`, the page written first. The command and
+/// `crate::api` share it.
+pub(crate) fn snapshots_output(
+    args: &DiffArgs,
+    (a_name, a): (&str, &Snapshot),
+    (b_name, b): (&str, &Snapshot),
+) -> anyhow::Result<Vec<u8>> {
     let opts = SnapshotReplayOptions { device: args.device, ..Default::default() };
-    let d = snapshot::diff_snapshots((&a_name, &a), (&b_name, &b), &opts).map_err(|(side, e)| {
-        anyhow::Error::new(e).context(format!("cannot replay {}", if side == 0 { &a_name } else { &b_name }))
+    let d = snapshot::diff_snapshots((a_name, a), (b_name, b), &opts).map_err(|(side, e)| {
+        anyhow::Error::new(e).context(format!("cannot replay {}", if side == 0 { a_name } else { b_name }))
     })?;
     let written = match &args.report {
         Some(dir) => Some(
@@ -179,7 +191,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<u8> {
         ),
         None => None,
     };
-    print_diff(args.json, &DiffDoc { schema_version: SCHEMA_VERSION, diff: &d }, || text(&d), written.as_deref())
+    diff_output(args.json, &DiffDoc { schema_version: SCHEMA_VERSION, diff: &d }, || text(&d), written.as_deref())
 }
 
 /// The terminal report.

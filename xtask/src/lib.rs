@@ -15,7 +15,10 @@
 //! be made.
 //!
 //! The files (paths from the crate's root):
-//! - `src/lib.rs` — the modules, [`main`] and [`check_args`].
+//! - `src/lib.rs` — the modules, [`main`], [`run`] and [`check_args`].
+//! - `src/api.rs` — `replay`, `whatif`, `diff` and `record`'s report in-process, their
+//!   input a file or bytes in memory, their output the `--json` document: what the
+//!   Python package (`../python/`) wraps.
 //! - `src/main.rs`, `src/bin/vramlab.rs` — the two binaries, `xtask` and `vramlab`.
 //! - `src/cli/` — the command line's shape: clap's definitions and help text,
 //!   one file per command's flags; the commands import their flags from it.
@@ -41,6 +44,7 @@
 //!   fits in 100 columns; `common/` runs PyTorch's `_memory_viz.py`).
 
 mod ab_cmd;
+pub mod api;
 mod bench_cmd;
 mod check_cmd;
 mod cli;
@@ -101,11 +105,23 @@ fn usage_error(e: &clap::Error) -> ! {
 
 /// Parses the process's arguments, runs the command and returns its exit status.
 pub fn main(program: Program) -> ExitCode {
+    ExitCode::from(run(program, std::env::args_os()))
+}
+
+/// Parses `argv` (the program's name first, then its arguments), runs the
+/// command and returns its exit status: [`main`] on the process's arguments,
+/// and the Python package's `vramlab` command (`../python/`) in its own
+/// process. Help, the version and usage errors end the process as clap does.
+pub fn run<I, T>(program: Program, argv: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     let command = match program {
         Program::Vramlab => Cli::command().name("vramlab").bin_name("vramlab"),
         Program::Xtask => Cli::command(),
     };
-    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+    let cli = match command.try_get_matches_from(argv).and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => usage_error(&e),
     };
@@ -124,7 +140,7 @@ pub fn main(program: Program) -> ExitCode {
         Command::Diff(args) => diff_cmd::run(args),
     };
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(e) => {
             // Nothing sensible is left to do if stderr is gone too.
             if e.downcast_ref::<output::Located>().is_some() {
@@ -132,7 +148,7 @@ pub fn main(program: Program) -> ExitCode {
             } else {
                 output::eprint_line(&format!("error: {e:#}"));
             }
-            ExitCode::from(1)
+            1
         }
     }
 }

@@ -70,9 +70,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         || args.from_us.is_some()
         || args.to_us.is_some()
         || args.alloc_conf.is_some()
+        || args.fraction.is_some()
     {
         bail!(
-            "--report, --export-snapshot, --chrome-trace, --from-us, --to-us and --alloc-conf\n  apply to one file; \
+            "--report, --export-snapshot, --chrome-trace, --from-us, --to-us, --alloc-conf and --fraction\n  \
+             apply to one file; \
              with several, replay each on its own (`replay FILE --device D`)"
         );
     }

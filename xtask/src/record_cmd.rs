@@ -82,64 +82,13 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<u8> {
                 || std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|modified| modified >= started)
         })
         .collect();
-    let report_dir = out.join("report");
     let mut text = format!("\nvramlab record: `{shown}` exited with status {code}\n");
     #[cfg(unix)]
     if let Some(sig) = forward::received() {
         let name = if sig == libc::SIGINT { "SIGINT (Ctrl-C)" } else { "SIGTERM" };
         let _ = writeln!(text, "  interrupted by {name} while it ran; the snapshots it wrote are replayed");
     }
-    let mut rows = Vec::new();
-    for path in &new {
-        let (row, summary) = replay_one(path, &report_dir);
-        text += &summary;
-        rows.push(row);
-    }
-    // Several processes (the ranks of a job): one row each, the imbalance, the one closest to its capacity.
-    let finals: Vec<&PathBuf> = new.iter().filter(|p| !is_oom_dump(p)).collect();
-    let mut ranks_summary = None;
-    if finals.len() >= 2 {
-        let mut ranks = Vec::new();
-        for path in finals {
-            ranks.extend(crate::ranks_cmd::rows_of(path, None, None, OnOom::Continue).unwrap_or_default());
-        }
-        let doc = crate::ranks_cmd::summarise(ranks);
-        text.push('\n');
-        text += &crate::ranks_cmd::text(&doc);
-        ranks_summary = Some(ranks_summary_of(&doc, &rows));
-    }
-    let empty_reason = if new.is_empty() {
-        let reason = match no_torch.first() {
-            Some(python) => format!(
-                "torch could not be imported by {python}{}, so nothing was recorded into {}: install torch for that \
-                 Python, or run the command with the Python that has it",
-                if no_torch.len() > 1 {
-                    format!(" (and {} more process(es))", no_torch.len() - 1)
-                } else {
-                    String::new()
-                },
-                out.display()
-            ),
-            None => format!(
-                "no process initialised CUDA through torch (torch not imported, CPU only, or not Python), so nothing \
-                 was recorded into {}",
-                out.display()
-            ),
-        };
-        let _ = writeln!(text, "  no snapshot: {reason}");
-        reason
-    } else {
-        String::new()
-    };
-    let index = RecordIndex { command: shown.clone(), exit_status: code, rows, ranks: ranks_summary, empty_reason };
-    match write_record_index(&report_dir, &index) {
-        Ok(path) => {
-            let _ = writeln!(text, "report: {}", path.display());
-        }
-        Err(e) => {
-            let _ = writeln!(text, "error: cannot write the report into {}: {e}", report_dir.display());
-        }
-    }
+    text += &replay_and_index(&out, &new, &no_torch, shown.clone(), code).0;
     // Nothing sensible is left to do if stderr is gone.
     // Every line fitted to the terminal but a `.part` file's reason, which
     // stays whole on its line (its tests pin it so).
@@ -187,6 +136,75 @@ fn gate(args: &RecordArgs, out: &Path, shown: &str, finals: &[PathBuf]) -> anyho
     };
     eprintln!();
     memory_gate::check(&baseline_path, figures, &out.display().to_string(), &opts, out, true).map(Some)
+}
+
+/// Replays each snapshot of `new` (written into `out` by `shown`, which exited
+/// with `code`; `no_torch`: the Pythons that could not import torch) and writes
+/// `OUT/report/`: the summary's lines and the index's path. The command and
+/// `crate::api` (Python's `vramlab.record`) share it.
+pub(crate) fn replay_and_index(
+    out: &Path,
+    new: &[PathBuf],
+    no_torch: &[String],
+    shown: String,
+    code: u8,
+) -> (String, Option<PathBuf>) {
+    let report_dir = out.join("report");
+    let mut text = String::new();
+    let mut rows = Vec::new();
+    for path in new {
+        let (row, summary) = replay_one(path, &report_dir);
+        text += &summary;
+        rows.push(row);
+    }
+    // Several processes (the ranks of a job): one row each, the imbalance, the one closest to its capacity.
+    let finals: Vec<&PathBuf> = new.iter().filter(|p| !is_oom_dump(p)).collect();
+    let mut ranks_summary = None;
+    if finals.len() >= 2 {
+        let mut ranks = Vec::new();
+        for path in finals {
+            ranks.extend(crate::ranks_cmd::rows_of(path, None, None, OnOom::Continue).unwrap_or_default());
+        }
+        let doc = crate::ranks_cmd::summarise(ranks);
+        text.push('\n');
+        text += &crate::ranks_cmd::text(&doc);
+        ranks_summary = Some(ranks_summary_of(&doc, &rows));
+    }
+    let empty_reason = if new.is_empty() {
+        let reason = match no_torch.first() {
+            Some(python) => format!(
+                "torch could not be imported by {python}{}, so nothing was recorded into {}: install torch for that \
+                 Python, or run the command with the Python that has it",
+                if no_torch.len() > 1 {
+                    format!(" (and {} more process(es))", no_torch.len() - 1)
+                } else {
+                    String::new()
+                },
+                out.display()
+            ),
+            None => format!(
+                "no process initialised CUDA through torch (torch not imported, CPU only, or not Python), so nothing \
+                 was recorded into {}",
+                out.display()
+            ),
+        };
+        let _ = writeln!(text, "  no snapshot: {reason}");
+        reason
+    } else {
+        String::new()
+    };
+    let index = RecordIndex { command: shown, exit_status: code, rows, ranks: ranks_summary, empty_reason };
+    let written = match write_record_index(&report_dir, &index) {
+        Ok(path) => {
+            let _ = writeln!(text, "report: {}", path.display());
+            Some(path)
+        }
+        Err(e) => {
+            let _ = writeln!(text, "error: cannot write the report into {}: {e}", report_dir.display());
+            None
+        }
+    };
+    (text, written)
 }
 
 /// Runs the command with the hook on its path; waits for it.

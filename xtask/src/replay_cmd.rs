@@ -12,6 +12,7 @@ use vramlab_reports::replay_page::{self, ReplayPage};
 
 use crate::cli::ReplayArgs;
 use crate::output::{BAD_REPORT_DIR, report_dir_ok, write_stdout};
+use crate::snapshot_cmd::Tail;
 use vramlab_reports::replay_doc;
 
 pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
@@ -35,23 +36,26 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
         if is_snapshot(stdin.fill_buf().context("cannot read standard input")?) {
             // What the lock buffered stays in stdin's buffer for the reader.
             drop(stdin);
-            return write_stdout(&crate::snapshot_cmd::replay(args, &name, io::stdin(), None, None)?).map(|()| 0);
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, io::stdin(), None, Tail::Unknown)?)
+                .map(|()| 0);
         }
     } else {
         let mut file = open(&args.file)?;
         if is_snapshot(file.fill_buf().with_context(|| format!("cannot read {name}"))?) {
             let len = file.get_ref().metadata().ok().map(|m| m.len());
-            return write_stdout(&crate::snapshot_cmd::replay(args, &name, file, len, Some(&args.file))?).map(|()| 0);
+            return write_stdout(&crate::snapshot_cmd::replay(args, &name, file, len, Tail::File(&args.file))?)
+                .map(|()| 0);
         }
     }
     if args.device.is_some()
+        || args.fraction.is_some()
         || args.from_us.is_some()
         || args.to_us.is_some()
         || args.export_snapshot.is_some()
         || args.chrome_trace.is_some()
     {
         bail!(
-            "--device, --from-us, --to-us, --export-snapshot and --chrome-trace\n  \
+            "--device, --fraction, --from-us, --to-us, --export-snapshot and --chrome-trace\n  \
              apply to PyTorch memory snapshots; {name} is a vramlab trace (JSON Lines)"
         );
     }

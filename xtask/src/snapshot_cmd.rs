@@ -21,9 +21,18 @@ use vramlab_reports::replay_doc;
 /// terminal): the bytes read, then the replay (about 1 s per 100 MB).
 const PROGRESS_FROM_BYTES: u64 = 32 << 20;
 
+/// Where the end of a snapshot can be read before the rest: its last bytes
+/// hold its allocator settings, which let the replay start while it is read.
+#[derive(Debug, Clone, Copy)]
+pub enum Tail<'a> {
+    File(&'a Path),
+    Bytes(&'a [u8]),
+    Unknown,
+}
+
 /// Replays a snapshot read from `input` (named `name` in messages; `len`, its
-/// size where known, for the progress bar of large files; `path`, its file,
-/// whose tail tells the allocator settings before the rest is read). Without
+/// size where known, for the progress bar of large files; `tail`, where its
+/// end tells the allocator settings before the rest is read). Without
 /// `--report`, the replay runs while the file is read
 /// ([`snapshot::read_and_replay`]); `--from-us` drops the entries before it
 /// as they are read.
@@ -32,7 +41,7 @@ pub fn replay(
     name: &str,
     input: impl Read + Send,
     len: Option<u64>,
-    path: Option<&Path>,
+    tail: Tail<'_>,
 ) -> anyhow::Result<Vec<u8>> {
     if let (Some(from), Some(to)) = (args.from_us, args.to_us)
         && from > to
@@ -44,6 +53,7 @@ pub fn replay(
         from_us: args.from_us,
         to_us: args.to_us,
         capacity_bytes: args.capacity_bytes(),
+        memory_fraction: args.fraction,
         config: args.alloc_conf.clone(),
         on_oom: args.on_oom.into(),
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
@@ -79,7 +89,12 @@ pub fn replay(
             snapshot::replay_snapshot_timeline(&snap, &opts, true).with_context(|| format!("cannot replay {name}"))?;
         (snap, r, Some(t))
     } else {
-        let settings = path.and_then(settings_from_tail);
+        let settings = match tail {
+            Tail::File(path) => settings_from_tail(path),
+            Tail::Bytes(bytes) => snapshot::peek_allocator_settings(&bytes[bytes.len().saturating_sub(256 << 10)..])
+                .map(|s| s.to_config()),
+            Tail::Unknown => None,
+        };
         let (snap, r) = snapshot::read_and_replay(input, read, settings, &opts).with_context(unreadable)?;
         let r = r.with_context(|| format!("cannot replay {name}"))?;
         (snap, r, None)

@@ -22,7 +22,8 @@ use crate::output::{BAD_REPORT_DIR, report_dir_ok, write_stdout};
 
 pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     if !args.more.is_empty() {
-        return run_many(args, None);
+        let (out, code) = run_many(args, None)?;
+        return write_stdout(&out).map(|()| code);
     }
     if !report_dir_ok(args.report.as_deref()) {
         return Ok(BAD_REPORT_DIR);
@@ -34,14 +35,21 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
     }
     let snap = snapshot::read_snapshot(BufReader::with_capacity(1 << 20, file))
         .with_context(|| format!("{name} is not a readable PyTorch memory snapshot"))?;
+    let (out, code) = output(args, &name, snap)?;
+    write_stdout(&out).map(|()| code)
+}
+
+/// What `whatif` prints for `snap` (read from `name`) and its exit status; with
+/// `--report`, the page written first. The command and `crate::api` share it.
+pub(crate) fn output(args: &WhatifArgs, name: &str, snap: Snapshot) -> anyhow::Result<(Vec<u8>, u8)> {
     // A snapshot of several devices, none picked: a row per device, as for several files.
     if args.device.is_none() && args.report.is_none() && devices_with_entries(&snap).len() > 1 {
         return run_many(args, Some(snap));
     }
-    let mut a = analyse(args, &name, &snap, args.report.is_some())?;
+    let mut a = analyse(args, name, &snap, args.report.is_some())?;
     let stats_note = crate::snapshot_cmd::check_stats_beside(&args.file, &mut a.results[0].replay);
     let written = match &args.report {
-        Some(dir) => Some(write_page(dir, args, &name, &a)?),
+        Some(dir) => Some(write_page(dir, args, name, &a)?),
         None => None,
     };
     let Analysis { results, best, batch, attribution, .. } = a;
@@ -52,7 +60,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
             a.truncate(args.top);
         }
         let json = Json {
-            snapshot: &name,
+            snapshot: name,
             device: recorded.replay.device,
             capacity_bytes: args.capacity_bytes(),
             results: &results,
@@ -65,7 +73,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         v.push(b'\n');
         v
     } else {
-        let mut text = text(&name, &snap, args, &results, best, &attribution);
+        let mut text = text(name, &snap, args, &results, best, &attribution);
         text += &fidelity_text(&results[0], stats_note.as_deref());
         if let Some(b) = &batch {
             text.push('\n');
@@ -79,7 +87,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
         }
         text.into_bytes()
     };
-    write_stdout(&out).map(|()| 0)
+    Ok((out, 0))
 }
 
 /// The recorded setting's check against the recording, when it has one:
@@ -592,8 +600,8 @@ struct RanksWhatif {
 }
 
 /// Every rank and device of every file (or of `loaded`, the one file given)
-/// under every setting; exit 1 when a file could not be read or replayed.
-fn run_many(args: &WhatifArgs, loaded: Option<Snapshot>) -> anyhow::Result<u8> {
+/// under every setting: what to print, and exit 1 when a file could not be read or replayed.
+fn run_many(args: &WhatifArgs, loaded: Option<Snapshot>) -> anyhow::Result<(Vec<u8>, u8)> {
     if args.report.is_some() {
         bail!(
             "--report applies to one file and device; with several, write each rank's page on its own \
@@ -683,8 +691,7 @@ fn run_many(args: &WhatifArgs, loaded: Option<Snapshot>) -> anyhow::Result<u8> {
     } else {
         many_text(&doc).into_bytes()
     };
-    write_stdout(&out)?;
-    Ok(u8::from(doc.rows.iter().any(|r| r.error.is_some())))
+    Ok((out, u8::from(doc.rows.iter().any(|r| r.error.is_some()))))
 }
 
 fn many_text(doc: &RanksWhatif) -> String {

@@ -80,6 +80,11 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<usize>,
 
+    /// PyTorch snapshots: torch.cuda.set_per_process_memory_fraction(F) on the simulated
+    /// device: the replay may reserve F x --capacity (or F x the capacity the recorded OOMs imply)
+    #[arg(long, value_name = "F")]
+    pub fraction: Option<f64>,
+
     /// PyTorch snapshots: keep only entries at or after this time_us. The
     /// entries before it are dropped as the file is read (less memory and
     /// time on large files); the state at the window's start is rewound from
