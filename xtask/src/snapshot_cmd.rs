@@ -99,7 +99,10 @@ pub fn replay(
         let r = r.with_context(|| format!("cannot replay {name}"))?;
         (snap, r, None)
     };
-    let stats_note = path.and_then(|p| check_stats_beside(p, &mut r));
+    let stats_note = match tail {
+        Tail::File(path) => check_stats_beside(path, &mut r),
+        Tail::Bytes(_) | Tail::Unknown => None,
+    };
     let doc = replay_doc::from_snapshot(name, &snap, &r, &opts);
     let mut written = None;
     if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
