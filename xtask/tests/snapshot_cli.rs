@@ -480,7 +480,7 @@ fn check_gates_snapshots_exactly_per_rank_and_device() {
     let md = std::fs::read_to_string(out.join("regressions.md")).unwrap();
     assert!(md.starts_with("# vramlab regression check: ❌ regression") && md.contains("## Regressions (4)"), "{md}");
     let config = out.join("gate.toml");
-    std::fs::write(&config, "[suite.memory]\nmemory_tolerance_bytes = 314572800\n").unwrap();
+    std::fs::write(&config, "[suite.snapshot]\nmemory_tolerance_bytes = 314572800\n").unwrap();
     let o = xtask(
         &["check", "--baseline", &expandable, "--from", &default, "--out", o_dir, "--all", "--config"]
             .into_iter()
@@ -515,9 +515,9 @@ fn check_matches_the_ranks_of_two_record_folders() {
     let o = xtask(&["check", "--baseline", a.to_str().unwrap(), "--from", b.to_str().unwrap(), "--all"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = stdout(&o);
-    assert!(text.contains("memory/rank 0 (cuda:0)") && text.contains("memory/rank 1 (cuda:0)"), "{text}");
+    assert!(text.contains("snapshot/rank 0 (cuda:0)") && text.contains("snapshot/rank 1 (cuda:0)"), "{text}");
     assert!(text.contains("4 improvements") && text.contains("1 only in this run"), "{text}");
-    assert!(text.contains("cases only in this run:\n  memory/rank 2 (cuda:0)"), "{text}");
+    assert!(text.contains("cases only in this run:\n  snapshot/rank 2 (cuda:0)"), "{text}");
     assert!(b.join("regressions.md").is_file(), "regressions.md goes into the --from folder");
     let _ = std::fs::remove_dir_all(&root);
 }

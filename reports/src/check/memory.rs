@@ -2,7 +2,7 @@
 //! ([`MemoryFigures`]: a baseline saved by `record --save-baseline`, a
 //! snapshot, a `record` folder) compared per rank and device. Each figure goes
 //! through the bench gate's own steps — its rule from `vramlab.toml`
-//! ([`CheckConfig::resolve`], suite `memory`, case `rank R` or `process`), the
+//! ([`CheckConfig::resolve`], suite `snapshot`, case `rank R` or `process`), the
 //! exact memory judgement ([`judge::judge`]) — and the result is a
 //! [`Comparison`], rendered by the same writers (terminal, `regressions.md`,
 //! GitHub annotations, JSON) with the call paths whose bytes at the allocated
@@ -19,9 +19,9 @@ use super::judge::{self, TimeRules};
 use super::matching::CaseKey;
 use super::model::{Comparison, Design, Kind, Labels, Method, PathMove, Status};
 
-/// The suite name memory figures are judged under (`[suite.memory]`,
-/// `[case."memory/rank 0"]` in vramlab.toml).
-pub const SUITE: &str = "memory";
+/// The suite name snapshot figures are judged under (`[suite.snapshot]`,
+/// `[case."snapshot/rank 0"]` in vramlab.toml), apart from the bench's `memory` suite.
+pub const SUITE: &str = "snapshot";
 
 /// Call paths listed per comparison.
 pub const PATHS_LISTED: usize = 10;
@@ -267,11 +267,11 @@ mod tests {
         let c = compare_memory(&a, &b, &CheckConfig::default(), Labels::default());
         assert_eq!(c.exit_code(), 1);
         assert_eq!(c.rows[0].metric, "peak_allocated_bytes");
-        assert_eq!(c.rows[0].case.to_string(), "memory/rank 0 (cuda:0)");
+        assert_eq!(c.rows[0].case.to_string(), "snapshot/rank 0 (cuda:0)");
         assert_eq!((c.call_paths[0].label.as_str(), c.call_paths[0].change_bytes), ("b.py:2:g", 64));
         assert_eq!(c.call_paths[1].change_bytes, -1);
         // A tolerance from vramlab.toml lets it through.
-        let cfg = CheckConfig::parse("[suite.memory]\nmemory_tolerance_bytes = 64\n").unwrap();
+        let cfg = CheckConfig::parse("[suite.snapshot]\nmemory_tolerance_bytes = 64\n").unwrap();
         assert_eq!(compare_memory(&a, &b, &cfg, Labels::default()).exit_code(), 0);
     }
 
