@@ -44,7 +44,8 @@ def run_cli(*args):
 
 # The stand-in torch: `_record_memory_history` and `_dump_snapshot` log their
 # calls to FAKE_TORCH_LOG; a dump copies FAKE_TORCH_SNAPSHOT (a real
-# recording); `torch.cuda.oom()` calls the OOM observers, then raises.
+# recording) and `torch.cuda.memory_stats()` gives the statistics recorded with
+# it; `torch.cuda.oom()` calls the OOM observers, then raises.
 _FAKE_TORCH = {
     "torch/__init__.py": "from . import _C, cuda\n",
     "torch/_C.py": """
@@ -63,6 +64,15 @@ _FAKE_TORCH = {
             for fn in torch._C._observers:
                 fn(0, 1 << 30, 0, 0)
             raise OutOfMemoryError('CUDA out of memory. Tried to allocate 1.00 GiB')
+        def current_device():
+            return 0
+        def get_device_name(device=None):
+            return 'stand-in'
+        def memory_stats(device=None):
+            # The statistics PyTorch recorded with FAKE_TORCH_SNAPSHOT.
+            import json, os
+            with open(os.environ['FAKE_TORCH_SNAPSHOT'][: -len('.pickle')] + '.stats.json') as f:
+                return json.load(f)['memory_stats']
     """,
     "torch/cuda/memory.py": """
         import os, shutil

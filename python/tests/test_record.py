@@ -24,6 +24,10 @@ def test_a_block_is_recorded_dumped_and_replayed(fake_torch, tmp_path):
     assert final in index and "with vramlab.record()" in index
     assert "peak reserved 328.00 MiB" in rec.summary
     assert [r.peak_reserved_bytes for r in rec.replays] == [343932928]
+    # memory_stats() written beside the snapshot at the same moment, and every key checked.
+    assert os.path.exists(rec.snapshots[0][: -len(".pickle")] + ".stats.json")
+    checked = rec.replays[0].to_dict()["fidelity"]["memory_stats"]
+    assert checked["keys"] == checked["equal"] == 121 and checked["differing"] == []
 
 
 def test_an_oom_is_dumped_and_still_raises(fake_torch, tmp_path):

@@ -39,6 +39,12 @@ def test_a_snapshot_dict_and_its_bytes_replay_as_its_file(mlp):
     assert from_dict.pop("input") == "<snapshot dict>"
     assert from_bytes.pop("input") == "<snapshot bytes>"
     assert from_file.pop("input") == str(mlp)
+    # A file is also checked against the memory_stats() recorded beside it
+    # (NAME.stats.json); a dict or bytes has no such neighbour.
+    beside = from_file["fidelity"].pop("memory_stats")
+    assert beside["keys"] == beside["equal"] and beside["differing"] == []
+    assert from_dict["fidelity"].pop("memory_stats") is None
+    assert from_bytes["fidelity"].pop("memory_stats") is None
     assert from_dict == from_file == from_bytes
 
 

@@ -80,6 +80,9 @@ class record:
         part = path + ".part"
         try:
             torch.cuda.memory._dump_snapshot(part)
+            # PyTorch's own statistics at the same moment, as `vramlab record`'s hook writes
+            # them, so that each replay is checked against them key by key.
+            _write_stats(torch, path[: -len(".pickle")] + ".stats.json")
             os.replace(part, path)
         except BaseException:
             # A disk that filled up mid-write: drop the piece, keep the snapshots already written.
@@ -124,3 +127,24 @@ class record:
             len(self.snapshots),
             "" if self.report is None else ", report " + self.report,
         )
+
+
+def _write_stats(torch, path):
+    """Writes torch.cuda.memory_stats() of the current device as JSON at `path`
+    (through a .part file), in the shape `vramlab record`'s hook writes; nothing
+    when CUDA holds no statistics yet."""
+    import json
+
+    device = torch.cuda.current_device()
+    stats = torch.cuda.memory_stats(device)
+    if not stats:
+        return
+    doc = {
+        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "device": torch.cuda.get_device_name(device),
+        "device_index": device,
+        "memory_stats": dict(stats),
+    }
+    with open(path + ".part", "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+    os.replace(path + ".part", path)
