@@ -30,6 +30,7 @@ use vramlab_display::chart::{AxisSpec, LabelledPoint, LineSeries, LinesSpec, Mar
 use crate::canvas::{self, DrawResult, FAMILY, HEIGHT, WIDTH, register_font};
 use crate::html::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
 use crate::plot::draw_lines;
+use crate::replay_doc::{Answer, ReplayDoc, limit_label, limit_text, page_answer};
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
 
 /// Segments drawn in the segment map (in address order); the table lists up to
@@ -87,8 +88,12 @@ pub struct ReplayPage<'a> {
     /// ([`XAxis::for_entries`]); `None` counts ops.
     pub entry_times_us: Option<&'a [i64]>,
     /// Live memory stacked by call path (snapshots), for the interactive
-    /// timeline; without it the timeline has the replay's lines alone.
+    /// timeline; without it the timeline has the replay's lines alone. Made
+    /// with [`mark_states`] pinned, so the hover at a mark is at its entry.
     pub paths: Option<&'a PathTimeline>,
+    /// The replay's document: the answer card, the limit (given or inferred,
+    /// with its range), how far short each recorded OOM was and the releases.
+    pub doc: Option<&'a ReplayDoc>,
 }
 
 /// The x axis of a timeline chart: ops (trace ops or entries), or the trace's
@@ -197,6 +202,9 @@ pub struct WhatifSetting<'a> {
     pub segment_allocs: u64,
     /// Where it ran out of memory, in words; `None` when it fits.
     pub oom: Option<String>,
+    /// The recording's failed request made again under this setting: served
+    /// (with what to spare) or failed (how far short); "-" without one.
+    pub recorded_oom: String,
     pub timeline: &'a ReplayTimeline,
 }
 
@@ -216,6 +224,27 @@ pub struct WhatifPage<'a> {
     /// The memory a setting may reserve (the capacity, or the per-process
     /// limit under it); `None` is unlimited.
     pub capacity_bytes: Option<u64>,
+    /// That limit in words (given, or inferred with its range) and as the
+    /// chart's label ([`limit_text`], [`limit_label`]); `None`: the capacity's size.
+    pub limit: Option<String>,
+    pub limit_label: Option<String>,
+    /// The recorded settings' releases of cached memory (before an OOM among them), in words.
+    pub releases: Option<String>,
+}
+
+/// The sentence under the settings table for a setting that reserves more
+/// than the limit and is not refused for it: PyTorch would do the same.
+fn over_limit_note(number: usize, reserved: u64, limit: u64) -> String {
+    format!(
+        "#{number} reserves {}, {} above the {} limit, without an out-of-memory there: PyTorch would too. Its \
+         alloc_block (c10/cuda/CUDACachingAllocator.cpp) checks total_allocated_memory + alloc_size against \
+         allowed_memory_maximum once, before try_allocate_expandable_block maps the request; map_block then maps \
+         whole pages (ExpandableSegment::map rounds the range out to 2 MiB in the small pool, 20 MiB in the large) \
+         and adds that page-rounded size to total_allocated_memory, so an expandable segment may end past the limit.",
+        fmt_bytes(reserved),
+        fmt_bytes(reserved - limit),
+        fmt_bytes(limit)
+    )
 }
 
 /// The files a page was written to.
@@ -334,8 +363,9 @@ impl PageChart<'_> {
 
 /// A step line of `t`'s reserved (or allocated) bytes over `x`.
 fn memory_line(name: String, color: usize, t: &ReplayTimeline, reserved: bool, x: &XAxis<'_>) -> LineSeries {
-    let value = |p: &TimelinePoint| if reserved { p.reserved_bytes } else { p.allocated_bytes } as f64;
-    let points = t.points.iter().map(|p| (x.chart_x(p.ops), value(p))).collect();
+    let value =
+        |p: &TimelinePoint| if reserved { (p.reserved_ops, p.reserved_bytes) } else { (p.ops, p.allocated_bytes) };
+    let points = t.points.iter().map(|p| value(p)).map(|(ops, v)| (x.chart_x(ops), v as f64)).collect();
     LineSeries { name, points, dashed: false, color, steps: true }
 }
 
@@ -346,10 +376,10 @@ fn memory_chart(
     x_axis: AxisSpec,
     series: Vec<LineSeries>,
     marks: Vec<LabelledPoint>,
-    capacity: Option<u64>,
+    capacity: Option<(u64, String)>,
 ) -> PageChart<'static> {
     let mut lines = LinesSpec::new(x_axis, AxisSpec::new("memory", Unit::Bytes, Scale::Linear), series);
-    lines.y_marks = capacity.map(|c| Marker::new(c as f64, format!("capacity {}", fmt_bytes(c)))).into_iter().collect();
+    lines.y_marks = capacity.map(|(c, label)| Marker::new(c as f64, label)).into_iter().collect();
     lines.points = marks;
     PageChart::Lines { title, lines }
 }
@@ -439,6 +469,8 @@ struct OomRow {
     unallocated: String,
     largest_free: String,
     fits_somewhere: bool,
+    /// How far short a recorded OOM made again was ("-" where not known).
+    short: String,
     message: String,
 }
 
@@ -458,6 +490,7 @@ struct SettingRow {
     largest_free: String,
     segment_allocs: u64,
     oom: Option<String>,
+    recorded_oom: String,
 }
 
 fn segment_row(s: &SegmentInfo) -> SegmentRow {
@@ -486,8 +519,10 @@ pub fn oom_place(o: &OomState) -> String {
     }
 }
 
-fn oom_row(o: &OomState) -> OomRow {
+fn oom_row(o: &OomState, doc: Option<&ReplayDoc>) -> OomRow {
+    let request = doc.and_then(|d| d.oom_requests.iter().find(|r| r.trace_index == o.index));
     OomRow {
+        short: request.and_then(|r| r.short_bytes).map_or_else(|| "-".to_owned(), fmt_bytes),
         at: oom_place(o),
         device: o.device,
         requested: fmt_bytes(o.requested_bytes),
@@ -546,7 +581,7 @@ fn timeline_chart(
     unit: &str,
     x: XAxis<'_>,
     t: &ReplayTimeline,
-    capacity: Option<u64>,
+    capacity: Option<(u64, String)>,
 ) -> PageChart<'static> {
     let series = vec![
         memory_line("reserved".into(), RESERVED, t, true, &x),
@@ -589,9 +624,23 @@ struct StackedMark {
     /// `allocated`, `reserved` or `oom`.
     kind: &'static str,
     x: f64,
+    /// Entries applied at the mark's state (the entry is `state − 1`): the
+    /// column of the same state is the hover's at the mark.
+    state: u64,
     bytes: u64,
+    /// An out-of-memory's failed request, drawn as a bar on top of `bytes`.
+    request: Option<u64>,
     label: String,
     short: String,
+}
+
+/// The states (entries applied) the interactive timeline marks: the peaks and
+/// the out-of-memory errors it draws. Pin them in the page's
+/// [`PathTimeline`] (`vramlab_snapshot::path_timeline`) so the hover at a mark
+/// shows the state at that entry.
+pub fn mark_states(t: &ReplayTimeline) -> Vec<u64> {
+    let peaks = t.peak.iter().map(|p| p.ops).chain(allocated_peak(t).map(|p| p.ops));
+    peaks.chain(t.ooms.iter().take(MAX_INTERACTIVE_OOMS).map(|o| o.index + 1)).collect()
 }
 
 /// What the page's script draws: the stacked columns (x in axis units), the
@@ -607,6 +656,8 @@ struct StackedData<'a> {
     allocated: StackedLine,
     marks: Vec<StackedMark>,
     capacity: Option<u64>,
+    /// The capacity line's label: "capacity 1.00 GiB", or an inferred limit with its range.
+    capacity_label: Option<String>,
     /// `ms` or `s` for a time axis; `None` counts ops.
     time: Option<&'static str>,
     x_desc: String,
@@ -631,7 +682,7 @@ const BAND_COLORS: [&str; 13] = [
 fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> StackedData<'a> {
     let t = page.timeline;
     let line = |reserved: bool| StackedLine {
-        x: t.points.iter().map(|p| x.x_rounded(p.ops)).collect(),
+        x: t.points.iter().map(|p| x.x_rounded(if reserved { p.reserved_ops } else { p.ops })).collect(),
         v: t.points.iter().map(|p| if reserved { p.reserved_bytes } else { p.allocated_bytes }).collect(),
     };
     let (applied, xs, series, other, per) = match page.paths {
@@ -670,7 +721,9 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
             StackedMark {
                 kind: if reserved { "reserved" } else { "allocated" },
                 x: x.x_rounded(m.ops),
+                state: m.ops,
                 bytes: m.bytes,
+                request: None,
                 label: m.label.clone(),
                 short: format!("{} peak{}", if reserved { "reserved" } else { "allocated" }, entry(m.ops)),
             }
@@ -678,7 +731,9 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         .chain(t.ooms.iter().take(MAX_INTERACTIVE_OOMS).map(|o| StackedMark {
             kind: "oom",
             x: x.x_rounded(o.index + 1),
+            state: o.index + 1,
             bytes: o.reserved_bytes,
+            request: Some(o.requested_bytes),
             label: format!(
                 "out of memory at {}: {} requested with {} reserved",
                 oom_place(o),
@@ -697,6 +752,10 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         allocated: line(false),
         marks,
         capacity: page.capacity_bytes,
+        capacity_label: page
+            .doc
+            .and_then(limit_label)
+            .or_else(|| page.capacity_bytes.map(|c| format!("capacity {}", fmt_bytes(c)))),
         time: match x {
             XAxis::Time { unit, .. } => Some(unit),
             XAxis::Ops => None,
@@ -744,7 +803,10 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     let first = t.points.first().map_or(0, |p| p.ops);
     let last = t.points.last().map_or(0, |p| p.ops);
     let x = XAxis::for_entries(page.entry_times_us, first, last);
-    let chart = timeline_chart("Memory over the replay".into(), &page.unit, x, t, page.capacity_bytes);
+    let capacity = page
+        .capacity_bytes
+        .map(|c| (c, page.doc.and_then(limit_label).unwrap_or_else(|| format!("capacity {}", fmt_bytes(c)))));
+    let chart = timeline_chart("Memory over the replay".into(), &page.unit, x, t, capacity);
     let interactive = script_json(&stacked_data(page, &x, &marks(t, &x)))?;
     let timeline = chart.write(dir, "timeline", &mut files)?;
     let segments = match &t.peak {
@@ -772,7 +834,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
             rows_left_out => p.segments.len().saturating_sub(MAX_SEGMENT_ROWS),
         }
     });
-    let ooms: Vec<OomRow> = t.ooms.iter().take(MAX_OOM_ROWS).map(oom_row).collect();
+    let ooms: Vec<OomRow> = t.ooms.iter().take(MAX_OOM_ROWS).map(|o| oom_row(o, page.doc)).collect();
     let ooms_left_out = (t.ooms.len() - ooms.len()) as u64 + t.ooms_not_recorded;
     let ctx = minijinja::context! {
         title => format!("vramlab replay of {}", page.source),
@@ -793,7 +855,9 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
             entries => p.entries,
             per_column => p.entries_per_column,
         }),
-        capacity => page.capacity_bytes.map(fmt_bytes),
+        capacity => page.doc.and_then(limit_text).or_else(|| page.capacity_bytes.map(fmt_bytes)),
+        answer => page.doc.map(|d| page_answer(d, t)),
+        releases => page.doc.and_then(|d| d.releases.as_ref()).filter(|r| r.runs > 0).map(|r| r.describe()),
         js => crate::html::JS,
         segments => segments,
         peak => peak,
@@ -840,6 +904,73 @@ fn hex(i: usize) -> String {
     format!("#{r:02x}{g:02x}{b:02x}")
 }
 
+/// The groups' first out-of-memory marks on the overlay, one per entry: the
+/// groups that run out at the same entry share a mark ("#1 OOM", "#1, #3
+/// OOM", "OOM under 6 settings"), at the highest reserved bytes among them.
+fn merged_ooms(page: &WhatifPage<'_>, groups: &[Vec<usize>]) -> Vec<LabelledPoint> {
+    let mut at: Vec<(u64, u64, Vec<usize>, usize)> = Vec::new();
+    for (g, members) in groups.iter().enumerate() {
+        let Some(o) = page.settings[members[0]].timeline.ooms.first() else { continue };
+        let settings = members.len();
+        match at.iter_mut().find(|(index, ..)| *index == o.index) {
+            Some((_, reserved, gs, n)) => {
+                *reserved = (*reserved).max(o.reserved_bytes);
+                gs.push(g);
+                *n += settings;
+            }
+            None => at.push((o.index, o.reserved_bytes, vec![g], settings)),
+        }
+    }
+    at.into_iter()
+        .map(|(index, reserved, gs, settings)| {
+            let numbers: Vec<String> = gs.iter().map(|g| format!("#{}", g + 1)).collect();
+            let label = if gs.len() <= 3 {
+                format!("{} OOM", numbers.join(", "))
+            } else {
+                format!("OOM under {settings} settings")
+            };
+            let color = (gs.len() == 1).then_some(gs[0]);
+            LabelledPoint { x: (index + 1) as f64, y: reserved as f64, label, color }
+        })
+        .collect()
+}
+
+/// The what-if page's answer card: the recommendation, or what the recorded
+/// settings do, and who holds the memory.
+fn whatif_answer(page: &WhatifPage<'_>, rows: &[SettingRow]) -> Answer {
+    let recorded = &rows[0];
+    let mut answer = Answer {
+        headline: match (&page.recommendation.first(), &recorded.oom) {
+            (Some(r), _) => (*r).clone(),
+            (None, Some(oom)) => format!("The recorded settings run out of memory {oom}."),
+            (None, None) => format!("The recorded settings peak at {} reserved.", recorded.peak_reserved),
+        },
+        ..Answer::default()
+    };
+    if let Some(limit) = &page.limit {
+        answer.lines.push(format!("Limit: {limit}."));
+    } else if let Some(c) = page.capacity_bytes {
+        answer.lines.push(format!("Capacity: {}.", fmt_bytes(c)));
+    }
+    if recorded.recorded_oom != "-" {
+        answer
+            .lines
+            .push(format!("The recording's failed request under the recorded settings: {}.", recorded.recorded_oom));
+    }
+    let fit = rows.iter().filter(|r| r.oom.is_none()).count();
+    answer.lines.push(format!("{fit} of the {} distinct result(s) fit.", rows.len()));
+    let a = page
+        .attribution
+        .iter()
+        .find(|a| a.kind == vramlab_snapshot::PointKind::OutOfMemory)
+        .or_else(|| page.attribution.first());
+    if let Some(a) = a {
+        answer.holders_title = format!("Top holders at {} ({} requested):", a.title(), fmt_bytes(a.total_bytes));
+        answer.holders = crate::replay_doc::answer_holders(a);
+    }
+    answer
+}
+
 /// Writes the what-if page into `dir` (created if needed). Settings with
 /// identical results (every figure and the whole timeline) are one row and one
 /// chart, which names them all.
@@ -854,17 +985,12 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
             memory_line(format!("#{}", g + 1), g, page.settings[members[0]].timeline, true, &XAxis::Ops)
         })
         .collect();
-    let ooms = groups
-        .iter()
-        .enumerate()
-        .filter_map(|(g, members)| {
-            let o = page.settings[members[0]].timeline.ooms.first()?;
-            let label = format!("#{} OOM", g + 1);
-            Some(LabelledPoint { x: (o.index + 1) as f64, y: o.reserved_bytes as f64, label, color: Some(g) })
-        })
-        .collect();
+    let capacity = page
+        .capacity_bytes
+        .map(|c| (c, page.limit_label.clone().unwrap_or_else(|| format!("capacity {}", fmt_bytes(c)))));
+    let ooms = merged_ooms(page, &groups);
     let title = "Reserved memory under each setting".to_owned();
-    let overlay = memory_chart(title, XAxis::Ops.chart_axis(&page.unit), series, ooms, page.capacity_bytes)
+    let overlay = memory_chart(title, XAxis::Ops.chart_axis(&page.unit), series, ooms, capacity.clone())
         .write(dir, "reserved", &mut files)?;
     let mut per_setting = Vec::with_capacity(groups.len());
     for (g, members) in groups.iter().enumerate() {
@@ -874,7 +1000,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
             g + 1,
             members.iter().map(|&k| page.settings[k].name.as_str()).collect::<Vec<_>>().join(" · ")
         );
-        let chart = timeline_chart(title, &page.unit, XAxis::Ops, s.timeline, page.capacity_bytes).write(
+        let chart = timeline_chart(title, &page.unit, XAxis::Ops, s.timeline, capacity.clone()).write(
             dir,
             &format!("setting-{g}"),
             &mut files,
@@ -895,16 +1021,30 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
                 peak_allocated: fmt_bytes(s.peak_allocated_bytes),
                 headroom: match (&s.oom, page.capacity_bytes) {
                     (Some(_), _) => "none: out of memory".to_owned(),
-                    (None, Some(c)) => fmt_bytes(c.saturating_sub(s.peak_reserved_bytes)),
+                    (None, Some(c)) if s.peak_reserved_bytes > c => {
+                        format!("{} over (see below)", fmt_bytes(s.peak_reserved_bytes - c))
+                    }
+                    (None, Some(c)) => fmt_bytes(c - s.peak_reserved_bytes),
                     (None, None) => "unlimited device".to_owned(),
                 },
                 fragmentation: fmt_bytes(s.fragmentation_at_peak_bytes),
                 largest_free: fmt_bytes(s.largest_free_block_at_peak_bytes),
                 segment_allocs: s.segment_allocs,
                 oom: s.oom.clone(),
+                recorded_oom: s.recorded_oom.clone(),
             }
         })
         .collect();
+    let over_limit: Vec<String> = groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, members)| {
+            let s = &page.settings[members[0]];
+            let c = page.capacity_bytes.filter(|&c| s.peak_reserved_bytes > c)?;
+            Some(over_limit_note(g + 1, s.peak_reserved_bytes, c))
+        })
+        .collect();
+    let answer = whatif_answer(page, &rows);
     let grouped = groups.iter().filter(|g| g.len() > 1).count();
     let ctx = minijinja::context! {
         title => format!("vramlab what-if of {}", page.source),
@@ -914,7 +1054,10 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         rows => rows,
         recommendation => &page.recommendation,
         attribution => crate::peak_table::views(page.attribution),
-        capacity => page.capacity_bytes.map(fmt_bytes),
+        capacity => page.limit.clone().or_else(|| page.capacity_bytes.map(fmt_bytes)),
+        over_limit => over_limit,
+        answer => answer,
+        releases => &page.releases,
         grouped => grouped,
         settings_tried => page.settings.len(),
         overlay => overlay,
@@ -986,6 +1129,7 @@ mod tests {
             attribution: &[],
             entry_times_us: None,
             paths: None,
+            doc: None,
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -1009,7 +1153,7 @@ mod tests {
         // The OOM's fragmentation figures: request, reserved, allocated, reserved
         // but unallocated, largest free block.
         assert!(html.contains(
-            "<td>op 153 (line 154)</td><td class=\"num\">0</td><td class=\"num\">16.00 MiB</td>\
+            "<td>op 153 (line 154)</td><td class=\"num\">0</td><td class=\"num\">16.00 MiB</td><td class=\"num\">-</td>\
              <td class=\"num\">1020.00 MiB</td><td class=\"num\">408.00 MiB</td><td class=\"num\">612.00 MiB</td>\
              <td class=\"num\">8.00 MiB</td>"
         ));
@@ -1026,6 +1170,11 @@ mod tests {
             .collect();
         // The allocated peak (816 MiB) comes one op after the reserved one: the 102nd block fits a cached segment.
         assert_eq!(kinds, [("reserved", 101.0), ("allocated", 102.0), ("oom", 154.0)], "{kinds:?}");
+        // Each mark names its state, the failed request rides on the OOM's, and they are the states to pin.
+        let states: Vec<u64> = data["marks"].as_array().unwrap().iter().map(|m| m["state"].as_u64().unwrap()).collect();
+        assert_eq!(states, [101, 102, 154]);
+        assert_eq!(mark_states(&t), states);
+        assert_eq!(data["marks"][2]["request"], 16u64 << 20);
         assert!(data["series"].as_array().unwrap().is_empty(), "a vramlab trace has no stacks");
         assert_eq!(data["time"], serde_json::Value::Null, "x counts ops");
         // Offline: nothing is fetched.
@@ -1063,6 +1212,7 @@ mod tests {
             largest_free_block_at_peak_bytes: 12 << 20,
             segment_allocs: 51,
             oom: oom.map(str::to_owned),
+            recorded_oom: "-".into(),
             timeline: &t,
         };
         let page = WhatifPage {
@@ -1077,6 +1227,9 @@ mod tests {
             recommendation: vec!["Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()],
             attribution: &[],
             capacity_bytes: Some(1 << 30),
+            limit: None,
+            limit_label: None,
+            releases: None,
         };
         let files = write_whatif_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -1091,7 +1244,7 @@ mod tests {
         // Headroom: the capacity (1 GiB) minus the peak reserved (1020 MiB); none for the setting that ran out.
         assert!(html.contains(
             "<td class=\"num\">4.00 MiB</td><td class=\"num\">212.00 MiB</td><td class=\"num\">12.00 MiB</td>\
-             <td class=\"num\">51</td><td>no</td>"
+             <td class=\"num\">51</td><td>-</td><td>no</td>"
         ));
         assert!(html.contains("<td class=\"num\">none: out of memory</td>"));
         assert!(html.contains("Reserved memory under each setting"));
@@ -1135,6 +1288,7 @@ mod tests {
             attribution: &[],
             entry_times_us: None,
             paths: None,
+            doc: None,
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

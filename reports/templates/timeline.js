@@ -304,7 +304,11 @@
     cols.forEach(function (c) { if (self.total[c] > maxB) maxB = self.total[c]; });
     res.forEach(function (i) { if (d.reserved.v[i] > maxB) maxB = d.reserved.v[i]; });
     alc.forEach(function (i) { if (d.allocated.v[i] > maxB) maxB = d.allocated.v[i]; });
-    d.marks.forEach(function (m) { if (m.x >= v0 && m.x <= v1 && m.bytes > maxB) maxB = m.bytes; });
+    // A failed request's bar reaches at most a quarter above the capacity (it crosses the line either way).
+    d.marks.forEach(function (m) {
+      var reach = m.bytes + Math.min(m.request || 0, (d.capacity || m.bytes) * 1.25 - m.bytes);
+      if (m.x >= v0 && m.x <= v1 && reach > maxB) maxB = reach;
+    });
     if (d.capacity && d.capacity > maxB) maxB = d.capacity;
     maxB *= 1.12;
     var y = function (b) { return T + ph - b / maxB * ph; };
@@ -340,22 +344,67 @@
     }
     line(d.reserved, res, "#b35900", "line-reserved", 2);
     line(d.allocated, alc, "#1d232a", "line-allocated", 1.2);
+    // Labels never overlap: each is placed at the first free spot among a few
+    // beside its mark (boxes measured as drawn), else left out (its mark keeps
+    // its title); the capacity label counts as placed.
+    var placed = [];
+    function textBox(t) { var b = t.getBBox(); return { l: b.x - 1, r: b.x + b.width + 1, t: b.y - 1, b: b.y + b.height + 1 }; }
+    function free(b) {
+      if (b.l < 0 || b.r > W || b.t < 0 || b.b > H - B + 2) return false;
+      for (var i = 0; i < placed.length; i++) { var p = placed[i]; if (b.l < p.r && p.l < b.r && b.t < p.b && p.t < b.b) return false; }
+      return true;
+    }
     if (d.capacity) {
       var cy = y(d.capacity);
       el("line", { x1: L, x2: L + pw, y1: cy, y2: cy, stroke: "#5a5a5a", "stroke-width": 2, "stroke-dasharray": "8 5", "class": "capacity" }, svg);
-      el("text", { x: L + 4, y: cy - 4, "font-size": 11, fill: "#5a5a5a", "class": "capacity-label" }, svg).textContent = "capacity " + fmtBytes(d.capacity);
+      var capText = el("text", { x: L + 4, y: cy - 4, "font-size": 11, fill: "#5a5a5a", "class": "capacity-label label" }, svg);
+      capText.textContent = d.capacity_label || "capacity " + fmtBytes(d.capacity);
+      var cb = textBox(capText);
+      // Kept off the plot's top edge: under the line where it sits near the top.
+      if (cb.t < T) { capText.setAttribute("y", cy + 13); cb = textBox(capText); }
+      placed.push(cb);
     }
     var markColor = { allocated: "#1f64b4", reserved: "#aa5000", oom: "#c81e1e" };
+    // Marks within 3 px of one another, of one kind, are one mark ("3 OOMs").
+    var shown = [];
     d.marks.forEach(function (m) {
       if (m.x < v0 || m.x > v1) return;
-      var mx = x(m.x), my = y(m.bytes), g = el("g", { "class": "mark mark-" + m.kind }, svg);
-      if (m.kind === "oom") el("line", { x1: mx, x2: mx, y1: T, y2: T + ph, stroke: markColor.oom, "stroke-dasharray": "3 3" }, g);
-      el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[m.kind], stroke: "#fff" }, g);
-      el("title", {}, g).textContent = m.label;
-      var right = mx > L + pw * 0.6;
-      // Labels apart where marks meet: the reserved peak's above, the allocated peak's below, an OOM's at the top.
-      var ly = m.kind === "oom" ? T + 11 : m.kind === "allocated" ? my + 15 : my - 7;
-      el("text", { x: mx + (right ? -6 : 6), y: ly, "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[m.kind] }, g).textContent = m.short;
+      var mx = x(m.x), last = shown.length ? shown[shown.length - 1] : null;
+      if (last && last.kind === m.kind && Math.abs(last.px - mx) < 3) { last.all.push(m); if (m.bytes > last.bytes) last.bytes = m.bytes; return; }
+      shown.push({ kind: m.kind, px: mx, bytes: m.bytes, all: [m] });
+    });
+    // Out-of-memory marks first, then the peaks: the failed requests are drawn
+    // as bars from the reserved bytes at the error up by the request.
+    shown.sort(function (a, b) { return (a.kind === "oom" ? 0 : 1) - (b.kind === "oom" ? 0 : 1); });
+    this.shownMarks = [];
+    shown.forEach(function (s) {
+      var m = s.all[0], mx = s.px, my = y(s.bytes), g = el("g", { "class": "mark mark-" + s.kind, "data-state": m.state }, svg);
+      if (s.kind === "oom") {
+        el("line", { x1: mx, x2: mx, y1: T, y2: T + ph, stroke: markColor.oom, "stroke-dasharray": "3 3" }, g);
+        var req = 0; s.all.forEach(function (o) { if (o.request > req) req = o.request; });
+        if (req) {
+          var top = Math.max(T, y(s.bytes + req));
+          el("rect", { x: mx - 3, y: top, width: 6, height: Math.max(1, my - top), fill: "rgba(200,30,30,0.45)", stroke: markColor.oom, "class": "oom-request" }, g);
+        }
+      }
+      el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[s.kind], stroke: "#fff" }, g);
+      el("title", {}, g).textContent = s.all.map(function (o) { return o.label; }).join("\n");
+      var text = s.all.length > 1 ? (s.kind === "oom" ? s.all.length + " OOMs" : m.short + " (" + s.all.length + ")") : m.short;
+      var right = mx > L + pw * 0.6, label = el("text", { "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[s.kind], "class": "label" }, g);
+      label.textContent = text;
+      var tries = s.kind === "oom" ? [T + 11, T + 24, T + 37, my - 8, my + 16] : s.kind === "allocated" ? [my + 15, my - 7, my + 28, my - 20, my + 41] : [my - 7, my + 15, my - 20, my + 28, my - 33];
+      var ok = false;
+      for (var i = 0; i < tries.length && !ok; i++) {
+        [right ? -6 : 6, right ? 6 : -6].forEach(function (dx, side) {
+          if (ok) return;
+          label.setAttribute("x", mx + dx); label.setAttribute("y", tries[i]);
+          label.setAttribute("text-anchor", (side === 0) === right ? "end" : "start");
+          var b = textBox(label);
+          if (free(b)) { placed.push(b); ok = true; }
+        });
+      }
+      if (!ok) g.removeChild(label);
+      self.shownMarks.push({ px: mx, mark: m, count: s.all.length });
     });
     // Round byte ticks (1, 2 or 5 of a binary unit), as on the bench report's timelines.
     var ystep = byteStep(maxB / 1.12, 4);
@@ -396,13 +445,24 @@
   function stepAt(series, t) { var i = upperBound(series.x, t) - 1; return i < 0 ? 0 : series.v[i]; }
   Stacked.prototype.hover = function (cx, cy) {
     var d = this.d, h = this.at(cx, cy), self = this;
-    this.cursor.setAttribute("x1", h.px); this.cursor.setAttribute("x2", h.px); this.cursor.setAttribute("visibility", "visible");
+    // Within 6 px of a mark the hover is at the mark's entry: its own column (the page pins it).
+    var near = null;
+    (this.shownMarks || []).forEach(function (s) { if (Math.abs(s.px - h.px) <= 6 && (!near || Math.abs(s.px - h.px) < Math.abs(near.px - h.px))) near = s; });
     var c = upperBound(d.x, h.x) - 1;
+    if (near) {
+      h.px = near.px; h.x = near.mark.x;
+      var at = lowerBound(d.applied, near.mark.state);
+      c = at < d.applied.length && d.applied[at] === near.mark.state ? at : upperBound(d.x, h.x) - 1;
+    }
+    this.cursor.setAttribute("x1", h.px); this.cursor.setAttribute("x2", h.px); this.cursor.setAttribute("visibility", "visible");
+    this.fig.setAttribute("data-hover-column", c);
     var parts = [];
+    if (near) parts.push(near.count > 1 ? near.count + " marks here; the first: " + near.mark.label : near.mark.label);
     if (d.time) parts.push("t = " + fmtX(d, h.x));
     if (c >= 0) {
       var entry = d.applied[c] - 1;
-      parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (d.entries_per_column > 1 ? " (highest of its " + d.entries_per_column + " entries)" : ""));
+      var exact = near || d.entries_per_column <= 1;
+      parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (exact ? "" : " (highest of its " + d.entries_per_column + " entries)"));
       if (d.series.length) parts.push("live " + fmtBytes(this.total[c]));
     }
     parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
@@ -487,6 +547,8 @@
       self.zoomAt(self.at(ev.clientX, ev.clientY).x, ev.deltaY < 0 ? 0.8 : 1.25);
     }, { passive: false });
     box.addEventListener("pointerdown", function (ev) {
+      // A tap (touch or pen: no hover before it) shows the readout where it lands.
+      self.hover(ev.clientX, ev.clientY);
       ptr[ev.pointerId] = ev.clientX;
       try { box.setPointerCapture(ev.pointerId); } catch (e) { /* a pointer the browser does not track */ }
       var ids = Object.keys(ptr);

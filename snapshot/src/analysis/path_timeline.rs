@@ -9,7 +9,10 @@
 //! Downsampled to at most [`MAX_COLUMNS`] columns of consecutive entries;
 //! each column is the state after the entry where the total live bytes are
 //! highest within it, so the stack's top keeps every peak (and every column
-//! still sums). Each band keeps its largest blocks' stacks for the hover.
+//! still sums). States the caller pins (the page's marks: the replay's peaks
+//! and out-of-memory errors) are columns of their own, so the hover at a mark
+//! shows the state at that very entry. Each band keeps its largest blocks'
+//! stacks for the hover.
 
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
@@ -80,22 +83,26 @@ pub struct PathTimeline {
 /// The key of a live block, as the peak table decides it.
 fn block_key(c: &mut Classifier<'_>, frames: StackId, alloc: Option<usize>) -> usize {
     if frames == 0 || c.snapshot.frames.stack(frames).next().is_none() {
-        let why = if alloc.is_none() { NoFrames::LiveBeforeRecording } else { NoFrames::RecordedWithoutStacks };
+        let why = NoFrames::of(alloc.is_some(), c.has_stacks);
         return c.key(GroupKey::NoFrames(why));
     }
     c.info(frames).key
 }
 
 /// The stacked live memory of `device`'s trace; `None` without that device.
-pub fn path_timeline(snapshot: &Snapshot, device: usize) -> Option<PathTimeline> {
+/// `pins`: states (entries applied, as [`PathTimeline::applied`] counts them)
+/// that get a column of their own.
+pub fn path_timeline(snapshot: &Snapshot, device: usize, pins: &[u64]) -> Option<PathTimeline> {
     let trace = snapshot.device_traces.get(device)?;
     let free = free_action(trace);
-    let mut c = Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
+    let mut c = Classifier::new(snapshot);
     let mut start_blocks: Vec<(u64, Live)> = live_at_start(snapshot, device, free).into_iter().collect();
     start_blocks.sort_by_key(|(a, _)| *a);
     let paths = PathPeaks::of(&mut c, trace, free, &start_blocks);
     let bands = Bands::of(&paths.peak);
-    let columns = Columns::of(trace, free, &start_blocks, &paths, &bands);
+    let mut pins = pins.to_vec();
+    pins.sort_unstable();
+    let columns = Columns::of(trace, free, &start_blocks, &paths, &bands, &pins);
     let time_of = |applied: usize| trace.get(applied.saturating_sub(1)).map_or(0, |e| e.time_us);
     let time_us = columns.applied.iter().map(|&a| time_of(a as usize)).collect();
     let series = bands.series(snapshot, &c, &paths, columns.bytes);
@@ -283,6 +290,7 @@ impl Columns {
         start_blocks: &[(u64, Live)],
         paths: &PathPeaks,
         bands: &Bands,
+        pins: &[u64],
     ) -> Columns {
         let band_of = &bands.band_of;
         let states = trace.len() + 1;
@@ -323,16 +331,26 @@ impl Columns {
                     _ => {}
                 }
             }
-            if best.is_none_or(|(b, _)| total > b) {
+            let mut push = |at: usize, values: &[u64]| {
+                applied.push(at as u64);
+                for (band, v) in bytes.iter_mut().zip(values) {
+                    band.push(*v);
+                }
+            };
+            if pins.binary_search(&(state as u64)).is_ok() {
+                // A pinned state: the column so far, then the state itself.
+                if let Some((_, at)) = best.take() {
+                    push(at, &best_bytes);
+                }
+                push(state, &now);
+            } else if best.is_none_or(|(b, _)| total > b) {
                 best = Some((total, state));
                 best_bytes.copy_from_slice(&now);
             }
-            if (state + 1) % per == 0 || state + 1 == states {
-                let (_, at) = best.take().expect("a state in every column");
-                applied.push(at as u64);
-                for (band, v) in bytes.iter_mut().zip(&best_bytes) {
-                    band.push(*v);
-                }
+            if ((state + 1) % per == 0 || state + 1 == states)
+                && let Some((_, at)) = best.take()
+            {
+                push(at, &best_bytes);
             }
         }
         Columns { applied, bytes, per }
@@ -352,7 +370,7 @@ mod tests {
     fn columns_sum_to_the_live_bytes_and_keep_the_peak() {
         let snap = fixture("transformer-default.pickle");
         let device = (0..snap.device_traces.len()).max_by_key(|&d| snap.device_traces[d].len()).unwrap();
-        let t = path_timeline(&snap, device).unwrap();
+        let t = path_timeline(&snap, device, &[]).unwrap();
         assert_eq!(t.entries, snap.device_traces[device].len() as u64);
         assert_eq!(t.applied.len(), t.time_us.len());
         assert!(t.series.iter().all(|s| s.bytes.len() == t.applied.len()));
@@ -378,8 +396,34 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_state_is_a_column_of_its_own() {
+        // 9052 entries: two to a column.
+        let snap = fixture("../torch-2.11-h200/resnet50-amp.pickle");
+        let device = (0..snap.device_traces.len()).max_by_key(|&d| snap.device_traces[d].len()).unwrap();
+        let whole = path_timeline(&snap, device, &[]).unwrap();
+        assert_eq!(whole.entries_per_column, 2);
+        let n = snap.device_traces[device].len() as u64;
+        // Pin states that are not columns of the whole timeline.
+        let pins: Vec<u64> = (1..n).filter(|s| !whole.applied.contains(s)).step_by(97).take(5).collect();
+        assert!(!pins.is_empty());
+        let t = path_timeline(&snap, device, &pins).unwrap();
+        assert!(t.applied.windows(2).all(|w| w[0] < w[1]), "columns in order");
+        for p in &pins {
+            let c = t.applied.iter().position(|a| a == p).expect("the pinned state is a column");
+            // Its live bytes are the state's: the requested bytes of the blocks live after entry p − 1.
+            let total: u64 = t.series.iter().map(|s| s.bytes[c]).sum();
+            let at = crate::attribute(
+                &snap,
+                device,
+                &[crate::Point { kind: crate::PointKind::AllocatedPeak, trace_index: Some(p - 1) }],
+            );
+            assert_eq!(total, at[0].total_bytes, "state {p}");
+        }
+    }
+
+    #[test]
     fn a_missing_device_has_no_timeline() {
         let snap = fixture("mlp-default.pickle");
-        assert!(path_timeline(&snap, 99).is_none());
+        assert!(path_timeline(&snap, 99, &[]).is_none());
     }
 }
