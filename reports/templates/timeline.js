@@ -225,11 +225,16 @@
   // ----- The replay page's memory timeline: figure[data-stacked] -----
   // Live bytes stacked by call path (columns of the trace, each the state where
   // the total is highest within it), the replay's reserved and allocated lines,
-  // the capacity and marks for the peaks and out-of-memory errors. Drawn per
-  // pixel column from the columns in view (the highest-total column wins), so a
-  // 2M-entry trace draws ~1000 columns. Wheel, pinch or the buttons zoom; drag
-  // (mouse or one finger) pans; double-click resets. Hovering a band names its
-  // call path, its bytes there and the stack of its largest block. `#zoom=A,B`
+  // the capacity and marks for the peaks and out-of-memory errors (each at the
+  // entry that reached it; a failed request a bar from the reserved bytes up by
+  // the request, across the capacity; marks of one kind within 3 px merged;
+  // labels placed where they overlap no other label, else left to the mark's
+  // title). Drawn per pixel column from the columns in view (the highest-total
+  // column wins), so a 2M-entry trace draws ~1000 columns. Wheel, pinch or the
+  // buttons zoom; drag (mouse or one finger) pans; double-click resets.
+  // Hovering (or tapping) a band names its call path, its bytes there and the
+  // stack of its largest block; within 6 px of a mark the hover is at the
+  // mark's own entry (the page pins a column there). `#zoom=A,B`
   // shows fraction A..B of the x axis; `#hover=F[,G]` hovers at fraction F of
   // the view's width (G of its height from the bottom; default inside the
   // lowest band).

@@ -89,6 +89,13 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     // 300 MiB: the recorded settings (376 MiB reserved) run out; some settings may not.
     xtask(&["whatif", snap.to_str().unwrap(), "--capacity", "300MiB", "--sweep", "--report", whatif.to_str().unwrap()]);
     let first_frame = "record_snapshots.py:95:transformer";
+    // The allocated peak's entry, as the replay reports it, without a capacity and under 300 MiB.
+    let peak_of = |extra: &[&str]| -> u64 {
+        let args: Vec<&str> = ["replay", snap.to_str().unwrap(), "--json"].iter().chain(extra).copied().collect();
+        let json: serde_json::Value = serde_json::from_str(&xtask(&args)).unwrap();
+        json["peak_allocated_index"].as_u64().expect("the allocated peak's entry")
+    };
+    let (peak_whole, peak_capped) = (peak_of(&[]), peak_of(&["--capacity", "300MiB"]));
     for dir in [&replay, &whatif] {
         let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
         let table = &html[html.find("<table class=\"holders\">").expect("the peak table")..];
@@ -149,6 +156,10 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('scroll-width',Math.ceil(Math.max(right,b.scrollWidth)));set('inner-width',w);
             var f=document.querySelector('table.holders tbody code.frame, table.diff tbody code.frame');
             set('first-frame',f?f.textContent:'');
+            var ans=document.getElementById('answer');
+            set('answer',ans?Math.round(ans.getBoundingClientRect().top)+' '+ans.textContent.replace(/\s+/g,' ').replace(/"/g,"'").slice(0,600):'none');
+            var cues=0,wide=0;document.querySelectorAll('.scroll').forEach(function(e){if(e.scrollWidth>e.clientWidth+1){wide++;
+            if(/gradient/.test(getComputedStyle(e).backgroundImage))cues++;}});set('scroll-cues',cues+'/'+wide);
             var out=performance.getEntriesByType('resource').map(function(r){return r.name;})
               .filter(function(u){return !/^(file|data|about):/.test(u);});
             set('requests',out.length?out.join(' '):'none');
@@ -162,6 +173,18 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             var sr=fig.querySelector('svg').getBoundingClientRect(),inside=true;
             fig.querySelectorAll('text.st-ytick, text.st-xtick').forEach(function(t){var r=t.getBoundingClientRect();
             if(r.left<sr.left-0.5||r.right>sr.right+0.5)inside=false;});set('ticks-inside',inside);
+            var boxes=Array.prototype.map.call(fig.querySelectorAll('text.label'),function(t){return t.getBoundingClientRect();}),over=0;
+            for(var i=0;i<boxes.length;i++)for(var j=i+1;j<boxes.length;j++){var a=boxes[i],c=boxes[j];
+            if(a.left<c.right&&c.left<a.right&&a.top<c.bottom&&c.top<a.bottom)over++;}
+            set('labels',boxes.length+' '+over);
+            var pk=fig.querySelector('g.mark-allocated'),pc=pk.querySelector('circle').getBoundingClientRect();
+            set('peak-state',pk.getAttribute('data-state'));
+            fig.querySelector('.tl-plot').dispatchEvent(new PointerEvent('pointermove',{pointerId:7,clientX:pc.left+pc.width/2+2,clientY:pc.top+pc.height/2,bubbles:true}));
+            set('peak-readout',document.getElementById('memory-readout').textContent.replace(/"/g,"'"));
+            var rd=document.getElementById('memory-readout');rd.textContent='';
+            var pr=fig.querySelector('.tl-plot').getBoundingClientRect();
+            var T=function(t){fig.querySelector('.tl-plot').dispatchEvent(new PointerEvent(t,{pointerId:5,pointerType:'touch',clientX:pr.left+pr.width*0.3,clientY:pr.bottom-40,bubbles:true}));};
+            T('pointerdown');T('pointerup');set('tap-readout',rd.textContent.replace(/"/g,"'"));
             var box=fig.querySelector('.tl-plot'),r=box.getBoundingClientRect(),cx=r.left+r.width*0.6,cy=r.bottom-40;
             var span=function(){var v=(fig.getAttribute('data-view')||'0,1e99').split(',');return v[1]-v[0];};
             var s0=span();
@@ -196,6 +219,17 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             let log = String::from_utf8_lossy(&o.stderr);
             assert_eq!(attr(&dom, "first-frame"), first_frame, "{name} at {width} px");
             assert_eq!(attr(&dom, "requests"), "none", "{name} at {width} px: a request left the page");
+            // The answer on the first screen (the window is 900 px high), on every page of a snapshot.
+            if name != "results-diff" {
+                let answer = attr(&dom, "answer");
+                let top: u32 = answer.split(' ').next().unwrap().parse().unwrap_or(u32::MAX);
+                assert!(top < 900, "{name} at {width} px: the answer card is at {answer}");
+                assert!(answer.contains("Top holders") || answer.contains("Largest changes"), "{name}: {answer}");
+            }
+            // A table that scrolls sideways in its box shows it.
+            let cues = attr(&dom, "scroll-cues");
+            let (with, wide) = cues.split_once('/').unwrap();
+            assert_eq!(with, wide, "{name} at {width} px: wide tables without a scroll cue: {cues}");
             if name.starts_with("replay") {
                 // Marks: both peaks always; the OOMs and the capacity where the run had them.
                 let marks = attr(&dom, "marks");
@@ -207,6 +241,23 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert_eq!(count("capacity"), u32::from(capped), "{name} at {width} px: {marks}");
                 assert_eq!(count("mark-oom") > 0, capped, "{name} at {width} px: {marks}");
                 assert!(attr(&dom, "bands").parse::<u32>().unwrap() >= 2, "bands by call path");
+                // No label over another (bounding boxes as drawn).
+                let labels = attr(&dom, "labels");
+                assert!(labels.ends_with(" 0") && !labels.starts_with("0 "), "{name} at {width} px: labels {labels}");
+                // The allocated peak's mark at the entry that reaches the peak, and the hover there
+                // shows that entry itself, not the highest of a group.
+                let peak_index = if capped { peak_capped } else { peak_whole };
+                let state: u64 = attr(&dom, "peak-state").parse().unwrap();
+                assert_eq!(state - 1, peak_index, "{name}: the mark at the real peak entry");
+                let peak_readout = attr(&dom, "peak-readout");
+                assert!(
+                    peak_readout.starts_with("peak allocated")
+                        && peak_readout.contains(&format!("entry {} ", fmt_count(peak_index)))
+                        && !peak_readout.contains("highest of"),
+                    "{name} at {width} px: {peak_readout}"
+                );
+                // A tap shows the readout.
+                assert!(attr(&dom, "tap-readout").contains("reserved "), "{name} at {width} px: no readout on a tap");
                 // Round ticks: y from 0 in equal steps of 1, 2 or 5 of one unit; every label inside the chart.
                 let yticks = attr(&dom, "yticks");
                 assert_round_steps(yticks, &format!("{name} at {width} px: y ticks"));
@@ -257,6 +308,19 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `n` as the page writes an entry number (`toLocaleString("en")`: 12,345).
+fn fmt_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Tick labels `0 U|s U|2s U|…` (one unit U): they start at 0 and go up in equal

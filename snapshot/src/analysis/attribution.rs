@@ -449,8 +449,9 @@ impl<'a> Classifier<'a> {
             }
         }
         let key = if frames.is_empty() {
-            // Decided per block (live before the recording or not): a placeholder.
-            GroupKey::NoFrames(NoFrames::RecordedWithoutStacks)
+            // Decided per block (live before the recording or not): this for
+            // a block allocated in the trace (and a failed request).
+            GroupKey::NoFrames(NoFrames::of(true, self.has_stacks))
         } else if !user.is_empty() {
             GroupKey::User(user)
         } else {
