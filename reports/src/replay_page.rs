@@ -617,7 +617,18 @@ struct StackedSeries<'a> {
     frames: &'a [String],
     v: &'a [u64],
     blocks: Vec<StackedBlock>,
+    /// Per column, the band's largest live block there (into `StackedData::live_blocks`), −1 for none.
+    live: &'a [i32],
 }
+
+/// A block live at a column (the block under the cursor): bytes, `alloc`
+/// entry, free entry, stack (into `StackedData::stacks`).
+#[derive(Debug, Serialize)]
+struct StackedLiveBlock(u64, Option<u64>, Option<u64>, u32);
+
+/// A stack of the live blocks: `[text, folded]` innermost first, and the folded frames left out.
+#[derive(Debug, Serialize)]
+struct StackedStack(Vec<(String, bool)>, u64);
 
 #[derive(Debug, Serialize)]
 struct StackedMark {
@@ -652,6 +663,8 @@ struct StackedData<'a> {
     series: Vec<StackedSeries<'a>>,
     /// Whether the last series is "other".
     other: bool,
+    live_blocks: Vec<StackedLiveBlock>,
+    stacks: Vec<StackedStack>,
     reserved: StackedLine,
     allocated: StackedLine,
     marks: Vec<StackedMark>,
@@ -705,6 +718,7 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
                             left_out: b.frames_left_out,
                         })
                         .collect(),
+                    live: &s.live_block,
                 })
                 .collect(),
             p.series.last().is_some_and(|s| s.label.starts_with("other (")),
@@ -712,6 +726,17 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         ),
         None => (&[][..], Vec::new(), Vec::new(), false, 1),
     };
+    let live_blocks = page.paths.map_or_else(Vec::new, |p| {
+        p.blocks.iter().map(|b| StackedLiveBlock(b.bytes, b.entry, b.freed, b.stack)).collect()
+    });
+    let stacks = page.paths.map_or_else(Vec::new, |p| {
+        p.stacks
+            .iter()
+            .map(|s| {
+                StackedStack(s.frames.iter().map(|f| (f.text.clone(), f.kind.folded())).collect(), s.frames_left_out)
+            })
+            .collect()
+    });
     let entry = |ops: u64| if x.is_time() { String::new() } else { format!(" after {ops}") };
     let marks = marks
         .iter()
@@ -748,6 +773,8 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         applied,
         series,
         other,
+        live_blocks,
+        stacks,
         reserved: line(true),
         allocated: line(false),
         marks,

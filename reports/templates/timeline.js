@@ -232,8 +232,9 @@
   // title). Drawn per pixel column from the columns in view (the highest-total
   // column wins), so a 2M-entry trace draws ~1000 columns. Wheel, pinch or the
   // buttons zoom; drag (mouse or one finger) pans; double-click resets.
-  // Hovering (or tapping) a band names its call path, its bytes there and the
-  // stack of its largest block; within 6 px of a mark the hover is at the
+  // Hovering (or tapping) a band names its call path, its bytes there, the
+  // block under the cursor (the band's largest live block at that column, with
+  // its alloc and free entries and stack) and the stacks of its largest blocks; within 6 px of a mark the hover is at the
   // mark's own entry (the page pins a column there). `#zoom=A,B`
   // shows fraction A..B of the x axis; `#hover=F[,G]` hovers at fraction F of
   // the view's width (G of its height from the bottom; default inside the
@@ -409,7 +410,7 @@
         });
       }
       if (!ok) g.removeChild(label);
-      self.shownMarks.push({ px: mx, mark: m, count: s.all.length });
+      self.shownMarks.push({ px: mx, py: my, mark: m, count: s.all.length });
     });
     // Round byte ticks (1, 2 or 5 of a binary unit), as on the bench report's timelines.
     var ystep = byteStep(maxB / 1.12, 4);
@@ -445,14 +446,15 @@
     var r = this.svg.getBoundingClientRect(), g = this.geom;
     var px = (cx - r.left) * g.W / Math.max(1, r.width), py = (cy - r.top) * g.H / Math.max(1, r.height);
     px = Math.min(g.L + g.pw, Math.max(g.L, px));
-    return { px: px, x: this.view[0] + (px - g.L) / g.pw * (this.view[1] - this.view[0]), bytes: (g.T + g.ph - py) / g.ph * g.maxB };
+    return { px: px, py: py, x: this.view[0] + (px - g.L) / g.pw * (this.view[1] - this.view[0]), bytes: (g.T + g.ph - py) / g.ph * g.maxB };
   };
   function stepAt(series, t) { var i = upperBound(series.x, t) - 1; return i < 0 ? 0 : series.v[i]; }
   Stacked.prototype.hover = function (cx, cy) {
     var d = this.d, h = this.at(cx, cy), self = this;
-    // Within 6 px of a mark the hover is at the mark's entry: its own column (the page pins it).
-    var near = null;
-    (this.shownMarks || []).forEach(function (s) { if (Math.abs(s.px - h.px) <= 6 && (!near || Math.abs(s.px - h.px) < Math.abs(near.px - h.px))) near = s; });
+    // Within 6 px of a mark the hover is at the mark's entry: its own column (the page pins it);
+    // of marks that close, the nearest to the pointer (its circle).
+    var near = null, py = h.py, dist = function (s) { return Math.pow(s.px - h.px, 2) + Math.pow(s.py - py, 2); };
+    (this.shownMarks || []).forEach(function (s) { if (Math.abs(s.px - h.px) <= 6 && (!near || dist(s) < dist(near))) near = s; });
     var c = upperBound(d.x, h.x) - 1;
     if (near) {
       h.px = near.px; h.x = near.mark.x;
@@ -519,30 +521,46 @@
       wrap.appendChild(tbl);
       this.stack.appendChild(wrap);
     }
-    s.blocks.forEach(function (b, i) {
-      var q = document.createElement("p");
-      q.className = "hint";
-      q.textContent = (i === 0 ? "Largest block made on this call path: " : "Next largest: ") + fmtBytes(b.bytes) +
-        (b.entry === null ? ", live before the recording began" : ", allocated at entry " + b.entry.toLocaleString("en")) +
-        (b.frames.length ? "; its stack, innermost first:" : "; no stack recorded");
-      self.stack.appendChild(q);
-      if (!b.frames.length) return;
-      // Your frames in full; each run of folded frames (torch, packages, the
-      // standard library, C++) as one line; every frame behind "all frames".
+    // Your frames in full; each run of folded frames (torch, packages, the
+    // standard library, C++) as one line; every frame behind "all frames".
+    function appendStack(frames, leftOut) {
       var ol = document.createElement("ol"), run = 0;
       ol.className = "stack";
       function item(list, text, cls) { var li = document.createElement("li"); li.textContent = text; if (cls) li.className = cls; list.appendChild(li); }
       function flush() { if (run) item(ol, "\u2026 " + run + " folded frame" + (run > 1 ? "s" : "") + " (torch, packages, standard library, C++)", "folded"); run = 0; }
-      b.frames.forEach(function (f) { if (f[1]) run++; else { flush(); item(ol, f[0], "user"); } });
-      run += b.left_out; flush();
+      frames.forEach(function (f) { if (f[1]) run++; else { flush(); item(ol, f[0], "user"); } });
+      run += leftOut; flush();
       var all = document.createElement("details"), sum = document.createElement("summary"), full = document.createElement("ol");
-      sum.textContent = "all " + (b.frames.length + b.left_out) + " frames";
+      sum.textContent = "all " + (frames.length + leftOut) + " frames";
       full.className = "stack";
-      b.frames.forEach(function (f) { item(full, f[0], f[1] ? "folded" : "user"); });
-      if (b.left_out) item(full, "\u2026 " + b.left_out + " more frames", "folded");
+      frames.forEach(function (f) { item(full, f[0], f[1] ? "folded" : "user"); });
+      if (leftOut) item(full, "\u2026 " + leftOut + " more frames", "folded");
       all.appendChild(sum); all.appendChild(full);
       self.stack.appendChild(ol);
       self.stack.appendChild(all);
+    }
+    // The block under the cursor: the band's largest block live at this column's state.
+    var lb = s.live && s.live[c] >= 0 ? d.live_blocks[s.live[c]] : null;
+    this.fig.setAttribute("data-hover-state", d.applied[c]);
+    this.fig.setAttribute("data-live-block", lb ? (lb[1] === null ? -1 : lb[1]) + "," + (lb[2] === null ? "" : lb[2]) : "");
+    if (lb) {
+      var st = d.stacks[lb[3]], q0 = document.createElement("p");
+      q0.className = "live-block";
+      q0.textContent = "Block under the cursor (this band's largest live here): " + fmtBytes(lb[0]) +
+        (lb[1] === null ? ", live before the recording began" : ", allocated at entry " + lb[1].toLocaleString("en")) +
+        (lb[2] === null ? ", still live at the end" : ", freed at entry " + lb[2].toLocaleString("en")) +
+        (st[0].length ? "; its stack, innermost first:" : "; no stack recorded");
+      self.stack.appendChild(q0);
+      if (st[0].length) appendStack(st[0], st[1]);
+    }
+    s.blocks.forEach(function (b, i) {
+      var q = document.createElement("p");
+      q.className = "hint";
+      q.textContent = (i === 0 ? "Largest block made on this call path (over the whole trace, live here or not): " : "Next largest: ") + fmtBytes(b.bytes) +
+        (b.entry === null ? ", live before the recording began" : ", allocated at entry " + b.entry.toLocaleString("en")) +
+        (b.frames.length ? "; its stack, innermost first:" : "; no stack recorded");
+      self.stack.appendChild(q);
+      if (b.frames.length) appendStack(b.frames, b.left_out);
     });
   };
   Stacked.prototype.bind = function () {

@@ -84,7 +84,9 @@ pub use analysis::attribution::{
     Point, PointKind, StackFrame, attribute, entry_categories, frame_kind, replay_attribution, requested_peak_index,
 };
 pub use analysis::diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
-pub use analysis::path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
+pub use analysis::path_timeline::{
+    BlockStack, LiveBlock, MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline,
+};
 pub use analysis::whatif::{
     BatchTrial, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, WhatIf, recommend, smaller_batch, what_if,
     what_if_timelines,

@@ -126,7 +126,10 @@ pub(crate) fn write_page(
         facts: vec![
             Fact::new("device", results[0].replay.device.to_string()),
             Fact::new("trace entries", results[0].replay.entries.to_string()),
-            Fact::new("simulated device", capacity_text(args, &results[0])),
+            match limit_words(args, &results[0]) {
+                Some(limit) => Fact::new("memory limit", limit),
+                None => Fact::new("simulated device", capacity_text(args, &results[0])),
+            },
             Fact::new("settings tried", results.len().to_string()),
         ]
         .into_iter()

@@ -8,7 +8,11 @@
 //! fetches nothing. On the replay page of a run with a capacity the
 //! interactive timeline marks the allocated and reserved peaks, the
 //! out-of-memory errors and the capacity, zooms on the wheel and on a
-//! two-finger pinch, and its hover names a band's call path with a stack.
+//! two-finger pinch, and its hover names a band's call path with a stack and
+//! the block under the cursor, live there. Every page of a snapshot has its
+//! answer card on the first screen, wide tables show they scroll, no label
+//! overlaps another, the allocated peak's mark is at the replay's peak entry
+//! and the hover there shows that entry, and a tap shows the readout.
 //! Two results files compared (`diff A.json B.json`): the terminal table,
 //! `--json` and the page. Without chromium it checks the HTML alone and prints
 //! `skipped: no chromium (…)`; in CI (`CI` set) a missing chromium fails the test.
@@ -196,11 +200,12 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('zoom',s0+' '+s1+' '+s2);
             box.dispatchEvent(new PointerEvent('pointermove',{pointerId:9,clientX:cx,clientY:r.bottom-33,bubbles:true}));
             set('readout',document.getElementById('memory-readout').textContent);
+            set('live-block',fig.getAttribute('data-live-block')+'@'+fig.getAttribute('data-hover-state'));
             var st=document.getElementById('memory-stack');
             set('stack-frames',st.querySelectorAll('li').length);
             set('at-point',Array.prototype.map.call(st.querySelectorAll('table.at-point tr'),function(tr){
             return tr.cells[2].textContent+' '+tr.cells[3].textContent;}).join('|'));
-            set('stack-text',st.textContent.slice(0,4000).replace(/"/g,"'"));
+            set('stack-text',st.textContent.slice(0,40000).replace(/"/g,"'"));
             })();</script></body>"#;
         std::fs::write(dir.join("probe.html"), page.replace("</body>", probe)).unwrap();
         for width in [1280u32, 390] {
@@ -276,6 +281,15 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                     "{stack}"
                 );
                 assert!(stack.contains("record_snapshots.py"), "the stack has the script's frame: {stack}");
+                // The block under the cursor is live at the cursor: allocated before the column's
+                // state (entries applied) and freed at or after it.
+                let live = attr(&dom, "live-block");
+                let (block, state) = live.split_once('@').unwrap();
+                let (alloc, freed) = block.split_once(',').unwrap_or_else(|| panic!("{name}: no block: {live}"));
+                let (alloc, state): (i64, i64) = (alloc.parse().unwrap(), state.parse().unwrap());
+                assert!(alloc < state, "{name} at {width} px: allocated after the cursor: {live}");
+                assert!(freed.is_empty() || freed.parse::<i64>().unwrap() >= state, "{name}: freed before: {live}");
+                assert!(stack.contains("Block under the cursor"), "{stack}");
                 // Who holds the memory at the hovered point: each band's bytes and share, largest
                 // first, the shares adding up to the whole.
                 let rows: Vec<f64> = attr(&dom, "at-point")

@@ -12,7 +12,10 @@
 //! still sums). States the caller pins (the page's marks: the replay's peaks
 //! and out-of-memory errors) are columns of their own, so the hover at a mark
 //! shows the state at that very entry. Each band keeps its largest blocks'
-//! stacks for the hover.
+//! stacks for the hover, and, per column, its largest block live there (the
+//! block under the cursor: its size, its `alloc` and free entries, its stack).
+
+use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
@@ -60,6 +63,30 @@ pub struct PathSeries {
     pub largest_blocks: Vec<PathBlock>,
     /// Live bytes at each column.
     pub bytes: Vec<u64>,
+    /// Per column: the band's largest block live at the column's state, an
+    /// index into [`PathTimeline::blocks`]; −1 where none is live.
+    pub live_block: Vec<i32>,
+}
+
+/// A block live at some column, for the hover: the block under the cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LiveBlock {
+    /// Requested bytes.
+    pub bytes: u64,
+    /// The `alloc` entry; `None` when live before the recording began.
+    pub entry: Option<u64>,
+    /// The entry that freed it; `None` when still live at the end.
+    pub freed: Option<u64>,
+    /// Its stack: an index into [`PathTimeline::stacks`].
+    pub stack: u32,
+}
+
+/// A stack of [`PathTimeline::stacks`]: the user's frames, folded frames up
+/// to [`FRAMES_PER_STACK`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BlockStack {
+    pub frames: Vec<StackFrame>,
+    pub frames_left_out: u64,
 }
 
 /// The stacked timeline of one device's trace.
@@ -78,6 +105,10 @@ pub struct PathTimeline {
     pub entries: u64,
     /// Call paths in all (with a band of their own or not).
     pub paths: u64,
+    /// The blocks [`PathSeries::live_block`] names.
+    pub blocks: Vec<LiveBlock>,
+    /// Their stacks, each once.
+    pub stacks: Vec<BlockStack>,
 }
 
 /// The key of a live block, as the peak table decides it.
@@ -105,7 +136,25 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize, pins: &[u64]) -> Option
     let columns = Columns::of(trace, free, &start_blocks, &paths, &bands, &pins);
     let time_of = |applied: usize| trace.get(applied.saturating_sub(1)).map_or(0, |e| e.time_us);
     let time_us = columns.applied.iter().map(|&a| time_of(a as usize)).collect();
-    let series = bands.series(snapshot, &c, &paths, columns.bytes);
+    let mut series = bands.series(snapshot, &c, &paths, columns.bytes);
+    for (s, top) in series.iter_mut().zip(columns.tops.top) {
+        s.live_block = top;
+    }
+    let mut stack_index: HashMap<StackId, u32> = HashMap::default();
+    let mut stacks = Vec::new();
+    let blocks = columns
+        .tops
+        .blocks
+        .iter()
+        .map(|b| {
+            let stack = *stack_index.entry(b.frames).or_insert_with(|| {
+                let p = path_block(snapshot, &(b.size, b.alloc, b.frames));
+                stacks.push(BlockStack { frames: p.frames, frames_left_out: p.frames_left_out });
+                stacks.len() as u32 - 1
+            });
+            LiveBlock { bytes: b.size, entry: b.alloc.map(|a| a as u64), freed: b.freed.map(|f| f as u64), stack }
+        })
+        .collect();
     Some(PathTimeline {
         applied: columns.applied,
         time_us,
@@ -113,6 +162,8 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize, pins: &[u64]) -> Option
         entries_per_column: columns.per as u64,
         entries: trace.len() as u64,
         paths: bands.order.len() as u64,
+        blocks,
+        stacks,
     })
 }
 
@@ -233,6 +284,7 @@ impl Bands {
                     peak_bytes: paths.peak[k],
                     largest_blocks: paths.largest[k].iter().map(block).collect(),
                     bytes: std::mem::take(b),
+                    live_block: Vec::new(),
                 }
             })
             .collect();
@@ -248,6 +300,7 @@ impl Bands {
                 peak_bytes: b.iter().copied().max().unwrap_or(0),
                 largest_blocks: blocks.iter().map(block).collect(),
                 bytes: b,
+                live_block: Vec::new(),
             });
         }
         series
@@ -281,6 +334,87 @@ struct Columns {
     bytes: Vec<Vec<u64>>,
     /// Entries per column.
     per: usize,
+    /// Per band and column, its largest live block.
+    tops: Tops,
+}
+
+/// A live block as [`Tops`] tracks it.
+#[derive(Clone, Copy)]
+struct Tracked {
+    size: u64,
+    addr: u64,
+    alloc: Option<usize>,
+    frames: StackId,
+    freed: Option<usize>,
+}
+
+/// Each band's largest live block as the trace goes, and per column the one
+/// live at the column's state.
+struct Tops {
+    /// Per band, its live blocks by (size, address).
+    live: Vec<BTreeSet<(u64, u64)>>,
+    /// Per band, per column: an index into `blocks`, −1 for none.
+    top: Vec<Vec<i32>>,
+    blocks: Vec<Tracked>,
+    /// Blocks in `blocks` by (address, `alloc` entry or `usize::MAX`).
+    index: HashMap<(u64, usize), u32>,
+    /// Blocks freed during the open column before any column named them.
+    freed_here: HashMap<(u64, usize), usize>,
+}
+
+impl Tops {
+    fn new(bands: usize) -> Tops {
+        Tops {
+            live: vec![BTreeSet::new(); bands],
+            top: vec![Vec::new(); bands],
+            blocks: Vec::new(),
+            index: HashMap::default(),
+            freed_here: HashMap::default(),
+        }
+    }
+
+    /// The largest live block per band now, with its details from `live`.
+    fn now(&self, live: &HashMap<u64, (u64, usize, Option<usize>, StackId)>) -> Vec<Option<Tracked>> {
+        self.live
+            .iter()
+            .map(|set| {
+                let &(size, addr) = set.last()?;
+                let &(_, _, alloc, frames) = live.get(&addr)?;
+                Some(Tracked { size, addr, alloc, frames, freed: None })
+            })
+            .collect()
+    }
+
+    /// Block (`size`, `addr`, `alloc`) of `band` freed (or replaced) at entry `i`.
+    fn free(&mut self, band: usize, size: u64, addr: u64, alloc: Option<usize>, i: usize) {
+        self.live[band].remove(&(size, addr));
+        let key = (addr, alloc.unwrap_or(usize::MAX));
+        match self.index.get(&key) {
+            Some(&t) => self.blocks[t as usize].freed = Some(i),
+            None => {
+                self.freed_here.insert(key, i);
+            }
+        }
+    }
+
+    /// A column whose state's largest blocks are `tops`.
+    fn push(&mut self, tops: &[Option<Tracked>]) {
+        for (band, t) in tops.iter().enumerate() {
+            let at = match t {
+                None => -1,
+                Some(t) => {
+                    let key = (t.addr, t.alloc.unwrap_or(usize::MAX));
+                    let next = self.blocks.len() as u32;
+                    let i = *self.index.entry(key).or_insert(next);
+                    if i == next {
+                        self.blocks.push(Tracked { freed: self.freed_here.get(&key).copied(), ..*t });
+                    }
+                    i as i32
+                }
+            };
+            self.top[band].push(at);
+        }
+    }
 }
 
 impl Columns {
@@ -300,14 +434,17 @@ impl Columns {
         let mut bytes: Vec<Vec<u64>> = vec![Vec::with_capacity(columns); bands.count];
         let mut now = vec![0u64; bands.count];
         let mut total = 0u64;
-        let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
+        let mut tops = Tops::new(bands.count);
+        let mut live: HashMap<u64, (u64, usize, Option<usize>, StackId)> = HashMap::default();
         for ((addr, b), k) in start_blocks.iter().zip(&paths.start_keys) {
-            live.insert(*addr, (b.size, band_of[*k]));
+            live.insert(*addr, (b.size, band_of[*k], b.alloc, b.frames));
+            tops.live[band_of[*k]].insert((b.size, *addr));
             now[band_of[*k]] += b.size;
             total += b.size;
         }
         let mut best: Option<(u64, usize)> = None;
         let mut best_bytes = now.clone();
+        let mut best_tops = Vec::new();
         for state in 0..states {
             if state > 0 {
                 let i = state - 1;
@@ -315,45 +452,52 @@ impl Columns {
                 match e.action {
                     Action::Alloc => {
                         let band = band_of[paths.keys[i] as usize];
-                        if let Some((size, old)) = live.insert(e.addr, (e.size, band)) {
+                        if let Some((size, old, alloc, _)) = live.insert(e.addr, (e.size, band, Some(i), e.frames)) {
                             now[old] -= size;
                             total -= size;
+                            tops.free(old, size, e.addr, alloc, i);
                         }
+                        tops.live[band].insert((e.size, e.addr));
                         now[band] += e.size;
                         total += e.size;
                     }
                     a if a == free => {
-                        if let Some((size, band)) = live.remove(&e.addr) {
+                        if let Some((size, band, alloc, _)) = live.remove(&e.addr) {
                             now[band] -= size;
                             total -= size;
+                            tops.free(band, size, e.addr, alloc, i);
                         }
                     }
                     _ => {}
                 }
             }
-            let mut push = |at: usize, values: &[u64]| {
+            let mut push = |at: usize, values: &[u64], top: &[Option<Tracked>], tops: &mut Tops| {
                 applied.push(at as u64);
                 for (band, v) in bytes.iter_mut().zip(values) {
                     band.push(*v);
                 }
+                tops.push(top);
             };
             if pins.binary_search(&(state as u64)).is_ok() {
                 // A pinned state: the column so far, then the state itself.
                 if let Some((_, at)) = best.take() {
-                    push(at, &best_bytes);
+                    push(at, &best_bytes, &best_tops, &mut tops);
                 }
-                push(state, &now);
+                push(state, &now, &tops.now(&live), &mut tops);
+                tops.freed_here.clear();
             } else if best.is_none_or(|(b, _)| total > b) {
                 best = Some((total, state));
                 best_bytes.copy_from_slice(&now);
+                best_tops = tops.now(&live);
             }
             if ((state + 1) % per == 0 || state + 1 == states)
                 && let Some((_, at)) = best.take()
             {
-                push(at, &best_bytes);
+                push(at, &best_bytes, &best_tops, &mut tops);
+                tops.freed_here.clear();
             }
         }
-        Columns { applied, bytes, per }
+        Columns { applied, bytes, per, tops }
     }
 }
 
