@@ -600,6 +600,9 @@ const MAX_INTERACTIVE_OOMS: usize = 100;
 struct StackedLine {
     x: Vec<f64>,
     v: Vec<u64>,
+    /// Each point's state (entries applied), for the allocation-order axis; empty when x already counts them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ops: Vec<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -697,6 +700,11 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
     let line = |reserved: bool| StackedLine {
         x: t.points.iter().map(|p| x.x_rounded(if reserved { p.reserved_ops } else { p.ops })).collect(),
         v: t.points.iter().map(|p| if reserved { p.reserved_bytes } else { p.allocated_bytes }).collect(),
+        ops: if x.is_time() {
+            t.points.iter().map(|p| if reserved { p.reserved_ops } else { p.ops }).collect()
+        } else {
+            Vec::new()
+        },
     };
     let (applied, xs, series, other, per) = match page.paths {
         Some(p) => (

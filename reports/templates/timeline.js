@@ -236,7 +236,8 @@
   // block under the cursor (the band's largest live block at that column, with
   // its alloc and free entries and stack) and the stacks of its largest blocks; within 6 px of a mark the hover is at the
   // mark's own entry (the page pins a column there). `#zoom=A,B`
-  // shows fraction A..B of the x axis; `#hover=F[,G]` hovers at fraction F of
+  // shows fraction A..B of the x axis (`#axis=order` first switches it to
+  // allocation order); `#hover=F[,G]` hovers at fraction F of
   // the view's width (G of its height from the bottom; default inside the
   // lowest band).
   var BANDS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#d4a6c8", "#bab0ac"];
@@ -253,16 +254,26 @@
     var d = this.d, n = d.series.length, total = new Array(d.x.length);
     for (var c = 0; c < d.x.length; c++) { var t = 0; for (var k = 0; k < n; k++) t += d.series[k].v[c]; total[c] = t; }
     this.total = total;
-    var xs = d.x.concat(d.reserved.x, d.allocated.x), lo = Infinity, hi = -Infinity;
-    for (var i = 0; i < xs.length; i++) { if (xs[i] < lo) lo = xs[i]; if (xs[i] > hi) hi = xs[i]; }
-    if (!isFinite(lo)) { lo = 0; hi = 1; }
-    if (hi <= lo) hi = lo + 1;
-    this.full = [lo, hi]; this.view = [lo, hi];
-    fig.setAttribute("data-view", lo + "," + hi);
+    // Two x axes where the trace has times: time, and allocation order (entries
+    // applied), where idle time takes no width; a button switches.
+    this.axes = null;
+    if (d.time && d.reserved.ops) {
+      this.axes = {
+        time: { cols: d.x, res: d.reserved.x, alc: d.allocated.x, marks: d.marks.map(function (m) { return m.x; }), unit: d.time, desc: d.x_desc },
+        order: { cols: d.applied, res: d.reserved.ops, alc: d.allocated.ops, marks: d.marks.map(function (m) { return m.state; }), unit: null, desc: "entries applied (allocation order: idle time takes no width)" }
+      };
+    }
+    this.fit();
     this.pointers = {};
     var self = this;
     this.draw();
     this.bind();
+    var order = fig.querySelector("button[data-axis]");
+    if (order && this.axes) order.addEventListener("click", function () {
+      self.useAxis(self.axisName === "order" ? "time" : "order");
+      order.textContent = self.axisName === "order" ? "x: time" : "x: allocation order";
+    });
+    else if (order) order.parentNode.removeChild(order);
     window.addEventListener("resize", function () { self.draw(); });
     var buttons = fig.querySelectorAll("button[data-zoom]");
     for (var b = 0; b < buttons.length; b++) buttons[b].addEventListener("click", function (ev) {
@@ -271,6 +282,26 @@
       else { var m = (self.view[0] + self.view[1]) / 2; self.zoomAt(m, z === "in" ? 0.5 : 2); }
     });
   }
+  // The whole x range of the data, as the view.
+  Stacked.prototype.fit = function () {
+    var d = this.d, xs = d.x.concat(d.reserved.x, d.allocated.x), lo = Infinity, hi = -Infinity;
+    for (var i = 0; i < xs.length; i++) { if (xs[i] < lo) lo = xs[i]; if (xs[i] > hi) hi = xs[i]; }
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (hi <= lo) hi = lo + 1;
+    this.full = [lo, hi]; this.view = [lo, hi];
+    this.fig.setAttribute("data-view", lo + "," + hi);
+  };
+  // Switches the x axis: "time" or "order" (entries applied).
+  Stacked.prototype.useAxis = function (name) {
+    var a = this.axes && this.axes[name], d = this.d;
+    if (!a) return;
+    this.axisName = name;
+    d.x = a.cols; d.reserved.x = a.res; d.allocated.x = a.alc; d.time = a.unit; d.x_desc = a.desc;
+    d.marks.forEach(function (m, i) { m.x = a.marks[i]; });
+    this.fig.setAttribute("data-axis", name);
+    this.fit();
+    this.draw();
+  };
   Stacked.prototype.setView = function (a, b) {
     var f = this.full, span = f[1] - f[0], min = span / 1e6;
     if (b - a < min) { var m = (a + b) / 2; a = m - min / 2; b = m + min / 2; }
@@ -605,6 +636,7 @@
   var hq = /hover=([0-9.]+)(?:,([0-9.]+))?/.exec(location.search + location.hash);
   for (var si = 0; si < stackedFigs.length; si++) {
     var st = new Stacked(stackedFigs[si]);
+    if (/axis=order/.test(location.search + location.hash)) st.useAxis("order");
     if (zq) { var f = st.full, sp = f[1] - f[0]; st.setView(f[0] + sp * parseFloat(zq[1]), f[0] + sp * parseFloat(zq[2])); }
     if (hq) {
       var r = st.svg.getBoundingClientRect(), g = st.geom;

@@ -189,6 +189,9 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             var pr=fig.querySelector('.tl-plot').getBoundingClientRect();
             var T=function(t){fig.querySelector('.tl-plot').dispatchEvent(new PointerEvent(t,{pointerId:5,pointerType:'touch',clientX:pr.left+pr.width*0.3,clientY:pr.bottom-40,bubbles:true}));};
             T('pointerdown');T('pointerup');set('tap-readout',rd.textContent.replace(/"/g,"'"));
+            var ax=fig.querySelector('button[data-axis]');if(ax)ax.click();
+            set('axis',(fig.getAttribute('data-axis')||'time')+' '+tx('st-xtick'));
+            if(ax)ax.click();
             var box=fig.querySelector('.tl-plot'),r=box.getBoundingClientRect(),cx=r.left+r.width*0.6,cy=r.bottom-40;
             var span=function(){var v=(fig.getAttribute('data-view')||'0,1e99').split(',');return v[1]-v[0];};
             var s0=span();
@@ -261,6 +264,9 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                         && !peak_readout.contains("highest of"),
                     "{name} at {width} px: {peak_readout}"
                 );
+                // The allocation-order axis: whole entries, no time unit.
+                let axis = attr(&dom, "axis");
+                assert!(axis.starts_with("order ") && !axis.contains(" ms") && !axis.contains(" s|"), "{name}: {axis}");
                 // A tap shows the readout.
                 assert!(attr(&dom, "tap-readout").contains("reserved "), "{name} at {width} px: no readout on a tap");
                 // Round ticks: y from 0 in equal steps of 1, 2 or 5 of one unit; every label inside the chart.

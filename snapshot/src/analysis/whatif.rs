@@ -287,7 +287,9 @@ pub fn smaller_batch(snapshot: &Snapshot, base: &SnapshotReplayOptions) -> Resul
             .map(|g| match g.no_frames {
                 Some(NoFrames::LiveBeforeRecording) => "most of it has no frames: live before the recording began",
                 Some(NoFrames::RecordedWithoutStacks) => "most of it has no frames: recorded without stacks",
-                Some(NoFrames::NoPythonFrames) => "most of it has no Python frames: made off the Python thread (autograd backward, most often)",
+                Some(NoFrames::NoPythonFrames) => {
+                    "most of it has no Python frames: made off the Python thread (autograd backward, most often)"
+                }
                 None => "its frames name no forward, backward or optimizer code",
             })
             .unwrap_or("no frames");
