@@ -365,7 +365,7 @@ impl PageChart<'_> {
 fn memory_line(name: String, color: usize, t: &ReplayTimeline, reserved: bool, x: &XAxis<'_>) -> LineSeries {
     let value =
         |p: &TimelinePoint| if reserved { (p.reserved_ops, p.reserved_bytes) } else { (p.ops, p.allocated_bytes) };
-    let points = t.points.iter().map(|p| value(p)).map(|(ops, v)| (x.chart_x(ops), v as f64)).collect();
+    let points = t.points.iter().map(value).map(|(ops, v)| (x.chart_x(ops), v as f64)).collect();
     LineSeries { name, points, dashed: false, color, steps: true }
 }
 

@@ -572,6 +572,12 @@
     }
     // The block under the cursor: the band's largest block live at this column's state.
     var lb = s.live && s.live[c] >= 0 ? d.live_blocks[s.live[c]] : null;
+    if (s.live && s.live[c] === -2) {
+      var q1 = document.createElement("p");
+      q1.className = "hint";
+      q1.textContent = "The block under the cursor is not in the page: it keeps the first " + d.live_blocks.length + " blocks that columns name.";
+      self.stack.appendChild(q1);
+    }
     this.fig.setAttribute("data-hover-state", d.applied[c]);
     this.fig.setAttribute("data-live-block", lb ? (lb[1] === null ? -1 : lb[1]) + "," + (lb[2] === null ? "" : lb[2]) : "");
     if (lb) {

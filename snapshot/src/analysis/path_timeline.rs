@@ -32,6 +32,9 @@ pub const MAX_COLUMNS: usize = 8192;
 pub const TOP_PATHS: usize = 12;
 /// Largest blocks (with their stacks) kept per band.
 pub const BLOCKS_PER_PATH: usize = 3;
+/// Distinct blocks the columns' live blocks name at most (the block under the
+/// cursor): past that, a column's band names none (−2), so a page stays small.
+pub const MAX_LIVE_BLOCKS: usize = 32_768;
 /// Folded frames (torch, packages, the standard library, C++) kept per
 /// stack, innermost first; the rest are counted. The user's are all kept.
 pub const FRAMES_PER_STACK: usize = 40;
@@ -64,7 +67,8 @@ pub struct PathSeries {
     /// Live bytes at each column.
     pub bytes: Vec<u64>,
     /// Per column: the band's largest block live at the column's state, an
-    /// index into [`PathTimeline::blocks`]; −1 where none is live.
+    /// index into [`PathTimeline::blocks`]; −1 where none is live, −2 where
+    /// [`MAX_LIVE_BLOCKS`] others were kept first.
     pub live_block: Vec<i32>,
 }
 
@@ -404,12 +408,15 @@ impl Tops {
                 None => -1,
                 Some(t) => {
                     let key = (t.addr, t.alloc.unwrap_or(usize::MAX));
-                    let next = self.blocks.len() as u32;
-                    let i = *self.index.entry(key).or_insert(next);
-                    if i == next {
-                        self.blocks.push(Tracked { freed: self.freed_here.get(&key).copied(), ..*t });
+                    match self.index.get(&key) {
+                        Some(&i) => i as i32,
+                        None if self.blocks.len() >= MAX_LIVE_BLOCKS => -2,
+                        None => {
+                            self.index.insert(key, self.blocks.len() as u32);
+                            self.blocks.push(Tracked { freed: self.freed_here.get(&key).copied(), ..*t });
+                            self.blocks.len() as i32 - 1
+                        }
                     }
-                    i as i32
                 }
             };
             self.top[band].push(at);
@@ -537,6 +544,24 @@ mod tests {
         let first = &t.series[0];
         assert!(!first.largest_blocks.is_empty() && !first.largest_blocks[0].frames.is_empty(), "a stack to hover");
         assert!(first.largest_blocks.windows(2).all(|w| w[0].bytes >= w[1].bytes));
+        // The block under the cursor: each column's is live at its state and no larger than its band there.
+        let mut named = 0;
+        for s in &t.series {
+            assert_eq!(s.live_block.len(), t.applied.len());
+            for (c, &b) in s.live_block.iter().enumerate() {
+                assert!(b >= -1, "under MAX_LIVE_BLOCKS every block is kept");
+                if b < 0 {
+                    assert_eq!(s.bytes[c], 0, "a band with live bytes names a block");
+                    continue;
+                }
+                named += 1;
+                let block = &t.blocks[b as usize];
+                let state = t.applied[c];
+                assert!(block.entry.is_none_or(|e| e < state) && block.freed.is_none_or(|f| f >= state));
+                assert!(block.bytes <= s.bytes[c] && (block.stack as usize) < t.stacks.len());
+            }
+        }
+        assert!(named > 0);
     }
 
     #[test]
