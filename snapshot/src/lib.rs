@@ -61,7 +61,8 @@
 //! - `src/analysis/mod.rs` — the analyses' modules.
 //! - `src/analysis/attribution.rs` — who holds the memory at a point, by the
 //!   user's call path, with categories.
-//! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path.
+//! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path, and each
+//!   column's block under the cursor.
 //! - `src/analysis/diff.rs` — two snapshots compared (`diff_snapshots`).
 //! - `src/analysis/whatif.rs` — what-if under other settings, the
 //!   recommendation, the smaller-batch answer at an OOM.
