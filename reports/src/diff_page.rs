@@ -171,7 +171,7 @@ pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, Report
             class: class((s.after as i64).saturating_sub(s.before as i64)),
         })
         .collect();
-    let answer = crate::replay_doc::Answer {
+    let answer = crate::replay_page::Answer {
         headline: headline(d),
         holders_title: if paths.is_empty() {
             String::new()
@@ -180,8 +180,8 @@ pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, Report
         },
         holders: paths
             .iter()
-            .take(crate::replay_doc::ANSWER_HOLDERS)
-            .map(|p| crate::replay_doc::AnswerHolder {
+            .take(crate::replay_page::ANSWER_HOLDERS)
+            .map(|p| crate::replay_page::AnswerHolder {
                 label: p.label.clone(),
                 bytes: p.change.clone(),
                 share: format!("{} → {}", p.before, p.after),

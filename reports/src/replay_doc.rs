@@ -20,7 +20,7 @@ use vramlab_snapshot::{
     UnderivableStat,
 };
 
-use crate::replay_page::{Fact, StatNote};
+use crate::replay_page::{Answer, DocView, Fact, StatNote, answer_holders};
 
 /// The document's version: raised whenever a key changes meaning or goes away.
 /// Version 1 replaced the two shapes of earlier releases (`trace`/`snapshot`
@@ -909,43 +909,6 @@ pub fn page_facts(d: &ReplayDoc, t: &ReplayTimeline) -> Vec<Fact> {
     facts
 }
 
-/// The answer a page gives on its first screen: the out-of-memory (the
-/// request, the limit, how far short, who holds the memory) or the peak and
-/// who holds it, and the recommendation where there is one.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Answer {
-    pub headline: String,
-    pub lines: Vec<String>,
-    /// "Top holders at the out-of-memory", over [`Answer::holders`].
-    pub holders_title: String,
-    pub holders: Vec<AnswerHolder>,
-    pub recommendation: Option<String>,
-}
-
-/// One of the top call paths holding the memory, on the answer card.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AnswerHolder {
-    pub label: String,
-    pub bytes: String,
-    pub share: String,
-}
-
-/// Call paths the answer card names.
-pub const ANSWER_HOLDERS: usize = 3;
-
-/// The top holders of `a` for the answer card.
-pub fn answer_holders(a: &Attribution) -> Vec<AnswerHolder> {
-    a.groups
-        .iter()
-        .take(ANSWER_HOLDERS)
-        .map(|g| AnswerHolder {
-            label: g.label.clone(),
-            bytes: fmt_bytes(g.bytes),
-            share: format!("{:.0} %", g.share * 100.0),
-        })
-        .collect()
-}
-
 /// The memory the replay may reserve, in words for the page: the limit, and
 /// whether it was given or inferred (with the range the recording allows).
 /// `None` for an unlimited device.
@@ -1055,4 +1018,17 @@ pub fn page_answer(d: &ReplayDoc, t: &ReplayTimeline) -> Answer {
         answer.holders = answer_holders(a);
     }
     answer
+}
+
+/// What the replay page takes from the document: the answer card, the limit
+/// in words and as the chart's label, the releases, how far short each
+/// recorded failed request made again was.
+pub fn doc_view(d: &ReplayDoc, t: &ReplayTimeline) -> DocView {
+    DocView {
+        answer: Some(page_answer(d, t)),
+        limit: limit_text(d),
+        limit_label: limit_label(d),
+        releases: d.releases.as_ref().filter(|r| r.runs > 0).map(|r| r.describe()),
+        short_bytes: d.oom_requests.iter().filter_map(|r| Some((r.trace_index, r.short_bytes?))).collect(),
+    }
 }

@@ -30,7 +30,6 @@ use vramlab_display::chart::{AxisSpec, LabelledPoint, LineSeries, LinesSpec, Mar
 use crate::canvas::{self, DrawResult, FAMILY, HEIGHT, WIDTH, register_font};
 use crate::html::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
 use crate::plot::draw_lines;
-use crate::replay_doc::{Answer, ReplayDoc, limit_label, limit_text, page_answer};
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
 
 /// Segments drawn in the segment map (in address order); the table lists up to
@@ -91,9 +90,60 @@ pub struct ReplayPage<'a> {
     /// timeline; without it the timeline has the replay's lines alone. Made
     /// with [`mark_states`] pinned, so the hover at a mark is at its entry.
     pub paths: Option<&'a PathTimeline>,
-    /// The replay's document: the answer card, the limit (given or inferred,
-    /// with its range), how far short each recorded OOM was and the releases.
-    pub doc: Option<&'a ReplayDoc>,
+    /// What the replay's document adds (`replay_doc::doc_view`): the answer
+    /// card, the limit (given or inferred, with its range), how far short each
+    /// recorded OOM was and the releases.
+    pub doc: Option<DocView>,
+}
+
+/// The replay page's parts that come from the replay's document.
+#[derive(Debug, Clone, Default)]
+pub struct DocView {
+    pub answer: Option<Answer>,
+    /// The limit in words, and as the capacity line's label.
+    pub limit: Option<String>,
+    pub limit_label: Option<String>,
+    /// The releases of cached memory, in words.
+    pub releases: Option<String>,
+    /// (trace index, bytes short) of each recorded failed request made again and refused.
+    pub short_bytes: Vec<(u64, u64)>,
+}
+
+/// The answer a page gives on its first screen: the out-of-memory (the
+/// request, the limit, how far short, who holds the memory) or the peak and
+/// who holds it, and the recommendation where there is one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Answer {
+    pub headline: String,
+    pub lines: Vec<String>,
+    /// "Top holders at the out-of-memory", over [`Answer::holders`].
+    pub holders_title: String,
+    pub holders: Vec<AnswerHolder>,
+    pub recommendation: Option<String>,
+}
+
+/// One of the top call paths holding the memory, on the answer card.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AnswerHolder {
+    pub label: String,
+    pub bytes: String,
+    pub share: String,
+}
+
+/// Call paths the answer card names.
+pub const ANSWER_HOLDERS: usize = 3;
+
+/// The top holders of `a` for the answer card.
+pub fn answer_holders(a: &Attribution) -> Vec<AnswerHolder> {
+    a.groups
+        .iter()
+        .take(ANSWER_HOLDERS)
+        .map(|g| AnswerHolder {
+            label: g.label.clone(),
+            bytes: fmt_bytes(g.bytes),
+            share: format!("{:.0} %", g.share * 100.0),
+        })
+        .collect()
 }
 
 /// The x axis of a timeline chart: ops (trace ops or entries), or the trace's
@@ -519,10 +569,10 @@ pub fn oom_place(o: &OomState) -> String {
     }
 }
 
-fn oom_row(o: &OomState, doc: Option<&ReplayDoc>) -> OomRow {
-    let request = doc.and_then(|d| d.oom_requests.iter().find(|r| r.trace_index == o.index));
+fn oom_row(o: &OomState, doc: Option<&DocView>) -> OomRow {
+    let short = doc.and_then(|d| d.short_bytes.iter().find(|(i, _)| *i == o.index)).map(|&(_, b)| b);
     OomRow {
-        short: request.and_then(|r| r.short_bytes).map_or_else(|| "-".to_owned(), fmt_bytes),
+        short: short.map_or_else(|| "-".to_owned(), fmt_bytes),
         at: oom_place(o),
         device: o.device,
         requested: fmt_bytes(o.requested_bytes),
@@ -789,7 +839,8 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         capacity: page.capacity_bytes,
         capacity_label: page
             .doc
-            .and_then(limit_label)
+            .as_ref()
+            .and_then(|d| d.limit_label.clone())
             .or_else(|| page.capacity_bytes.map(|c| format!("capacity {}", fmt_bytes(c)))),
         time: match x {
             XAxis::Time { unit, .. } => Some(unit),
@@ -838,9 +889,15 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     let first = t.points.first().map_or(0, |p| p.ops);
     let last = t.points.last().map_or(0, |p| p.ops);
     let x = XAxis::for_entries(page.entry_times_us, first, last);
-    let capacity = page
-        .capacity_bytes
-        .map(|c| (c, page.doc.and_then(limit_label).unwrap_or_else(|| format!("capacity {}", fmt_bytes(c)))));
+    let capacity = page.capacity_bytes.map(|c| {
+        (
+            c,
+            page.doc
+                .as_ref()
+                .and_then(|d| d.limit_label.clone())
+                .unwrap_or_else(|| format!("capacity {}", fmt_bytes(c))),
+        )
+    });
     let chart = timeline_chart("Memory over the replay".into(), &page.unit, x, t, capacity);
     let interactive = script_json(&stacked_data(page, &x, &marks(t, &x)))?;
     let timeline = chart.write(dir, "timeline", &mut files)?;
@@ -869,7 +926,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
             rows_left_out => p.segments.len().saturating_sub(MAX_SEGMENT_ROWS),
         }
     });
-    let ooms: Vec<OomRow> = t.ooms.iter().take(MAX_OOM_ROWS).map(|o| oom_row(o, page.doc)).collect();
+    let ooms: Vec<OomRow> = t.ooms.iter().take(MAX_OOM_ROWS).map(|o| oom_row(o, page.doc.as_ref())).collect();
     let ooms_left_out = (t.ooms.len() - ooms.len()) as u64 + t.ooms_not_recorded;
     let ctx = minijinja::context! {
         title => format!("vramlab replay of {}", page.source),
@@ -890,9 +947,9 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
             entries => p.entries,
             per_column => p.entries_per_column,
         }),
-        capacity => page.doc.and_then(limit_text).or_else(|| page.capacity_bytes.map(fmt_bytes)),
-        answer => page.doc.map(|d| page_answer(d, t)),
-        releases => page.doc.and_then(|d| d.releases.as_ref()).filter(|r| r.runs > 0).map(|r| r.describe()),
+        capacity => page.doc.as_ref().and_then(|d| d.limit.clone()).or_else(|| page.capacity_bytes.map(fmt_bytes)),
+        answer => page.doc.as_ref().and_then(|d| d.answer.clone()),
+        releases => page.doc.as_ref().and_then(|d| d.releases.clone()),
         js => crate::html::JS,
         segments => segments,
         peak => peak,
@@ -1001,7 +1058,7 @@ fn whatif_answer(page: &WhatifPage<'_>, rows: &[SettingRow]) -> Answer {
         .or_else(|| page.attribution.first());
     if let Some(a) = a {
         answer.holders_title = format!("Top holders at {} ({} requested):", a.title(), fmt_bytes(a.total_bytes));
-        answer.holders = crate::replay_doc::answer_holders(a);
+        answer.holders = answer_holders(a);
     }
     answer
 }

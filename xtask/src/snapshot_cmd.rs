@@ -98,7 +98,7 @@ pub fn replay(
             attribution: &doc.attribution,
             entry_times_us: Some(&times),
             paths: paths.as_ref(),
-            doc: Some(&doc),
+            doc: Some(replay_doc::doc_view(&doc, timeline)),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };
