@@ -171,12 +171,30 @@ pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, Report
             class: class((s.after as i64).saturating_sub(s.before as i64)),
         })
         .collect();
+    let answer = crate::replay_page::Answer {
+        headline: headline(d),
+        holders_title: if paths.is_empty() {
+            String::new()
+        } else {
+            "Largest changes at the allocated peak (B − A):".to_owned()
+        },
+        holders: paths
+            .iter()
+            .take(crate::replay_page::ANSWER_HOLDERS)
+            .map(|p| crate::replay_page::AnswerHolder {
+                label: p.label.clone(),
+                bytes: p.change.clone(),
+                share: format!("{} → {}", p.before, p.after),
+            })
+            .collect(),
+        ..Default::default()
+    };
     let ctx = minijinja::context! {
         title => format!("vramlab diff of {} and {}", d.before.source, d.after.source),
+        answer => answer,
         version => env!("CARGO_PKG_VERSION"),
         source => format!("{} → {}", d.before.source, d.after.source),
         facts => side_facts(d),
-        headline => headline(d),
         figures => figure_rows(d),
         paths => paths,
         paths_left_out => left_out.len(),

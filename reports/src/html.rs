@@ -303,10 +303,16 @@ pub fn suite_finding(suite: &SuiteResult) -> String {
     s + "."
 }
 
-fn case_row(c: &CaseResult) -> CaseRow {
+/// A case's row. A case not available for the reason the environment table
+/// already gives (`gpu_reason`, no GPU here) points there instead of
+/// repeating it on every row.
+fn case_row(c: &CaseResult, gpu_reason: Option<&str>) -> CaseRow {
     let (outcome, class) = match &c.outcome {
         Outcome::Ok => ("ok".to_owned(), "ok"),
         Outcome::Failed { message } => (format!("failed: {message}"), "failed"),
+        Outcome::NotAvailable { reason } if gpu_reason.is_some_and(|g| !g.is_empty() && reason.contains(g)) => {
+            ("not available: no GPU here (why: the environment's GPUs row)".to_owned(), "not-available")
+        }
         Outcome::NotAvailable { reason } => (format!("not available: {reason}"), "not-available"),
     };
     CaseRow {
@@ -446,7 +452,7 @@ pub fn render_index_with(
                     },
                 }),
                 summary: suite_finding(s),
-                cases: s.cases.iter().map(case_row).collect(),
+                cases: s.cases.iter().map(|c| case_row(c, e.gpu_unavailable_reason.as_deref())).collect(),
                 charts: &x.charts,
                 stacks: &x.stacks,
                 timelines: &x.timelines,
@@ -492,6 +498,17 @@ mod tests {
     use vramlab_suites::{Environment, GpuInfo, RunOptions};
 
     use super::*;
+
+    #[test]
+    fn a_case_without_the_gpu_points_to_the_environment_instead_of_repeating_why() {
+        let why = "CUDA unavailable: libcuda (the NVIDIA driver) not found";
+        let c = CaseResult::new("matmul/gpu", Outcome::NotAvailable { reason: format!("no GPU: {why}") });
+        let row = case_row(&c, Some(why));
+        assert_eq!(row.outcome, "not available: no GPU here (why: the environment's GPUs row)");
+        let other = CaseResult::new("bf16", Outcome::NotAvailable { reason: "no bf16 here".into() });
+        assert_eq!(case_row(&other, Some(why)).outcome, "not available: no bf16 here");
+        assert_eq!(case_row(&c, None).outcome, format!("not available: no GPU: {why}"));
+    }
 
     fn run(device: &str, gpus: Vec<GpuInfo>, verdicts: &[Verdict]) -> RunResults {
         let finding = |v: &Verdict| Finding { claim: "c".into(), verdict: *v, evidence: "e".into() };

@@ -25,7 +25,8 @@
 //! - `src/trend_chart.rs` — the trend chart (a figure over the history's runs, change points marked)
 //! - `src/trends.rs` — the report's Trends section
 //! - `src/replay_page.rs` — the replay and what-if pages (memory charts of the chart model, the segment map)
-//! - `src/replay_doc.rs` — the replay's document model: what `replay` prints, its `--json` and the page's facts
+//! - `src/replay_doc.rs` — the replay's document model: what `replay` prints, its `--json`, the page's facts
+//!   and its answer card
 //! - `src/diff_page.rs` — the page of two snapshots compared
 //! - `src/results_diff.rs` — two results files compared case by case, and its page
 //! - `src/peak_table.rs` — the "who holds the memory" tables

@@ -15,11 +15,12 @@ use vramlab_engine::alloc::OutOfMemoryError;
 use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
 use vramlab_snapshot::{
-    Action, Attribution, CategorySource, FidelityReport, InferredCapacity, LiveAtStart, MemoryStatsCheck, OomRequest,
-    Placement, PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions, UnderivableStat,
+    Action, Attribution, CategorySource, FidelityReport, InferredCapacity, LimitKind, LiveAtStart, MemoryStatsCheck,
+    OomRequest, Placement, PointKind, PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions,
+    UnderivableStat,
 };
 
-use crate::replay_page::{Fact, StatNote};
+use crate::replay_page::{Answer, DocView, Fact, StatNote, answer_holders};
 
 /// The document's version: raised whenever a key changes meaning or goes away.
 /// Version 1 replaced the two shapes of earlier releases (`trace`/`snapshot`
@@ -881,7 +882,17 @@ pub fn page_facts(d: &ReplayDoc, t: &ReplayTimeline) -> Vec<Fact> {
             ));
             facts.push(Fact::new("device", d.device.to_string()));
             facts.push(Fact::new("allocator config", conf_text(&d.alloc_conf)));
-            facts.push(Fact::new("simulated device", capacity));
+            match limit_text(d) {
+                Some(limit) if d.memory_limit_bytes.is_some() => {
+                    facts.push(Fact::new("memory limit", limit));
+                    facts.push(Fact::new(
+                        "simulated device",
+                        format!("{capacity}: the limit above is what it may reserve"),
+                    ));
+                }
+                Some(limit) if d.capacity_inferred.is_some() => facts.push(Fact::new("simulated device", limit)),
+                _ => facts.push(Fact::new("simulated device", capacity)),
+            }
             facts.push(Fact::new(
                 "trace entries",
                 format!(
@@ -929,4 +940,128 @@ pub fn page_facts(d: &ReplayDoc, t: &ReplayTimeline) -> Vec<Fact> {
         }
     }
     facts
+}
+
+/// The memory the replay may reserve, in words for the page: the limit, and
+/// whether it was given or inferred (with the range the recording allows).
+/// `None` for an unlimited device.
+pub fn limit_text(d: &ReplayDoc) -> Option<String> {
+    let limit = d.memory_limit_bytes.or(d.capacity_bytes)?;
+    Some(match &d.capacity_inferred {
+        Some(c) if c.kind == LimitKind::Fraction => format!(
+            "{} per-process limit, inferred from the recorded OOM at entry {}: the real limit lies in [{}, {}), \
+             and the replay takes its lower end",
+            fmt_bytes(limit),
+            c.entry,
+            fmt_bytes(c.at_least),
+            fmt_bytes(c.below)
+        ),
+        Some(c) => format!(
+            "{} of device memory, inferred from the recorded OOM at entry {} (reserved then plus the device's free \
+             memory)",
+            fmt_bytes(limit),
+            c.entry
+        ),
+        None if d.memory_limit_bytes.is_some() => format!("{} per-process limit", fmt_bytes(limit)),
+        None => format!("{} simulated device", fmt_bytes(limit)),
+    })
+}
+
+/// The capacity line's label on the page's chart: the limit, marked
+/// "inferred, at least" where the recording only bounds it.
+pub fn limit_label(d: &ReplayDoc) -> Option<String> {
+    let limit = d.memory_limit_bytes.or(d.capacity_bytes)?;
+    Some(match &d.capacity_inferred {
+        Some(c) if c.kind == LimitKind::Fraction => {
+            format!("limit {} (inferred: in [{}, {}))", fmt_bytes(limit), fmt_bytes(c.at_least), fmt_bytes(c.below))
+        }
+        Some(_) => format!("capacity {} (inferred)", fmt_bytes(limit)),
+        None if d.memory_limit_bytes.is_some() => format!("limit {}", fmt_bytes(limit)),
+        None => format!("capacity {}", fmt_bytes(limit)),
+    })
+}
+
+/// The replay page's answer card, from the document and the page's timeline.
+pub fn page_answer(d: &ReplayDoc, t: &ReplayTimeline) -> Answer {
+    let holders_at = |kind: PointKind, index: Option<u64>| {
+        d.attribution.iter().find(|a| a.kind == kind && (index.is_none() || a.trace_index == index))
+    };
+    let limit = limit_text(d);
+    let Some(o) = t.ooms.first() else {
+        let mut answer = Answer::default();
+        let peak = t.peak_allocated_bytes();
+        let at = t.points.iter().find(|p| p.allocated_bytes == peak).map_or(0, |p| p.ops);
+        let what = if d.format == InputFormat::PytorchSnapshot { "entry" } else { "op" };
+        answer.headline = match at {
+            0 => format!("Allocated memory peaks at {} before the first {what}", fmt_bytes(peak)),
+            n => format!("Allocated memory peaks at {} after {what} {}", fmt_bytes(peak), n - 1),
+        };
+        answer.headline += &format!("; reserved memory at {}.", fmt_bytes(t.peak_reserved_bytes()));
+        if let Some(limit) = &limit {
+            answer.lines.push(format!("It fitted under the {limit}."));
+        }
+        if d.recorded_ooms.is_some_and(|n| n > 0) {
+            answer.lines.push(format!("Out of memory: {}.", no_oom(d)));
+        }
+        if let Some(a) = holders_at(PointKind::AllocatedPeak, None) {
+            answer.holders_title = format!("Top holders at the peak ({} requested):", fmt_bytes(a.total_bytes));
+            answer.holders = answer_holders(a);
+        }
+        return answer;
+    };
+    let total = t.ooms.len() as u64 + t.ooms_not_recorded;
+    let place = crate::replay_page::oom_place(o);
+    let mut answer = Answer {
+        headline: format!(
+            "Out of memory at {place}: a request of {} failed with {} reserved ({} allocated){}.",
+            fmt_bytes(o.requested_bytes),
+            fmt_bytes(o.reserved_bytes),
+            fmt_bytes(o.allocated_bytes),
+            if total > 1 { format!(", the first of {total}") } else { String::new() }
+        ),
+        ..Answer::default()
+    };
+    if let Some(limit) = &limit {
+        answer.lines.push(format!("Limit: {limit}."));
+    }
+    let request = d.oom_requests.iter().find(|r| r.trace_index == o.index);
+    if let Some(short) = request.and_then(|r| r.short_bytes) {
+        answer.lines.push(format!(
+            "{} short: the memory reserved after the allocator released its cache, plus the segment the request \
+             needed, less the limit.",
+            fmt_bytes(short)
+        ));
+    }
+    if request.is_some() {
+        answer
+            .lines
+            .push("The recording ran out of memory here too: the replay makes its failed request again.".into());
+    }
+    if o.reserved_unallocated_bytes >= o.requested_bytes {
+        answer.lines.push(format!(
+            "Fragmentation: {} was reserved but unallocated, enough for the request, but the largest free block was {}.",
+            fmt_bytes(o.reserved_unallocated_bytes),
+            fmt_bytes(o.largest_free_block_bytes)
+        ));
+    }
+    if let Some(a) =
+        holders_at(PointKind::OutOfMemory, Some(o.index)).or_else(|| holders_at(PointKind::AllocatedPeak, None))
+    {
+        answer.holders_title = format!("Top holders at {} ({} requested):", a.title(), fmt_bytes(a.total_bytes));
+        answer.holders = answer_holders(a);
+    }
+    answer
+}
+
+/// What the replay page takes from the document: the answer card, the limit
+/// in words and as the chart's label, the releases, how far short each
+/// recorded failed request made again was.
+pub fn doc_view(d: &ReplayDoc, t: &ReplayTimeline) -> DocView {
+    DocView {
+        answer: Some(page_answer(d, t)),
+        limit: limit_text(d),
+        limit_label: limit_label(d),
+        releases: d.releases.as_ref().filter(|r| r.runs > 0).map(|r| r.describe()),
+        short_bytes: d.oom_requests.iter().filter_map(|r| Some((r.trace_index, r.short_bytes?))).collect(),
+    }
 }

@@ -87,8 +87,63 @@ pub struct ReplayPage<'a> {
     /// ([`XAxis::for_entries`]); `None` counts ops.
     pub entry_times_us: Option<&'a [i64]>,
     /// Live memory stacked by call path (snapshots), for the interactive
-    /// timeline; without it the timeline has the replay's lines alone.
+    /// timeline; without it the timeline has the replay's lines alone. Made
+    /// with [`mark_states`] pinned, so the hover at a mark is at its entry.
     pub paths: Option<&'a PathTimeline>,
+    /// What the replay's document adds (`replay_doc::doc_view`): the answer
+    /// card, the limit (given or inferred, with its range), how far short each
+    /// recorded OOM was and the releases.
+    pub doc: Option<DocView>,
+}
+
+/// The replay page's parts that come from the replay's document.
+#[derive(Debug, Clone, Default)]
+pub struct DocView {
+    pub answer: Option<Answer>,
+    /// The limit in words, and as the capacity line's label.
+    pub limit: Option<String>,
+    pub limit_label: Option<String>,
+    /// The releases of cached memory, in words.
+    pub releases: Option<String>,
+    /// (trace index, bytes short) of each recorded failed request made again and refused.
+    pub short_bytes: Vec<(u64, u64)>,
+}
+
+/// The answer a page gives on its first screen: the out-of-memory (the
+/// request, the limit, how far short, who holds the memory) or the peak and
+/// who holds it, and the recommendation where there is one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Answer {
+    pub headline: String,
+    pub lines: Vec<String>,
+    /// "Top holders at the out-of-memory", over [`Answer::holders`].
+    pub holders_title: String,
+    pub holders: Vec<AnswerHolder>,
+    pub recommendation: Option<String>,
+}
+
+/// One of the top call paths holding the memory, on the answer card.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AnswerHolder {
+    pub label: String,
+    pub bytes: String,
+    pub share: String,
+}
+
+/// Call paths the answer card names.
+pub const ANSWER_HOLDERS: usize = 3;
+
+/// The top holders of `a` for the answer card.
+pub fn answer_holders(a: &Attribution) -> Vec<AnswerHolder> {
+    a.groups
+        .iter()
+        .take(ANSWER_HOLDERS)
+        .map(|g| AnswerHolder {
+            label: g.label.clone(),
+            bytes: fmt_bytes(g.bytes),
+            share: format!("{:.0} %", g.share * 100.0),
+        })
+        .collect()
 }
 
 /// The x axis of a timeline chart: ops (trace ops or entries), or the trace's
@@ -197,6 +252,9 @@ pub struct WhatifSetting<'a> {
     pub segment_allocs: u64,
     /// Where it ran out of memory, in words; `None` when it fits.
     pub oom: Option<String>,
+    /// The recording's failed request made again under this setting: served
+    /// (with what to spare) or failed (how far short); "-" without one.
+    pub recorded_oom: String,
     pub timeline: &'a ReplayTimeline,
 }
 
@@ -216,6 +274,27 @@ pub struct WhatifPage<'a> {
     /// The memory a setting may reserve (the capacity, or the per-process
     /// limit under it); `None` is unlimited.
     pub capacity_bytes: Option<u64>,
+    /// That limit in words (given, or inferred with its range) and as the
+    /// chart's label ([`limit_text`], [`limit_label`]); `None`: the capacity's size.
+    pub limit: Option<String>,
+    pub limit_label: Option<String>,
+    /// The recorded settings' releases of cached memory (before an OOM among them), in words.
+    pub releases: Option<String>,
+}
+
+/// The sentence under the settings table for a setting that reserves more
+/// than the limit and is not refused for it: PyTorch would do the same.
+fn over_limit_note(number: usize, reserved: u64, limit: u64) -> String {
+    format!(
+        "#{number} reserves {}, {} above the {} limit, without an out-of-memory there: PyTorch would too. Its \
+         alloc_block (c10/cuda/CUDACachingAllocator.cpp) checks total_allocated_memory + alloc_size against \
+         allowed_memory_maximum once, before try_allocate_expandable_block maps the request; map_block then maps \
+         whole pages (ExpandableSegment::map rounds the range out to 2 MiB in the small pool, 20 MiB in the large) \
+         and adds that page-rounded size to total_allocated_memory, so an expandable segment may end past the limit.",
+        fmt_bytes(reserved),
+        fmt_bytes(reserved - limit),
+        fmt_bytes(limit)
+    )
 }
 
 /// The files a page was written to.
@@ -334,8 +413,9 @@ impl PageChart<'_> {
 
 /// A step line of `t`'s reserved (or allocated) bytes over `x`.
 fn memory_line(name: String, color: usize, t: &ReplayTimeline, reserved: bool, x: &XAxis<'_>) -> LineSeries {
-    let value = |p: &TimelinePoint| if reserved { p.reserved_bytes } else { p.allocated_bytes } as f64;
-    let points = t.points.iter().map(|p| (x.chart_x(p.ops), value(p))).collect();
+    let value =
+        |p: &TimelinePoint| if reserved { (p.reserved_ops, p.reserved_bytes) } else { (p.ops, p.allocated_bytes) };
+    let points = t.points.iter().map(value).map(|(ops, v)| (x.chart_x(ops), v as f64)).collect();
     LineSeries { name, points, dashed: false, color, steps: true }
 }
 
@@ -346,10 +426,10 @@ fn memory_chart(
     x_axis: AxisSpec,
     series: Vec<LineSeries>,
     marks: Vec<LabelledPoint>,
-    capacity: Option<u64>,
+    capacity: Option<(u64, String)>,
 ) -> PageChart<'static> {
     let mut lines = LinesSpec::new(x_axis, AxisSpec::new("memory", Unit::Bytes, Scale::Linear), series);
-    lines.y_marks = capacity.map(|c| Marker::new(c as f64, format!("capacity {}", fmt_bytes(c)))).into_iter().collect();
+    lines.y_marks = capacity.map(|(c, label)| Marker::new(c as f64, label)).into_iter().collect();
     lines.points = marks;
     PageChart::Lines { title, lines }
 }
@@ -439,6 +519,8 @@ struct OomRow {
     unallocated: String,
     largest_free: String,
     fits_somewhere: bool,
+    /// How far short a recorded OOM made again was ("-" where not known).
+    short: String,
     message: String,
 }
 
@@ -458,6 +540,7 @@ struct SettingRow {
     largest_free: String,
     segment_allocs: u64,
     oom: Option<String>,
+    recorded_oom: String,
 }
 
 fn segment_row(s: &SegmentInfo) -> SegmentRow {
@@ -486,8 +569,10 @@ pub fn oom_place(o: &OomState) -> String {
     }
 }
 
-fn oom_row(o: &OomState) -> OomRow {
+fn oom_row(o: &OomState, doc: Option<&DocView>) -> OomRow {
+    let short = doc.and_then(|d| d.short_bytes.iter().find(|(i, _)| *i == o.index)).map(|&(_, b)| b);
     OomRow {
+        short: short.map_or_else(|| "-".to_owned(), fmt_bytes),
         at: oom_place(o),
         device: o.device,
         requested: fmt_bytes(o.requested_bytes),
@@ -546,7 +631,7 @@ fn timeline_chart(
     unit: &str,
     x: XAxis<'_>,
     t: &ReplayTimeline,
-    capacity: Option<u64>,
+    capacity: Option<(u64, String)>,
 ) -> PageChart<'static> {
     let series = vec![
         memory_line("reserved".into(), RESERVED, t, true, &x),
@@ -565,6 +650,9 @@ const MAX_INTERACTIVE_OOMS: usize = 100;
 struct StackedLine {
     x: Vec<f64>,
     v: Vec<u64>,
+    /// Each point's state (entries applied), for the allocation-order axis; empty when x already counts them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ops: Vec<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -582,16 +670,41 @@ struct StackedSeries<'a> {
     frames: &'a [String],
     v: &'a [u64],
     blocks: Vec<StackedBlock>,
+    /// Per column, the band's largest live block there (into `StackedData::live_blocks`), −1 for none.
+    live: &'a [i32],
 }
+
+/// A block live at a column (the block under the cursor): bytes, `alloc`
+/// entry, free entry, stack (into `StackedData::stacks`).
+#[derive(Debug, Serialize)]
+struct StackedLiveBlock(u64, Option<u64>, Option<u64>, u32);
+
+/// A stack of the live blocks: `[text, folded]` innermost first, and the folded frames left out.
+#[derive(Debug, Serialize)]
+struct StackedStack(Vec<(String, bool)>, u64);
 
 #[derive(Debug, Serialize)]
 struct StackedMark {
     /// `allocated`, `reserved` or `oom`.
     kind: &'static str,
     x: f64,
+    /// Entries applied at the mark's state (the entry is `state − 1`): the
+    /// column of the same state is the hover's at the mark.
+    state: u64,
     bytes: u64,
+    /// An out-of-memory's failed request, drawn as a bar on top of `bytes`.
+    request: Option<u64>,
     label: String,
     short: String,
+}
+
+/// The states (entries applied) the interactive timeline marks: the peaks and
+/// the out-of-memory errors it draws. Pin them in the page's
+/// [`PathTimeline`] (`vramlab_snapshot::path_timeline`) so the hover at a mark
+/// shows the state at that entry.
+pub fn mark_states(t: &ReplayTimeline) -> Vec<u64> {
+    let peaks = t.peak.iter().map(|p| p.ops).chain(allocated_peak(t).map(|p| p.ops));
+    peaks.chain(t.ooms.iter().take(MAX_INTERACTIVE_OOMS).map(|o| o.index + 1)).collect()
 }
 
 /// What the page's script draws: the stacked columns (x in axis units), the
@@ -603,10 +716,14 @@ struct StackedData<'a> {
     series: Vec<StackedSeries<'a>>,
     /// Whether the last series is "other".
     other: bool,
+    live_blocks: Vec<StackedLiveBlock>,
+    stacks: Vec<StackedStack>,
     reserved: StackedLine,
     allocated: StackedLine,
     marks: Vec<StackedMark>,
     capacity: Option<u64>,
+    /// The capacity line's label: "capacity 1.00 GiB", or an inferred limit with its range.
+    capacity_label: Option<String>,
     /// `ms` or `s` for a time axis; `None` counts ops.
     time: Option<&'static str>,
     x_desc: String,
@@ -631,8 +748,13 @@ const BAND_COLORS: [&str; 13] = [
 fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> StackedData<'a> {
     let t = page.timeline;
     let line = |reserved: bool| StackedLine {
-        x: t.points.iter().map(|p| x.x_rounded(p.ops)).collect(),
+        x: t.points.iter().map(|p| x.x_rounded(if reserved { p.reserved_ops } else { p.ops })).collect(),
         v: t.points.iter().map(|p| if reserved { p.reserved_bytes } else { p.allocated_bytes }).collect(),
+        ops: if x.is_time() {
+            t.points.iter().map(|p| if reserved { p.reserved_ops } else { p.ops }).collect()
+        } else {
+            Vec::new()
+        },
     };
     let (applied, xs, series, other, per) = match page.paths {
         Some(p) => (
@@ -654,6 +776,7 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
                             left_out: b.frames_left_out,
                         })
                         .collect(),
+                    live: &s.live_block,
                 })
                 .collect(),
             p.series.last().is_some_and(|s| s.label.starts_with("other (")),
@@ -661,6 +784,17 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         ),
         None => (&[][..], Vec::new(), Vec::new(), false, 1),
     };
+    let live_blocks = page.paths.map_or_else(Vec::new, |p| {
+        p.blocks.iter().map(|b| StackedLiveBlock(b.bytes, b.entry, b.freed, b.stack)).collect()
+    });
+    let stacks = page.paths.map_or_else(Vec::new, |p| {
+        p.stacks
+            .iter()
+            .map(|s| {
+                StackedStack(s.frames.iter().map(|f| (f.text.clone(), f.kind.folded())).collect(), s.frames_left_out)
+            })
+            .collect()
+    });
     let entry = |ops: u64| if x.is_time() { String::new() } else { format!(" after {ops}") };
     let marks = marks
         .iter()
@@ -670,7 +804,9 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
             StackedMark {
                 kind: if reserved { "reserved" } else { "allocated" },
                 x: x.x_rounded(m.ops),
+                state: m.ops,
                 bytes: m.bytes,
+                request: None,
                 label: m.label.clone(),
                 short: format!("{} peak{}", if reserved { "reserved" } else { "allocated" }, entry(m.ops)),
             }
@@ -678,7 +814,9 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         .chain(t.ooms.iter().take(MAX_INTERACTIVE_OOMS).map(|o| StackedMark {
             kind: "oom",
             x: x.x_rounded(o.index + 1),
+            state: o.index + 1,
             bytes: o.reserved_bytes,
+            request: Some(o.requested_bytes),
             label: format!(
                 "out of memory at {}: {} requested with {} reserved",
                 oom_place(o),
@@ -693,10 +831,17 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         applied,
         series,
         other,
+        live_blocks,
+        stacks,
         reserved: line(true),
         allocated: line(false),
         marks,
         capacity: page.capacity_bytes,
+        capacity_label: page
+            .doc
+            .as_ref()
+            .and_then(|d| d.limit_label.clone())
+            .or_else(|| page.capacity_bytes.map(|c| format!("capacity {}", fmt_bytes(c)))),
         time: match x {
             XAxis::Time { unit, .. } => Some(unit),
             XAxis::Ops => None,
@@ -744,7 +889,16 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
     let first = t.points.first().map_or(0, |p| p.ops);
     let last = t.points.last().map_or(0, |p| p.ops);
     let x = XAxis::for_entries(page.entry_times_us, first, last);
-    let chart = timeline_chart("Memory over the replay".into(), &page.unit, x, t, page.capacity_bytes);
+    let capacity = page.capacity_bytes.map(|c| {
+        (
+            c,
+            page.doc
+                .as_ref()
+                .and_then(|d| d.limit_label.clone())
+                .unwrap_or_else(|| format!("capacity {}", fmt_bytes(c))),
+        )
+    });
+    let chart = timeline_chart("Memory over the replay".into(), &page.unit, x, t, capacity);
     let interactive = script_json(&stacked_data(page, &x, &marks(t, &x)))?;
     let timeline = chart.write(dir, "timeline", &mut files)?;
     let segments = match &t.peak {
@@ -772,7 +926,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
             rows_left_out => p.segments.len().saturating_sub(MAX_SEGMENT_ROWS),
         }
     });
-    let ooms: Vec<OomRow> = t.ooms.iter().take(MAX_OOM_ROWS).map(oom_row).collect();
+    let ooms: Vec<OomRow> = t.ooms.iter().take(MAX_OOM_ROWS).map(|o| oom_row(o, page.doc.as_ref())).collect();
     let ooms_left_out = (t.ooms.len() - ooms.len()) as u64 + t.ooms_not_recorded;
     let ctx = minijinja::context! {
         title => format!("vramlab replay of {}", page.source),
@@ -793,7 +947,9 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
             entries => p.entries,
             per_column => p.entries_per_column,
         }),
-        capacity => page.capacity_bytes.map(fmt_bytes),
+        capacity => page.doc.as_ref().and_then(|d| d.limit.clone()).or_else(|| page.capacity_bytes.map(fmt_bytes)),
+        answer => page.doc.as_ref().and_then(|d| d.answer.clone()),
+        releases => page.doc.as_ref().and_then(|d| d.releases.clone()),
         js => crate::html::JS,
         segments => segments,
         peak => peak,
@@ -840,6 +996,73 @@ fn hex(i: usize) -> String {
     format!("#{r:02x}{g:02x}{b:02x}")
 }
 
+/// The groups' first out-of-memory marks on the overlay, one per entry: the
+/// groups that run out at the same entry share a mark ("#1 OOM", "#1, #3
+/// OOM", "OOM under 6 settings"), at the highest reserved bytes among them.
+fn merged_ooms(page: &WhatifPage<'_>, groups: &[Vec<usize>]) -> Vec<LabelledPoint> {
+    let mut at: Vec<(u64, u64, Vec<usize>, usize)> = Vec::new();
+    for (g, members) in groups.iter().enumerate() {
+        let Some(o) = page.settings[members[0]].timeline.ooms.first() else { continue };
+        let settings = members.len();
+        match at.iter_mut().find(|(index, ..)| *index == o.index) {
+            Some((_, reserved, gs, n)) => {
+                *reserved = (*reserved).max(o.reserved_bytes);
+                gs.push(g);
+                *n += settings;
+            }
+            None => at.push((o.index, o.reserved_bytes, vec![g], settings)),
+        }
+    }
+    at.into_iter()
+        .map(|(index, reserved, gs, settings)| {
+            let numbers: Vec<String> = gs.iter().map(|g| format!("#{}", g + 1)).collect();
+            let label = if gs.len() <= 3 {
+                format!("{} OOM", numbers.join(", "))
+            } else {
+                format!("OOM under {settings} settings")
+            };
+            let color = (gs.len() == 1).then_some(gs[0]);
+            LabelledPoint { x: (index + 1) as f64, y: reserved as f64, label, color }
+        })
+        .collect()
+}
+
+/// The what-if page's answer card: the recommendation, or what the recorded
+/// settings do, and who holds the memory.
+fn whatif_answer(page: &WhatifPage<'_>, rows: &[SettingRow]) -> Answer {
+    let recorded = &rows[0];
+    let mut answer = Answer {
+        headline: match (&page.recommendation.first(), &recorded.oom) {
+            (Some(r), _) => (*r).clone(),
+            (None, Some(oom)) => format!("The recorded settings run out of memory {oom}."),
+            (None, None) => format!("The recorded settings peak at {} reserved.", recorded.peak_reserved),
+        },
+        ..Answer::default()
+    };
+    if let Some(limit) = &page.limit {
+        answer.lines.push(format!("Limit: {limit}."));
+    } else if let Some(c) = page.capacity_bytes {
+        answer.lines.push(format!("Capacity: {}.", fmt_bytes(c)));
+    }
+    if recorded.recorded_oom != "-" {
+        answer
+            .lines
+            .push(format!("The recording's failed request under the recorded settings: {}.", recorded.recorded_oom));
+    }
+    let fit = rows.iter().filter(|r| r.oom.is_none()).count();
+    answer.lines.push(format!("{fit} of the {} distinct result(s) fit.", rows.len()));
+    let a = page
+        .attribution
+        .iter()
+        .find(|a| a.kind == vramlab_snapshot::PointKind::OutOfMemory)
+        .or_else(|| page.attribution.first());
+    if let Some(a) = a {
+        answer.holders_title = format!("Top holders at {} ({} requested):", a.title(), fmt_bytes(a.total_bytes));
+        answer.holders = answer_holders(a);
+    }
+    answer
+}
+
 /// Writes the what-if page into `dir` (created if needed). Settings with
 /// identical results (every figure and the whole timeline) are one row and one
 /// chart, which names them all.
@@ -854,17 +1077,12 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
             memory_line(format!("#{}", g + 1), g, page.settings[members[0]].timeline, true, &XAxis::Ops)
         })
         .collect();
-    let ooms = groups
-        .iter()
-        .enumerate()
-        .filter_map(|(g, members)| {
-            let o = page.settings[members[0]].timeline.ooms.first()?;
-            let label = format!("#{} OOM", g + 1);
-            Some(LabelledPoint { x: (o.index + 1) as f64, y: o.reserved_bytes as f64, label, color: Some(g) })
-        })
-        .collect();
+    let capacity = page
+        .capacity_bytes
+        .map(|c| (c, page.limit_label.clone().unwrap_or_else(|| format!("capacity {}", fmt_bytes(c)))));
+    let ooms = merged_ooms(page, &groups);
     let title = "Reserved memory under each setting".to_owned();
-    let overlay = memory_chart(title, XAxis::Ops.chart_axis(&page.unit), series, ooms, page.capacity_bytes)
+    let overlay = memory_chart(title, XAxis::Ops.chart_axis(&page.unit), series, ooms, capacity.clone())
         .write(dir, "reserved", &mut files)?;
     let mut per_setting = Vec::with_capacity(groups.len());
     for (g, members) in groups.iter().enumerate() {
@@ -874,7 +1092,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
             g + 1,
             members.iter().map(|&k| page.settings[k].name.as_str()).collect::<Vec<_>>().join(" · ")
         );
-        let chart = timeline_chart(title, &page.unit, XAxis::Ops, s.timeline, page.capacity_bytes).write(
+        let chart = timeline_chart(title, &page.unit, XAxis::Ops, s.timeline, capacity.clone()).write(
             dir,
             &format!("setting-{g}"),
             &mut files,
@@ -895,16 +1113,30 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
                 peak_allocated: fmt_bytes(s.peak_allocated_bytes),
                 headroom: match (&s.oom, page.capacity_bytes) {
                     (Some(_), _) => "none: out of memory".to_owned(),
-                    (None, Some(c)) => fmt_bytes(c.saturating_sub(s.peak_reserved_bytes)),
+                    (None, Some(c)) if s.peak_reserved_bytes > c => {
+                        format!("{} over (see below)", fmt_bytes(s.peak_reserved_bytes - c))
+                    }
+                    (None, Some(c)) => fmt_bytes(c - s.peak_reserved_bytes),
                     (None, None) => "unlimited device".to_owned(),
                 },
                 fragmentation: fmt_bytes(s.fragmentation_at_peak_bytes),
                 largest_free: fmt_bytes(s.largest_free_block_at_peak_bytes),
                 segment_allocs: s.segment_allocs,
                 oom: s.oom.clone(),
+                recorded_oom: s.recorded_oom.clone(),
             }
         })
         .collect();
+    let over_limit: Vec<String> = groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, members)| {
+            let s = &page.settings[members[0]];
+            let c = page.capacity_bytes.filter(|&c| s.peak_reserved_bytes > c)?;
+            Some(over_limit_note(g + 1, s.peak_reserved_bytes, c))
+        })
+        .collect();
+    let answer = whatif_answer(page, &rows);
     let grouped = groups.iter().filter(|g| g.len() > 1).count();
     let ctx = minijinja::context! {
         title => format!("vramlab what-if of {}", page.source),
@@ -914,7 +1146,10 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         rows => rows,
         recommendation => &page.recommendation,
         attribution => crate::peak_table::views(page.attribution),
-        capacity => page.capacity_bytes.map(fmt_bytes),
+        capacity => page.limit.clone().or_else(|| page.capacity_bytes.map(fmt_bytes)),
+        over_limit => over_limit,
+        answer => answer,
+        releases => &page.releases,
         grouped => grouped,
         settings_tried => page.settings.len(),
         overlay => overlay,
@@ -986,6 +1221,7 @@ mod tests {
             attribution: &[],
             entry_times_us: None,
             paths: None,
+            doc: None,
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -1009,7 +1245,7 @@ mod tests {
         // The OOM's fragmentation figures: request, reserved, allocated, reserved
         // but unallocated, largest free block.
         assert!(html.contains(
-            "<td>op 153 (line 154)</td><td class=\"num\">0</td><td class=\"num\">16.00 MiB</td>\
+            "<td>op 153 (line 154)</td><td class=\"num\">0</td><td class=\"num\">16.00 MiB</td><td class=\"num\">-</td>\
              <td class=\"num\">1020.00 MiB</td><td class=\"num\">408.00 MiB</td><td class=\"num\">612.00 MiB</td>\
              <td class=\"num\">8.00 MiB</td>"
         ));
@@ -1026,6 +1262,11 @@ mod tests {
             .collect();
         // The allocated peak (816 MiB) comes one op after the reserved one: the 102nd block fits a cached segment.
         assert_eq!(kinds, [("reserved", 101.0), ("allocated", 102.0), ("oom", 154.0)], "{kinds:?}");
+        // Each mark names its state, the failed request rides on the OOM's, and they are the states to pin.
+        let states: Vec<u64> = data["marks"].as_array().unwrap().iter().map(|m| m["state"].as_u64().unwrap()).collect();
+        assert_eq!(states, [101, 102, 154]);
+        assert_eq!(mark_states(&t), states);
+        assert_eq!(data["marks"][2]["request"], 16u64 << 20);
         assert!(data["series"].as_array().unwrap().is_empty(), "a vramlab trace has no stacks");
         assert_eq!(data["time"], serde_json::Value::Null, "x counts ops");
         // Offline: nothing is fetched.
@@ -1063,6 +1304,7 @@ mod tests {
             largest_free_block_at_peak_bytes: 12 << 20,
             segment_allocs: 51,
             oom: oom.map(str::to_owned),
+            recorded_oom: "-".into(),
             timeline: &t,
         };
         let page = WhatifPage {
@@ -1077,6 +1319,9 @@ mod tests {
             recommendation: vec!["Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into()],
             attribution: &[],
             capacity_bytes: Some(1 << 30),
+            limit: None,
+            limit_label: None,
+            releases: None,
         };
         let files = write_whatif_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -1091,7 +1336,7 @@ mod tests {
         // Headroom: the capacity (1 GiB) minus the peak reserved (1020 MiB); none for the setting that ran out.
         assert!(html.contains(
             "<td class=\"num\">4.00 MiB</td><td class=\"num\">212.00 MiB</td><td class=\"num\">12.00 MiB</td>\
-             <td class=\"num\">51</td><td>no</td>"
+             <td class=\"num\">51</td><td>-</td><td>no</td>"
         ));
         assert!(html.contains("<td class=\"num\">none: out of memory</td>"));
         assert!(html.contains("Reserved memory under each setting"));
@@ -1135,6 +1380,7 @@ mod tests {
             attribution: &[],
             entry_times_us: None,
             paths: None,
+            doc: None,
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

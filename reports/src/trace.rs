@@ -58,8 +58,10 @@ pub fn replay_trace(unit: &str, runs: &[(&str, &ReplayTimeline)]) -> String {
         events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                            "args": {"name": format!("{name} (x: {unit})")}}));
         for p in &t.points {
-            for (counter, bytes) in [("allocated_bytes", p.allocated_bytes), ("reserved_bytes", p.reserved_bytes)] {
-                events.push(json!({"name": counter, "cat": "memory", "ph": "C", "ts": p.ops, "pid": pid, "tid": 0,
+            let counters =
+                [("allocated_bytes", p.allocated_bytes, p.ops), ("reserved_bytes", p.reserved_bytes, p.reserved_ops)];
+            for (counter, bytes, ts) in counters {
+                events.push(json!({"name": counter, "cat": "memory", "ph": "C", "ts": ts, "pid": pid, "tid": 0,
                                    "args": {"bytes": bytes}}));
             }
         }

@@ -225,12 +225,19 @@
   // ----- The replay page's memory timeline: figure[data-stacked] -----
   // Live bytes stacked by call path (columns of the trace, each the state where
   // the total is highest within it), the replay's reserved and allocated lines,
-  // the capacity and marks for the peaks and out-of-memory errors. Drawn per
-  // pixel column from the columns in view (the highest-total column wins), so a
-  // 2M-entry trace draws ~1000 columns. Wheel, pinch or the buttons zoom; drag
-  // (mouse or one finger) pans; double-click resets. Hovering a band names its
-  // call path, its bytes there and the stack of its largest block. `#zoom=A,B`
-  // shows fraction A..B of the x axis; `#hover=F[,G]` hovers at fraction F of
+  // the capacity and marks for the peaks and out-of-memory errors (each at the
+  // entry that reached it; a failed request a bar from the reserved bytes up by
+  // the request, across the capacity; marks of one kind within 3 px merged;
+  // labels placed where they overlap no other label, else left to the mark's
+  // title). Drawn per pixel column from the columns in view (the highest-total
+  // column wins), so a 2M-entry trace draws ~1000 columns. Wheel, pinch or the
+  // buttons zoom; drag (mouse or one finger) pans; double-click resets.
+  // Hovering (or tapping) a band names its call path, its bytes there, the
+  // block under the cursor (the band's largest live block at that column, with
+  // its alloc and free entries and stack) and the stacks of its largest blocks; within 6 px of a mark the hover is at the
+  // mark's own entry (the page pins a column there). `#zoom=A,B`
+  // shows fraction A..B of the x axis (`#axis=order` first switches it to
+  // allocation order); `#hover=F[,G]` hovers at fraction F of
   // the view's width (G of its height from the bottom; default inside the
   // lowest band).
   var BANDS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#d4a6c8", "#bab0ac"];
@@ -247,16 +254,26 @@
     var d = this.d, n = d.series.length, total = new Array(d.x.length);
     for (var c = 0; c < d.x.length; c++) { var t = 0; for (var k = 0; k < n; k++) t += d.series[k].v[c]; total[c] = t; }
     this.total = total;
-    var xs = d.x.concat(d.reserved.x, d.allocated.x), lo = Infinity, hi = -Infinity;
-    for (var i = 0; i < xs.length; i++) { if (xs[i] < lo) lo = xs[i]; if (xs[i] > hi) hi = xs[i]; }
-    if (!isFinite(lo)) { lo = 0; hi = 1; }
-    if (hi <= lo) hi = lo + 1;
-    this.full = [lo, hi]; this.view = [lo, hi];
-    fig.setAttribute("data-view", lo + "," + hi);
+    // Two x axes where the trace has times: time, and allocation order (entries
+    // applied), where idle time takes no width; a button switches.
+    this.axes = null;
+    if (d.time && d.reserved.ops) {
+      this.axes = {
+        time: { cols: d.x, res: d.reserved.x, alc: d.allocated.x, marks: d.marks.map(function (m) { return m.x; }), unit: d.time, desc: d.x_desc },
+        order: { cols: d.applied, res: d.reserved.ops, alc: d.allocated.ops, marks: d.marks.map(function (m) { return m.state; }), unit: null, desc: "entries applied (allocation order: idle time takes no width)" }
+      };
+    }
+    this.fit();
     this.pointers = {};
     var self = this;
     this.draw();
     this.bind();
+    var order = fig.querySelector("button[data-axis]");
+    if (order && this.axes) order.addEventListener("click", function () {
+      self.useAxis(self.axisName === "order" ? "time" : "order");
+      order.textContent = self.axisName === "order" ? "x: time" : "x: allocation order";
+    });
+    else if (order) order.parentNode.removeChild(order);
     window.addEventListener("resize", function () { self.draw(); });
     var buttons = fig.querySelectorAll("button[data-zoom]");
     for (var b = 0; b < buttons.length; b++) buttons[b].addEventListener("click", function (ev) {
@@ -265,6 +282,26 @@
       else { var m = (self.view[0] + self.view[1]) / 2; self.zoomAt(m, z === "in" ? 0.5 : 2); }
     });
   }
+  // The whole x range of the data, as the view.
+  Stacked.prototype.fit = function () {
+    var d = this.d, xs = d.x.concat(d.reserved.x, d.allocated.x), lo = Infinity, hi = -Infinity;
+    for (var i = 0; i < xs.length; i++) { if (xs[i] < lo) lo = xs[i]; if (xs[i] > hi) hi = xs[i]; }
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (hi <= lo) hi = lo + 1;
+    this.full = [lo, hi]; this.view = [lo, hi];
+    this.fig.setAttribute("data-view", lo + "," + hi);
+  };
+  // Switches the x axis: "time" or "order" (entries applied).
+  Stacked.prototype.useAxis = function (name) {
+    var a = this.axes && this.axes[name], d = this.d;
+    if (!a) return;
+    this.axisName = name;
+    d.x = a.cols; d.reserved.x = a.res; d.allocated.x = a.alc; d.time = a.unit; d.x_desc = a.desc;
+    d.marks.forEach(function (m, i) { m.x = a.marks[i]; });
+    this.fig.setAttribute("data-axis", name);
+    this.fit();
+    this.draw();
+  };
   Stacked.prototype.setView = function (a, b) {
     var f = this.full, span = f[1] - f[0], min = span / 1e6;
     if (b - a < min) { var m = (a + b) / 2; a = m - min / 2; b = m + min / 2; }
@@ -304,7 +341,11 @@
     cols.forEach(function (c) { if (self.total[c] > maxB) maxB = self.total[c]; });
     res.forEach(function (i) { if (d.reserved.v[i] > maxB) maxB = d.reserved.v[i]; });
     alc.forEach(function (i) { if (d.allocated.v[i] > maxB) maxB = d.allocated.v[i]; });
-    d.marks.forEach(function (m) { if (m.x >= v0 && m.x <= v1 && m.bytes > maxB) maxB = m.bytes; });
+    // A failed request's bar reaches at most a quarter above the capacity (it crosses the line either way).
+    d.marks.forEach(function (m) {
+      var reach = m.bytes + Math.min(m.request || 0, (d.capacity || m.bytes) * 1.25 - m.bytes);
+      if (m.x >= v0 && m.x <= v1 && reach > maxB) maxB = reach;
+    });
     if (d.capacity && d.capacity > maxB) maxB = d.capacity;
     maxB *= 1.12;
     var y = function (b) { return T + ph - b / maxB * ph; };
@@ -340,22 +381,67 @@
     }
     line(d.reserved, res, "#b35900", "line-reserved", 2);
     line(d.allocated, alc, "#1d232a", "line-allocated", 1.2);
+    // Labels never overlap: each is placed at the first free spot among a few
+    // beside its mark (boxes measured as drawn), else left out (its mark keeps
+    // its title); the capacity label counts as placed.
+    var placed = [];
+    function textBox(t) { var b = t.getBBox(); return { l: b.x - 1, r: b.x + b.width + 1, t: b.y - 1, b: b.y + b.height + 1 }; }
+    function free(b) {
+      if (b.l < 0 || b.r > W || b.t < 0 || b.b > H - B + 2) return false;
+      for (var i = 0; i < placed.length; i++) { var p = placed[i]; if (b.l < p.r && p.l < b.r && b.t < p.b && p.t < b.b) return false; }
+      return true;
+    }
     if (d.capacity) {
       var cy = y(d.capacity);
       el("line", { x1: L, x2: L + pw, y1: cy, y2: cy, stroke: "#5a5a5a", "stroke-width": 2, "stroke-dasharray": "8 5", "class": "capacity" }, svg);
-      el("text", { x: L + 4, y: cy - 4, "font-size": 11, fill: "#5a5a5a", "class": "capacity-label" }, svg).textContent = "capacity " + fmtBytes(d.capacity);
+      var capText = el("text", { x: L + 4, y: cy - 4, "font-size": 11, fill: "#5a5a5a", "class": "capacity-label label" }, svg);
+      capText.textContent = d.capacity_label || "capacity " + fmtBytes(d.capacity);
+      var cb = textBox(capText);
+      // Kept off the plot's top edge: under the line where it sits near the top.
+      if (cb.t < T) { capText.setAttribute("y", cy + 13); cb = textBox(capText); }
+      placed.push(cb);
     }
     var markColor = { allocated: "#1f64b4", reserved: "#aa5000", oom: "#c81e1e" };
+    // Marks within 3 px of one another, of one kind, are one mark ("3 OOMs").
+    var shown = [];
     d.marks.forEach(function (m) {
       if (m.x < v0 || m.x > v1) return;
-      var mx = x(m.x), my = y(m.bytes), g = el("g", { "class": "mark mark-" + m.kind }, svg);
-      if (m.kind === "oom") el("line", { x1: mx, x2: mx, y1: T, y2: T + ph, stroke: markColor.oom, "stroke-dasharray": "3 3" }, g);
-      el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[m.kind], stroke: "#fff" }, g);
-      el("title", {}, g).textContent = m.label;
-      var right = mx > L + pw * 0.6;
-      // Labels apart where marks meet: the reserved peak's above, the allocated peak's below, an OOM's at the top.
-      var ly = m.kind === "oom" ? T + 11 : m.kind === "allocated" ? my + 15 : my - 7;
-      el("text", { x: mx + (right ? -6 : 6), y: ly, "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[m.kind] }, g).textContent = m.short;
+      var mx = x(m.x), last = shown.length ? shown[shown.length - 1] : null;
+      if (last && last.kind === m.kind && Math.abs(last.px - mx) < 3) { last.all.push(m); if (m.bytes > last.bytes) last.bytes = m.bytes; return; }
+      shown.push({ kind: m.kind, px: mx, bytes: m.bytes, all: [m] });
+    });
+    // Out-of-memory marks first, then the peaks: the failed requests are drawn
+    // as bars from the reserved bytes at the error up by the request.
+    shown.sort(function (a, b) { return (a.kind === "oom" ? 0 : 1) - (b.kind === "oom" ? 0 : 1); });
+    this.shownMarks = [];
+    shown.forEach(function (s) {
+      var m = s.all[0], mx = s.px, my = y(s.bytes), g = el("g", { "class": "mark mark-" + s.kind, "data-state": m.state }, svg);
+      if (s.kind === "oom") {
+        el("line", { x1: mx, x2: mx, y1: T, y2: T + ph, stroke: markColor.oom, "stroke-dasharray": "3 3" }, g);
+        var req = 0; s.all.forEach(function (o) { if (o.request > req) req = o.request; });
+        if (req) {
+          var top = Math.max(T, y(s.bytes + req));
+          el("rect", { x: mx - 3, y: top, width: 6, height: Math.max(1, my - top), fill: "rgba(200,30,30,0.45)", stroke: markColor.oom, "class": "oom-request" }, g);
+        }
+      }
+      el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[s.kind], stroke: "#fff" }, g);
+      el("title", {}, g).textContent = s.all.map(function (o) { return o.label; }).join("\n");
+      var text = s.all.length > 1 ? (s.kind === "oom" ? s.all.length + " OOMs" : m.short + " (" + s.all.length + ")") : m.short;
+      var right = mx > L + pw * 0.6, label = el("text", { "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[s.kind], "class": "label" }, g);
+      label.textContent = text;
+      var tries = s.kind === "oom" ? [T + 11, T + 24, T + 37, my - 8, my + 16] : s.kind === "allocated" ? [my + 15, my - 7, my + 28, my - 20, my + 41] : [my - 7, my + 15, my - 20, my + 28, my - 33];
+      var ok = false;
+      for (var i = 0; i < tries.length && !ok; i++) {
+        [right ? -6 : 6, right ? 6 : -6].forEach(function (dx, side) {
+          if (ok) return;
+          label.setAttribute("x", mx + dx); label.setAttribute("y", tries[i]);
+          label.setAttribute("text-anchor", (side === 0) === right ? "end" : "start");
+          var b = textBox(label);
+          if (free(b)) { placed.push(b); ok = true; }
+        });
+      }
+      if (!ok) g.removeChild(label);
+      self.shownMarks.push({ px: mx, py: my, mark: m, count: s.all.length });
     });
     // Round byte ticks (1, 2 or 5 of a binary unit), as on the bench report's timelines.
     var ystep = byteStep(maxB / 1.12, 4);
@@ -391,18 +477,30 @@
     var r = this.svg.getBoundingClientRect(), g = this.geom;
     var px = (cx - r.left) * g.W / Math.max(1, r.width), py = (cy - r.top) * g.H / Math.max(1, r.height);
     px = Math.min(g.L + g.pw, Math.max(g.L, px));
-    return { px: px, x: this.view[0] + (px - g.L) / g.pw * (this.view[1] - this.view[0]), bytes: (g.T + g.ph - py) / g.ph * g.maxB };
+    return { px: px, py: py, x: this.view[0] + (px - g.L) / g.pw * (this.view[1] - this.view[0]), bytes: (g.T + g.ph - py) / g.ph * g.maxB };
   };
   function stepAt(series, t) { var i = upperBound(series.x, t) - 1; return i < 0 ? 0 : series.v[i]; }
   Stacked.prototype.hover = function (cx, cy) {
     var d = this.d, h = this.at(cx, cy), self = this;
-    this.cursor.setAttribute("x1", h.px); this.cursor.setAttribute("x2", h.px); this.cursor.setAttribute("visibility", "visible");
+    // Within 6 px of a mark the hover is at the mark's entry: its own column (the page pins it);
+    // of marks that close, the nearest to the pointer (its circle).
+    var near = null, py = h.py, dist = function (s) { return Math.pow(s.px - h.px, 2) + Math.pow(s.py - py, 2); };
+    (this.shownMarks || []).forEach(function (s) { if (Math.abs(s.px - h.px) <= 6 && (!near || dist(s) < dist(near))) near = s; });
     var c = upperBound(d.x, h.x) - 1;
+    if (near) {
+      h.px = near.px; h.x = near.mark.x;
+      var at = lowerBound(d.applied, near.mark.state);
+      c = at < d.applied.length && d.applied[at] === near.mark.state ? at : upperBound(d.x, h.x) - 1;
+    }
+    this.cursor.setAttribute("x1", h.px); this.cursor.setAttribute("x2", h.px); this.cursor.setAttribute("visibility", "visible");
+    this.fig.setAttribute("data-hover-column", c);
     var parts = [];
+    if (near) parts.push(near.count > 1 ? near.count + " marks here; the first: " + near.mark.label : near.mark.label);
     if (d.time) parts.push("t = " + fmtX(d, h.x));
     if (c >= 0) {
       var entry = d.applied[c] - 1;
-      parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (d.entries_per_column > 1 ? " (highest of its " + d.entries_per_column + " entries)" : ""));
+      var exact = near || d.entries_per_column <= 1;
+      parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (exact ? "" : " (highest of its " + d.entries_per_column + " entries)"));
       if (d.series.length) parts.push("live " + fmtBytes(this.total[c]));
     }
     parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
@@ -454,30 +552,52 @@
       wrap.appendChild(tbl);
       this.stack.appendChild(wrap);
     }
-    s.blocks.forEach(function (b, i) {
-      var q = document.createElement("p");
-      q.className = "hint";
-      q.textContent = (i === 0 ? "Largest block made on this call path: " : "Next largest: ") + fmtBytes(b.bytes) +
-        (b.entry === null ? ", live before the recording began" : ", allocated at entry " + b.entry.toLocaleString("en")) +
-        (b.frames.length ? "; its stack, innermost first:" : "; no stack recorded");
-      self.stack.appendChild(q);
-      if (!b.frames.length) return;
-      // Your frames in full; each run of folded frames (torch, packages, the
-      // standard library, C++) as one line; every frame behind "all frames".
+    // Your frames in full; each run of folded frames (torch, packages, the
+    // standard library, C++) as one line; every frame behind "all frames".
+    function appendStack(frames, leftOut) {
       var ol = document.createElement("ol"), run = 0;
       ol.className = "stack";
       function item(list, text, cls) { var li = document.createElement("li"); li.textContent = text; if (cls) li.className = cls; list.appendChild(li); }
       function flush() { if (run) item(ol, "\u2026 " + run + " folded frame" + (run > 1 ? "s" : "") + " (torch, packages, standard library, C++)", "folded"); run = 0; }
-      b.frames.forEach(function (f) { if (f[1]) run++; else { flush(); item(ol, f[0], "user"); } });
-      run += b.left_out; flush();
+      frames.forEach(function (f) { if (f[1]) run++; else { flush(); item(ol, f[0], "user"); } });
+      run += leftOut; flush();
       var all = document.createElement("details"), sum = document.createElement("summary"), full = document.createElement("ol");
-      sum.textContent = "all " + (b.frames.length + b.left_out) + " frames";
+      sum.textContent = "all " + (frames.length + leftOut) + " frames";
       full.className = "stack";
-      b.frames.forEach(function (f) { item(full, f[0], f[1] ? "folded" : "user"); });
-      if (b.left_out) item(full, "\u2026 " + b.left_out + " more frames", "folded");
+      frames.forEach(function (f) { item(full, f[0], f[1] ? "folded" : "user"); });
+      if (leftOut) item(full, "\u2026 " + leftOut + " more frames", "folded");
       all.appendChild(sum); all.appendChild(full);
       self.stack.appendChild(ol);
       self.stack.appendChild(all);
+    }
+    // The block under the cursor: the band's largest block live at this column's state.
+    var lb = s.live && s.live[c] >= 0 ? d.live_blocks[s.live[c]] : null;
+    if (s.live && s.live[c] === -2) {
+      var q1 = document.createElement("p");
+      q1.className = "hint";
+      q1.textContent = "The block under the cursor is not in the page: it keeps the first " + d.live_blocks.length + " blocks that columns name.";
+      self.stack.appendChild(q1);
+    }
+    this.fig.setAttribute("data-hover-state", d.applied[c]);
+    this.fig.setAttribute("data-live-block", lb ? (lb[1] === null ? -1 : lb[1]) + "," + (lb[2] === null ? "" : lb[2]) : "");
+    if (lb) {
+      var st = d.stacks[lb[3]], q0 = document.createElement("p");
+      q0.className = "live-block";
+      q0.textContent = "Block under the cursor (this band's largest live here): " + fmtBytes(lb[0]) +
+        (lb[1] === null ? ", live before the recording began" : ", allocated at entry " + lb[1].toLocaleString("en")) +
+        (lb[2] === null ? ", still live at the end" : ", freed at entry " + lb[2].toLocaleString("en")) +
+        (st[0].length ? "; its stack, innermost first:" : "; no stack recorded");
+      self.stack.appendChild(q0);
+      if (st[0].length) appendStack(st[0], st[1]);
+    }
+    s.blocks.forEach(function (b, i) {
+      var q = document.createElement("p");
+      q.className = "hint";
+      q.textContent = (i === 0 ? "Largest block made on this call path (over the whole trace, live here or not): " : "Next largest: ") + fmtBytes(b.bytes) +
+        (b.entry === null ? ", live before the recording began" : ", allocated at entry " + b.entry.toLocaleString("en")) +
+        (b.frames.length ? "; its stack, innermost first:" : "; no stack recorded");
+      self.stack.appendChild(q);
+      if (b.frames.length) appendStack(b.frames, b.left_out);
     });
   };
   Stacked.prototype.bind = function () {
@@ -487,6 +607,8 @@
       self.zoomAt(self.at(ev.clientX, ev.clientY).x, ev.deltaY < 0 ? 0.8 : 1.25);
     }, { passive: false });
     box.addEventListener("pointerdown", function (ev) {
+      // A tap (touch or pen: no hover before it) shows the readout where it lands.
+      self.hover(ev.clientX, ev.clientY);
       ptr[ev.pointerId] = ev.clientX;
       try { box.setPointerCapture(ev.pointerId); } catch (e) { /* a pointer the browser does not track */ }
       var ids = Object.keys(ptr);
@@ -520,6 +642,7 @@
   var hq = /hover=([0-9.]+)(?:,([0-9.]+))?/.exec(location.search + location.hash);
   for (var si = 0; si < stackedFigs.length; si++) {
     var st = new Stacked(stackedFigs[si]);
+    if (/axis=order/.test(location.search + location.hash)) st.useAxis("order");
     if (zq) { var f = st.full, sp = f[1] - f[0]; st.setView(f[0] + sp * parseFloat(zq[1]), f[0] + sp * parseFloat(zq[2])); }
     if (hq) {
       var r = st.svg.getBoundingClientRect(), g = st.geom;

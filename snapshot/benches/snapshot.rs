@@ -91,7 +91,7 @@ fn snapshot_bench(c: &mut Criterion) {
     // The replay page's stacked timeline (`xtask replay --report`): the page
     // of this file must render in under 2 s, so this pass must stay well under.
     group.bench_function("path_timeline_2m_entries", |b| {
-        b.iter(|| path_timeline(&snap, 0).expect("device 0").applied.len())
+        b.iter(|| path_timeline(&snap, 0, &[]).expect("device 0").applied.len())
     });
     group.finish();
 }

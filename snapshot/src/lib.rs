@@ -63,7 +63,8 @@
 //! - `src/analysis/mod.rs` — the analyses' modules.
 //! - `src/analysis/attribution.rs` — who holds the memory at a point, by the
 //!   user's call path, with categories.
-//! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path.
+//! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path, and each
+//!   column's block under the cursor.
 //! - `src/analysis/diff.rs` — two snapshots compared (`diff_snapshots`).
 //! - `src/analysis/gate.rs` — the figures a memory gate judges of a snapshot,
 //!   per device (`snapshot_figures`), as saved in a memory baseline.
@@ -92,7 +93,9 @@ pub use analysis::gate::{
     FIGURES, FIGURES_KIND, FIGURES_VERSION, GateFigure, MemoryFigures, PATHS_KEPT, PathBytes, RankFigures,
     snapshot_figures,
 };
-pub use analysis::path_timeline::{MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline};
+pub use analysis::path_timeline::{
+    BlockStack, LiveBlock, MAX_COLUMNS, PathBlock, PathSeries, PathTimeline, TOP_PATHS, path_timeline,
+};
 pub use analysis::whatif::{
     BatchTrial, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, WhatIf, recommend, smaller_batch, what_if,
     what_if_timelines,

@@ -108,7 +108,7 @@ pub fn replay(
     if let (Some(dir), Some(timeline)) = (&args.report, &timeline) {
         // The chart's x axis in time where the entries have times.
         let times: Vec<i64> = snap.device_traces[r.device].iter().map(|e| e.time_us).collect();
-        let paths = snapshot::path_timeline(&snap, r.device);
+        let paths = snapshot::path_timeline(&snap, r.device, &replay_page::mark_states(timeline));
         let page = ReplayPage {
             source: name.to_owned(),
             unit: "trace entries".into(),
@@ -117,6 +117,7 @@ pub fn replay(
             attribution: &doc.attribution,
             entry_times_us: Some(&times),
             paths: paths.as_ref(),
+            doc: Some(replay_doc::doc_view(&doc, timeline)),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,
         };

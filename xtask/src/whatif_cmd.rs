@@ -13,8 +13,8 @@ use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
-    self as snapshot, Attribution, Point, PointKind, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch, Snapshot,
-    SnapshotReplayOptions, WhatIf, attribute, recommend, requested_peak_index, what_if, what_if_timelines,
+    self as snapshot, Attribution, LimitKind, Point, PointKind, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch,
+    Snapshot, SnapshotReplayOptions, WhatIf, attribute, recommend, requested_peak_index, what_if, what_if_timelines,
 };
 
 use crate::cli::WhatifArgs;
@@ -154,7 +154,10 @@ pub(crate) fn write_page(
         facts: vec![
             Fact::new("device", results[0].replay.device.to_string()),
             Fact::new("trace entries", results[0].replay.entries.to_string()),
-            Fact::new("simulated device", capacity_text(args, &results[0])),
+            match limit_words(args, &results[0]) {
+                Some(limit) => Fact::new("memory limit", limit),
+                None => Fact::new("simulated device", capacity_text(args, &results[0])),
+            },
             Fact::new("settings tried", results.len().to_string()),
         ]
         .into_iter()
@@ -178,6 +181,7 @@ pub(crate) fn write_page(
                     largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
                     segment_allocs: r.segment_allocs,
                     oom: failure_text(w),
+                    recorded_oom: recorded_oom_text(w),
                     timeline: t,
                 }
             })
@@ -185,6 +189,21 @@ pub(crate) fn write_page(
         recommendation: recommendation(args, results, a.best),
         attribution: &a.attribution,
         capacity_bytes: results[0].replay.memory_limit_bytes.or(results[0].replay.capacity_bytes),
+        limit: limit_words(args, &results[0]),
+        limit_label: results[0].replay.capacity_inferred.as_ref().filter(|_| args.capacity_bytes().is_none()).map(
+            |c| match c.kind {
+                LimitKind::Fraction => {
+                    format!(
+                        "limit {} (inferred: in [{}, {}))",
+                        fmt_bytes(c.bytes),
+                        fmt_bytes(c.at_least),
+                        fmt_bytes(c.below)
+                    )
+                }
+                LimitKind::Device => format!("capacity {} (inferred)", fmt_bytes(c.bytes)),
+            },
+        ),
+        releases: results[0].replay.releases.runs.gt(&0).then(|| results[0].replay.releases.describe()),
     };
     let files = replay_page::write_whatif_report(dir, &page)
         .with_context(|| format!("cannot write the report into {}", dir.display()))?;
@@ -234,6 +253,24 @@ fn tried_to_allocate(message: &str) -> Option<String> {
 }
 
 /// The simulated device, and where its capacity came from.
+/// The limit the page names, where it was inferred: with the range the recording allows.
+fn limit_words(args: &WhatifArgs, r0: &WhatIf) -> Option<String> {
+    let c = r0.replay.capacity_inferred.as_ref().filter(|_| args.capacity_bytes().is_none())?;
+    Some(match c.kind {
+        LimitKind::Fraction => format!(
+            "{} per-process limit, inferred from the recorded OOM at entry {}: the real limit lies in [{}, {}), and \
+             the replay takes its lower end",
+            fmt_bytes(r0.replay.memory_limit_bytes.unwrap_or(c.bytes)),
+            c.entry,
+            fmt_bytes(c.at_least),
+            fmt_bytes(c.below)
+        ),
+        LimitKind::Device => {
+            format!("{} of device memory, inferred from the recorded OOM at entry {}", fmt_bytes(c.bytes), c.entry)
+        }
+    })
+}
+
 fn capacity_text(args: &WhatifArgs, r0: &WhatIf) -> String {
     let r = &r0.replay;
     let mut s = match (args.capacity_bytes(), &r.capacity_inferred) {

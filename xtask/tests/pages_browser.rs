@@ -8,7 +8,11 @@
 //! fetches nothing. On the replay page of a run with a capacity the
 //! interactive timeline marks the allocated and reserved peaks, the
 //! out-of-memory errors and the capacity, zooms on the wheel and on a
-//! two-finger pinch, and its hover names a band's call path with a stack.
+//! two-finger pinch, and its hover names a band's call path with a stack and
+//! the block under the cursor, live there. Every page of a snapshot has its
+//! answer card on the first screen, wide tables show they scroll, no label
+//! overlaps another, the allocated peak's mark is at the replay's peak entry
+//! and the hover there shows that entry, and a tap shows the readout.
 //! Two results files compared (`diff A.json B.json`): the terminal table,
 //! `--json` and the page. Without chromium it checks the HTML alone and prints
 //! `skipped: no chromium (…)`; in CI (`CI` set) a missing chromium fails the test.
@@ -89,6 +93,13 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
     // 300 MiB: the recorded settings (376 MiB reserved) run out; some settings may not.
     xtask(&["whatif", snap.to_str().unwrap(), "--capacity", "300MiB", "--sweep", "--report", whatif.to_str().unwrap()]);
     let first_frame = "record_snapshots.py:95:transformer";
+    // The allocated peak's entry, as the replay reports it, without a capacity and under 300 MiB.
+    let peak_of = |extra: &[&str]| -> u64 {
+        let args: Vec<&str> = ["replay", snap.to_str().unwrap(), "--json"].iter().chain(extra).copied().collect();
+        let json: serde_json::Value = serde_json::from_str(&xtask(&args)).unwrap();
+        json["peak_allocated_index"].as_u64().expect("the allocated peak's entry")
+    };
+    let (peak_whole, peak_capped) = (peak_of(&[]), peak_of(&["--capacity", "300MiB"]));
     for dir in [&replay, &whatif] {
         let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
         let table = &html[html.find("<table class=\"holders\">").expect("the peak table")..];
@@ -149,6 +160,10 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('scroll-width',Math.ceil(Math.max(right,b.scrollWidth)));set('inner-width',w);
             var f=document.querySelector('table.holders tbody code.frame, table.diff tbody code.frame');
             set('first-frame',f?f.textContent:'');
+            var ans=document.getElementById('answer');
+            set('answer',ans?Math.round(ans.getBoundingClientRect().top)+' '+ans.textContent.replace(/\s+/g,' ').replace(/"/g,"'").slice(0,600):'none');
+            var cues=0,wide=0;document.querySelectorAll('.scroll').forEach(function(e){if(e.scrollWidth>e.clientWidth+1){wide++;
+            if(/gradient/.test(getComputedStyle(e).backgroundImage))cues++;}});set('scroll-cues',cues+'/'+wide);
             var out=performance.getEntriesByType('resource').map(function(r){return r.name;})
               .filter(function(u){return !/^(file|data|about):/.test(u);});
             set('requests',out.length?out.join(' '):'none');
@@ -162,6 +177,21 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             var sr=fig.querySelector('svg').getBoundingClientRect(),inside=true;
             fig.querySelectorAll('text.st-ytick, text.st-xtick').forEach(function(t){var r=t.getBoundingClientRect();
             if(r.left<sr.left-0.5||r.right>sr.right+0.5)inside=false;});set('ticks-inside',inside);
+            var boxes=Array.prototype.map.call(fig.querySelectorAll('text.label'),function(t){return t.getBoundingClientRect();}),over=0;
+            for(var i=0;i<boxes.length;i++)for(var j=i+1;j<boxes.length;j++){var a=boxes[i],c=boxes[j];
+            if(a.left<c.right&&c.left<a.right&&a.top<c.bottom&&c.top<a.bottom)over++;}
+            set('labels',boxes.length+' '+over);
+            var pk=fig.querySelector('g.mark-allocated'),pc=pk.querySelector('circle').getBoundingClientRect();
+            set('peak-state',pk.getAttribute('data-state'));
+            fig.querySelector('.tl-plot').dispatchEvent(new PointerEvent('pointermove',{pointerId:7,clientX:pc.left+pc.width/2+2,clientY:pc.top+pc.height/2,bubbles:true}));
+            set('peak-readout',document.getElementById('memory-readout').textContent.replace(/"/g,"'"));
+            var rd=document.getElementById('memory-readout');rd.textContent='';
+            var pr=fig.querySelector('.tl-plot').getBoundingClientRect();
+            var T=function(t){fig.querySelector('.tl-plot').dispatchEvent(new PointerEvent(t,{pointerId:5,pointerType:'touch',clientX:pr.left+pr.width*0.3,clientY:pr.bottom-40,bubbles:true}));};
+            T('pointerdown');T('pointerup');set('tap-readout',rd.textContent.replace(/"/g,"'"));
+            var ax=fig.querySelector('button[data-axis]');if(ax)ax.click();
+            set('axis',(fig.getAttribute('data-axis')||'time')+' '+tx('st-xtick'));
+            if(ax)ax.click();
             var box=fig.querySelector('.tl-plot'),r=box.getBoundingClientRect(),cx=r.left+r.width*0.6,cy=r.bottom-40;
             var span=function(){var v=(fig.getAttribute('data-view')||'0,1e99').split(',');return v[1]-v[0];};
             var s0=span();
@@ -173,11 +203,12 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('zoom',s0+' '+s1+' '+s2);
             box.dispatchEvent(new PointerEvent('pointermove',{pointerId:9,clientX:cx,clientY:r.bottom-33,bubbles:true}));
             set('readout',document.getElementById('memory-readout').textContent);
+            set('live-block',fig.getAttribute('data-live-block')+'@'+fig.getAttribute('data-hover-state'));
             var st=document.getElementById('memory-stack');
             set('stack-frames',st.querySelectorAll('li').length);
             set('at-point',Array.prototype.map.call(st.querySelectorAll('table.at-point tr'),function(tr){
             return tr.cells[2].textContent+' '+tr.cells[3].textContent;}).join('|'));
-            set('stack-text',st.textContent.slice(0,4000).replace(/"/g,"'"));
+            set('stack-text',st.textContent.slice(0,40000).replace(/"/g,"'"));
             })();</script></body>"#;
         std::fs::write(dir.join("probe.html"), page.replace("</body>", probe)).unwrap();
         for width in [1280u32, 390] {
@@ -196,6 +227,17 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             let log = String::from_utf8_lossy(&o.stderr);
             assert_eq!(attr(&dom, "first-frame"), first_frame, "{name} at {width} px");
             assert_eq!(attr(&dom, "requests"), "none", "{name} at {width} px: a request left the page");
+            // The answer on the first screen (the window is 900 px high), on every page of a snapshot.
+            if name != "results-diff" {
+                let answer = attr(&dom, "answer");
+                let top: u32 = answer.split(' ').next().unwrap().parse().unwrap_or(u32::MAX);
+                assert!(top < 900, "{name} at {width} px: the answer card is at {answer}");
+                assert!(answer.contains("Top holders") || answer.contains("Largest changes"), "{name}: {answer}");
+            }
+            // A table that scrolls sideways in its box shows it.
+            let cues = attr(&dom, "scroll-cues");
+            let (with, wide) = cues.split_once('/').unwrap();
+            assert_eq!(with, wide, "{name} at {width} px: wide tables without a scroll cue: {cues}");
             if name.starts_with("replay") {
                 // Marks: both peaks always; the OOMs and the capacity where the run had them.
                 let marks = attr(&dom, "marks");
@@ -207,6 +249,26 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert_eq!(count("capacity"), u32::from(capped), "{name} at {width} px: {marks}");
                 assert_eq!(count("mark-oom") > 0, capped, "{name} at {width} px: {marks}");
                 assert!(attr(&dom, "bands").parse::<u32>().unwrap() >= 2, "bands by call path");
+                // No label over another (bounding boxes as drawn).
+                let labels = attr(&dom, "labels");
+                assert!(labels.ends_with(" 0") && !labels.starts_with("0 "), "{name} at {width} px: labels {labels}");
+                // The allocated peak's mark at the entry that reaches the peak, and the hover there
+                // shows that entry itself, not the highest of a group.
+                let peak_index = if capped { peak_capped } else { peak_whole };
+                let state: u64 = attr(&dom, "peak-state").parse().unwrap();
+                assert_eq!(state - 1, peak_index, "{name}: the mark at the real peak entry");
+                let peak_readout = attr(&dom, "peak-readout");
+                assert!(
+                    peak_readout.starts_with("peak allocated")
+                        && peak_readout.contains(&format!("entry {} ", fmt_count(peak_index)))
+                        && !peak_readout.contains("highest of"),
+                    "{name} at {width} px: {peak_readout}"
+                );
+                // The allocation-order axis: whole entries, no time unit.
+                let axis = attr(&dom, "axis");
+                assert!(axis.starts_with("order ") && !axis.contains(" ms") && !axis.contains(" s|"), "{name}: {axis}");
+                // A tap shows the readout.
+                assert!(attr(&dom, "tap-readout").contains("reserved "), "{name} at {width} px: no readout on a tap");
                 // Round ticks: y from 0 in equal steps of 1, 2 or 5 of one unit; every label inside the chart.
                 let yticks = attr(&dom, "yticks");
                 assert_round_steps(yticks, &format!("{name} at {width} px: y ticks"));
@@ -225,6 +287,15 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                     "{stack}"
                 );
                 assert!(stack.contains("record_snapshots.py"), "the stack has the script's frame: {stack}");
+                // The block under the cursor is live at the cursor: allocated before the column's
+                // state (entries applied) and freed at or after it.
+                let live = attr(&dom, "live-block");
+                let (block, state) = live.split_once('@').unwrap();
+                let (alloc, freed) = block.split_once(',').unwrap_or_else(|| panic!("{name}: no block: {live}"));
+                let (alloc, state): (i64, i64) = (alloc.parse().unwrap(), state.parse().unwrap());
+                assert!(alloc < state, "{name} at {width} px: allocated after the cursor: {live}");
+                assert!(freed.is_empty() || freed.parse::<i64>().unwrap() >= state, "{name}: freed before: {live}");
+                assert!(stack.contains("Block under the cursor"), "{stack}");
                 // Who holds the memory at the hovered point: each band's bytes and share, largest
                 // first, the shares adding up to the whole.
                 let rows: Vec<f64> = attr(&dom, "at-point")
@@ -257,6 +328,19 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `n` as the page writes an entry number (`toLocaleString("en")`: 12,345).
+fn fmt_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Tick labels `0 U|s U|2s U|…` (one unit U): they start at 0 and go up in equal

@@ -55,8 +55,13 @@ fn replay_report_of_the_fragmentation_example() {
         "<tr><th>Segments</th><td>51</td></tr>",
         "<tr><th>Reserved but unallocated</th><td>212.00 MiB</td></tr>",
         // The OOM at line 154: request, reserved, allocated, reserved but unallocated, largest free block.
-        "<td>op 153 (line 154)</td><td class=\"num\">0</td><td class=\"num\">16.00 MiB</td><td class=\"num\">1020.00 MiB</td>\
-         <td class=\"num\">408.00 MiB</td><td class=\"num\">612.00 MiB</td><td class=\"num\">8.00 MiB</td>",
+        // The Short column is "-": the replay's own capacity refused it, not a recorded failed request.
+        "<td>op 153 (line 154)</td><td class=\"num\">0</td><td class=\"num\">16.00 MiB</td><td class=\"num\">-</td>\
+         <td class=\"num\">1020.00 MiB</td><td class=\"num\">408.00 MiB</td><td class=\"num\">612.00 MiB</td>\
+         <td class=\"num\">8.00 MiB</td>",
+        // The answer card, first: the OOM, its request and the limit.
+        "<strong>Out of memory at op 153 (line 154): a request of 16.00 MiB failed with 1020.00 MiB reserved",
+        "Limit: 1.00 GiB simulated device.",
     ] {
         assert!(html.contains(expected), "missing {expected}");
     }

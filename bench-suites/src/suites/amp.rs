@@ -523,6 +523,8 @@ fn speed_finding(on_cpu: bool, cases: &[CaseResult]) -> Finding {
              cast of every weight and input per step — so half precision costs time here. The guides' speedup comes \
              from GPU tensor cores and halved memory traffic; run on a GPU to test it there",
         );
+        // The claim is the guides' about GPUs: CPU numbers do not judge it.
+        return Finding { claim, verdict: Verdict::NotApplicable, evidence };
     }
     Finding { claim, verdict, evidence }
 }
@@ -881,7 +883,7 @@ mod tests {
             result("large", Precision::BF16, 120.0, 940.0, 200.0),
         ];
         let f = speed_finding(true, &cpu);
-        assert_eq!(f.verdict, Verdict::DoesNotHold);
+        assert_eq!(f.verdict, Verdict::NotApplicable, "a GPU claim is not judged from CPU numbers");
         assert!(f.evidence.contains("f16 autocast + GradScaler 0.000 ms (1.70x the f32 time)"), "{}", f.evidence);
         assert!(f.evidence.contains("CPU backend"), "{}", f.evidence);
         let f = memory_finding(true, &cpu);

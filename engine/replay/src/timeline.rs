@@ -1,5 +1,6 @@
 //! A replay's memory over its ops, for reports: allocated and reserved bytes
-//! after each op (decimated to a bounded number of points, every peak kept), the
+//! after each op (decimated to a bounded number of points, every peak kept at
+//! the op that reaches it), the
 //! segments and their blocks at the reserved peak, and the fragmentation figures
 //! of every out-of-memory. Filled by [`crate::replay_with_timeline`] and
 //! `vramlab_snapshot::replay_snapshot_timeline`; nothing here changes what a
@@ -11,7 +12,8 @@ use vramlab_allocator::{CachingAllocator, SegmentInfo};
 
 /// Points a [`ReplayTimeline`] keeps at most. Past that, neighbouring points are
 /// merged, each keeping the highest allocated and reserved bytes of the ops it
-/// stands for, so the curve is the upper envelope and no peak is lost.
+/// stands for, placed at the first op that reaches each (so the curve is the
+/// upper envelope, no peak is lost, and a peak is drawn where it happened).
 pub const MAX_TIMELINE_POINTS: usize = 2000;
 
 /// Out-of-memory events whose figures a timeline keeps (later ones are counted).
@@ -21,10 +23,37 @@ pub const MAX_TIMELINE_OOMS: usize = 1000;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TimelinePoint {
     /// Ops (trace lines with an op, or snapshot trace entries) replayed when
-    /// these values held; 0 is before the first.
+    /// `allocated_bytes` held; 0 is before the first. Of a point standing for
+    /// several ops, the first op whose allocated bytes are the highest.
     pub ops: u64,
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
+    /// Ops replayed when `reserved_bytes` held: `ops`, or, of a point standing
+    /// for several ops, the first whose reserved bytes are the highest.
+    pub reserved_ops: u64,
+}
+
+impl TimelinePoint {
+    /// The state after `ops` ops.
+    pub fn at(ops: u64, allocated_bytes: u64, reserved_bytes: u64) -> TimelinePoint {
+        TimelinePoint { ops, allocated_bytes, reserved_bytes, reserved_ops: ops }
+    }
+
+    /// `self` and the later point `next` as one: each value the higher, at the
+    /// first op that reaches it.
+    fn merge(self, next: TimelinePoint) -> TimelinePoint {
+        let (ops, allocated_bytes) = if next.allocated_bytes > self.allocated_bytes {
+            (next.ops, next.allocated_bytes)
+        } else {
+            (self.ops, self.allocated_bytes)
+        };
+        let (reserved_ops, reserved_bytes) = if next.reserved_bytes > self.reserved_bytes {
+            (next.reserved_ops, next.reserved_bytes)
+        } else {
+            (self.reserved_ops, self.reserved_bytes)
+        };
+        TimelinePoint { ops, allocated_bytes, reserved_bytes, reserved_ops }
+    }
 }
 
 /// The allocator's state when reserved memory first reached its maximum.
@@ -122,7 +151,7 @@ impl TimelineRecorder {
 
     /// The state after `ops` ops.
     pub fn op(&mut self, ops: u64, allocated_bytes: u64, reserved_bytes: u64) {
-        let p = TimelinePoint { ops, allocated_bytes, reserved_bytes };
+        let p = TimelinePoint::at(ops, allocated_bytes, reserved_bytes);
         self.last = p;
         if reserved_bytes > self.peak_reserved {
             self.peak_reserved = reserved_bytes;
@@ -130,14 +159,7 @@ impl TimelineRecorder {
         }
         let (bucket, n) = match self.open.take() {
             None => (p, 1),
-            Some((b, n)) => (
-                TimelinePoint {
-                    ops: b.ops,
-                    allocated_bytes: b.allocated_bytes.max(allocated_bytes),
-                    reserved_bytes: b.reserved_bytes.max(reserved_bytes),
-                },
-                n + 1,
-            ),
+            Some((b, n)) => (b.merge(p), n + 1),
         };
         if n < self.stride {
             self.open = Some((bucket, n));
@@ -146,14 +168,8 @@ impl TimelineRecorder {
         self.points.push(bucket);
         if self.points.len() >= self.max_points {
             // Merge neighbours (the start point stays on its own).
-            let rest: Vec<TimelinePoint> = self.points[1..]
-                .chunks(2)
-                .map(|c| TimelinePoint {
-                    ops: c[0].ops,
-                    allocated_bytes: c.iter().map(|p| p.allocated_bytes).max().unwrap_or(0),
-                    reserved_bytes: c.iter().map(|p| p.reserved_bytes).max().unwrap_or(0),
-                })
-                .collect();
+            let rest: Vec<TimelinePoint> =
+                self.points[1..].chunks(2).map(|c| c.iter().skip(1).fold(c[0], |a, &b| a.merge(b))).collect();
             self.points.truncate(1);
             self.points.extend(rest);
             self.stride *= 2;
@@ -240,6 +256,18 @@ mod tests {
         assert_eq!(t.points.last().unwrap().ops, 1000);
         assert!(t.ops_per_point > 1);
         assert!(t.points.windows(2).all(|w| w[0].ops < w[1].ops), "{:?}", t.points);
+        // The spike is drawn at op 777, the op that reached it, not at its group's first op.
+        let spike = t.points.iter().find(|p| p.allocated_bytes == 1 << 30).unwrap();
+        assert_eq!(spike.ops, 777);
+        // Each group's reserved and allocated values sit where they were reached.
+        let mut r = TimelineRecorder::new(4, start);
+        for (ops, a, res) in [(1, 5, 10), (2, 9, 10), (3, 1, 30), (4, 2, 20), (5, 0, 0), (6, 0, 0), (7, 0, 0)] {
+            r.op(ops, a, res);
+        }
+        let t = r.finish();
+        assert!(t.ops_per_point > 1);
+        let highest = t.points.iter().find(|p| p.allocated_bytes == 9).unwrap();
+        assert_eq!((highest.ops, highest.reserved_bytes, highest.reserved_ops), (2, 30, 3), "{:?}", t.points);
     }
 
     #[test]

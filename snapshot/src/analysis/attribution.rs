@@ -164,6 +164,10 @@ pub enum NoFrames {
     /// Allocated while recording, but the recording kept no stacks
     /// (`stacks` off, `context=None`, or a layout without frames).
     RecordedWithoutStacks,
+    /// Allocated while recording, which kept stacks for other blocks, with no
+    /// Python frame on its own: made by a thread running no Python code —
+    /// most often autograd's backward thread (the trace cannot tell which).
+    NoPythonFrames,
 }
 
 impl NoFrames {
@@ -175,8 +179,26 @@ impl NoFrames {
             NoFrames::RecordedWithoutStacks => {
                 "<no frames: recorded without stacks — _record_memory_history() kept none for this block>"
             }
+            NoFrames::NoPythonFrames => {
+                "<no Python frames (autograd backward): made off the Python thread while the recording kept stacks>"
+            }
         }
     }
+
+    /// Why a block allocated at `alloc` (`None`: live before the recording)
+    /// has no frames, where the recording `has_stacks` for other blocks or not.
+    pub(crate) fn of(alloc_seen: bool, has_stacks: bool) -> NoFrames {
+        match (alloc_seen, has_stacks) {
+            (false, _) => NoFrames::LiveBeforeRecording,
+            (true, true) => NoFrames::NoPythonFrames,
+            (true, false) => NoFrames::RecordedWithoutStacks,
+        }
+    }
+}
+
+/// Whether `snapshot`'s recording kept a stack for any trace entry.
+pub(crate) fn recorded_stacks(snapshot: &Snapshot) -> bool {
+    snapshot.device_traces.iter().flatten().any(|e| e.frames != 0 && snapshot.frames.stack(e.frames).next().is_some())
 }
 
 /// One frame of a full stack.
@@ -342,9 +364,21 @@ pub(crate) struct Classifier<'a> {
     pub(crate) stacks: HashMap<StackId, StackInfo>,
     pub(crate) keys: Vec<GroupKey>,
     pub(crate) key_index: HashMap<GroupKey, usize>,
+    /// Whether the recording kept a stack for any entry ([`recorded_stacks`]).
+    pub(crate) has_stacks: bool,
 }
 
 impl<'a> Classifier<'a> {
+    pub(crate) fn new(snapshot: &'a Snapshot) -> Classifier<'a> {
+        Classifier {
+            snapshot,
+            stacks: HashMap::default(),
+            keys: Vec::new(),
+            key_index: HashMap::default(),
+            has_stacks: recorded_stacks(snapshot),
+        }
+    }
+
     pub(crate) fn key(&mut self, key: GroupKey) -> usize {
         if let Some(&k) = self.key_index.get(&key) {
             return k;
@@ -415,8 +449,9 @@ impl<'a> Classifier<'a> {
             }
         }
         let key = if frames.is_empty() {
-            // Decided per block (live before the recording or not): a placeholder.
-            GroupKey::NoFrames(NoFrames::RecordedWithoutStacks)
+            // Decided per block (live before the recording or not): this for
+            // a block allocated in the trace (and a failed request).
+            GroupKey::NoFrames(NoFrames::of(true, self.has_stacks))
         } else if !user.is_empty() {
             GroupKey::User(user)
         } else {
@@ -550,8 +585,7 @@ pub(crate) fn live_at_start(snapshot: &Snapshot, device: usize, free_action: Act
 pub fn attribute(snapshot: &Snapshot, device: usize, points: &[Point]) -> Vec<Attribution> {
     let Some(trace) = snapshot.device_traces.get(device) else { return Vec::new() };
     let free_action = free_action(trace);
-    let mut classifier =
-        Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
+    let mut classifier = Classifier::new(snapshot);
     let (free_of, backward_at, optimizer_at, start) = lifetimes(&mut classifier, snapshot, device, free_action);
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by_key(|&k| points[k].applied());
@@ -654,8 +688,7 @@ fn lifetimes(
 pub fn entry_categories(snapshot: &Snapshot, device: usize) -> Vec<Option<(Category, CategorySource)>> {
     let Some(trace) = snapshot.device_traces.get(device) else { return Vec::new() };
     let free_action = free_action(trace);
-    let mut classifier =
-        Classifier { snapshot, stacks: HashMap::default(), keys: Vec::new(), key_index: HashMap::default() };
+    let mut classifier = Classifier::new(snapshot);
     let (free_of, backward_at, optimizer_at, _) = lifetimes(&mut classifier, snapshot, device, free_action);
     let ctx = Lifetimes { free_of: &free_of, backward_at: &backward_at, optimizer_at: &optimizer_at };
     let mut out: Vec<Option<(Category, CategorySource)>> = vec![None; trace.len()];
@@ -758,11 +791,7 @@ fn group(classifier: &mut Classifier, live: &HashMap<u64, Live>, lifetimes: &Lif
     for block in live.values() {
         let info = classifier.info(block.frames);
         let key = if block.frames == 0 || classifier.snapshot.frames.stack(block.frames).next().is_none() {
-            GroupKey::NoFrames(if block.alloc.is_none() {
-                NoFrames::LiveBeforeRecording
-            } else {
-                NoFrames::RecordedWithoutStacks
-            })
+            GroupKey::NoFrames(NoFrames::of(block.alloc.is_some(), classifier.has_stacks))
         } else {
             classifier.keys[info.key].clone()
         };
@@ -1010,7 +1039,7 @@ mod tests {
             labels,
             [
                 "train_gpt.py:20:build",
-                NoFrames::RecordedWithoutStacks.describe(),
+                NoFrames::NoPythonFrames.describe(),
                 "autograd engine, aten::mm (C++ frames only: the backward pass runs without Python frames)",
                 "train_gpt.py:41:forward",
                 NoFrames::LiveBeforeRecording.describe(),
@@ -1045,8 +1074,10 @@ mod tests {
         // Blocks without frames say why.
         let lost = a.groups.iter().find(|g| g.no_frames == Some(NoFrames::LiveBeforeRecording)).unwrap();
         assert_eq!((lost.bytes, lost.category), (5 << 20, Category::Unknown));
-        let bare = a.groups.iter().find(|g| g.no_frames == Some(NoFrames::RecordedWithoutStacks)).unwrap();
+        // The recording kept stacks for the other blocks: this one was made off the Python thread.
+        let bare = a.groups.iter().find(|g| g.no_frames == Some(NoFrames::NoPythonFrames)).unwrap();
         assert_eq!(bare.bytes, 32 << 20);
+        assert_eq!(NoFrames::of(true, false), NoFrames::RecordedWithoutStacks, "no stack anywhere: none recorded");
         assert!(a.categories_inferred());
         let cats: Vec<(Category, u64)> = a.categories.iter().map(|c| (c.category, c.bytes >> 20)).collect();
         assert_eq!(

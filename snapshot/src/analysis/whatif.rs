@@ -287,6 +287,9 @@ pub fn smaller_batch(snapshot: &Snapshot, base: &SnapshotReplayOptions) -> Resul
             .map(|g| match g.no_frames {
                 Some(NoFrames::LiveBeforeRecording) => "most of it has no frames: live before the recording began",
                 Some(NoFrames::RecordedWithoutStacks) => "most of it has no frames: recorded without stacks",
+                Some(NoFrames::NoPythonFrames) => {
+                    "most of it has no Python frames: made off the Python thread (autograd backward, most often)"
+                }
                 None => "its frames name no forward, backward or optimizer code",
             })
             .unwrap_or("no frames");
@@ -531,7 +534,8 @@ mod tests {
         assert_eq!(
             reason,
             "600.00 MiB of the 700.00 MiB live at the out-of-memory error at entry 2 (86%) is of unknown use \
-             (most of it has no frames: recorded without stacks): what grows with the batch cannot be told"
+             (most of it has no Python frames: made off the Python thread (autograd backward, most often)): what \
+             grows with the batch cannot be told"
         );
         // No OOM at all.
         let s = snapshot(vec![e(Alloc, 0x1000_0000, 600 * MIB, 2)]);

@@ -238,10 +238,8 @@ impl<'a> Walk<'a> {
             t.peak = Some(peak_state(&self.allocator, start));
         }
         let (allocated_bytes, reserved_bytes) = (self.allocator.memory_allocated(), self.allocator.memory_reserved());
-        t.recorder = Some(TimelineRecorder::new(
-            MAX_TIMELINE_POINTS,
-            TimelinePoint { ops: start, allocated_bytes, reserved_bytes },
-        ));
+        t.recorder =
+            Some(TimelineRecorder::new(MAX_TIMELINE_POINTS, TimelinePoint::at(start, allocated_bytes, reserved_bytes)));
     }
 
     /// Every entry in the window, in order, until one ends the walk.
