@@ -6,8 +6,8 @@
 //! valgrind's callgrind) the harness instead makes one warm-up call and then
 //! one call inside [`measured_region`], the one function callgrind collects
 //! in: instruction counts are deterministic, so one call is the figure. Only
-//! those two calls run instrumented ([`crate::valgrind`]): the warm-up fills
-//! the simulated caches, the region is counted.
+//! the region runs instrumented, and its counts are one profile of their own
+//! ([`crate::valgrind`]'s client requests; no-ops outside valgrind).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -71,32 +71,37 @@ pub fn regions_entered() -> u64 {
 }
 
 /// The measured region of a simulated run: one call of `work`, and nothing
-/// else. `bench --simulate` runs callgrind with `--toggle-collect` and
-/// `--dump-after` on this function's name ([`MEASURED_REGION`]), so callgrind
-/// counts exactly what `work` executes on this thread and writes one profile
-/// per call, numbered in the order of the calls. Never inlined, never generic:
-/// it must stay one symbol.
+/// else. [`in_measured_region`] zeroes callgrind's counts just before it
+/// and dumps them just after, so each call is one profile (numbered in the
+/// order of the calls) of what `work` executed. Never inlined, never
+/// generic: it stays one symbol, named in the profiles.
 #[inline(never)]
 pub fn measured_region(work: &mut dyn FnMut() -> bool) -> bool {
     REGIONS.fetch_add(1, Ordering::Relaxed);
     std::hint::black_box(work())
 }
 
-/// [`measured_region`]'s name as callgrind shows it, for `--toggle-collect`.
+/// [`measured_region`]'s name as callgrind shows it.
 pub const MEASURED_REGION: &str = "vramlab_suites::harness::measured_region";
 
 /// One call of `work` inside [`measured_region`], its error kept; its wall time
-/// in nanoseconds.
+/// in nanoseconds. Under callgrind: instrumented, counted from zero, and
+/// dumped as one profile.
 pub fn in_measured_region<E>(mut work: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
     let mut error = None;
-    let t0 = now_ns();
-    let ok = measured_region(&mut || match work() {
+    let mut region = || match work() {
         Ok(()) => true,
         Err(e) => {
             error = Some(e);
             false
         }
-    });
+    };
+    let t0 = now_ns();
+    let instrumented = crate::valgrind::Instrumented::start();
+    crate::valgrind::zero_stats();
+    let ok = measured_region(&mut region);
+    crate::valgrind::dump_stats();
+    drop(instrumented);
     let ns = (now_ns() - t0) as f64;
     match error {
         Some(e) if !ok => Err(e),
@@ -105,14 +110,13 @@ pub fn in_measured_region<E>(mut work: impl FnMut() -> Result<(), E>) -> Result<
 }
 
 /// A simulated run's measurement: one warm-up call (first-touch pages, lazy
-/// set-up and the simulated caches filled outside the region), then one call
-/// in the region; instrumented from the warm-up to the region's end.
+/// set-up, an autotuner's choice made outside the region), then one call in
+/// the region.
 fn simulated<E>(
     mut prepare: impl FnMut() -> Result<(), E>,
     mut work: impl FnMut() -> Result<(), E>,
 ) -> Result<TimingStats, E> {
     prepare()?;
-    let _instrumented = crate::valgrind::Instrumented::start();
     work()?;
     prepare()?;
     let ns = in_measured_region(&mut work)?;

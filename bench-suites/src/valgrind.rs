@@ -1,7 +1,9 @@
 //! valgrind's client requests that a simulated run needs: callgrind's
 //! START_INSTRUMENTATION and STOP_INSTRUMENTATION, so that only a case's own
 //! work runs under callgrind's instrumentation (the rest of the process runs
-//! at valgrind's plain speed, several times faster), and RUNNING_ON_VALGRIND.
+//! at valgrind's plain speed, several times faster), ZERO_STATS and
+//! DUMP_STATS, so that each measured call is one profile of its own, and
+//! RUNNING_ON_VALGRIND.
 //!
 //! A client request is the magic instruction sequence of valgrind's
 //! `valgrind.h` (x86-64: four rotations of `rdi` that add up to 128 bits, then
@@ -10,7 +12,7 @@
 //! changes nothing and the answer is the default. It is written here rather
 //! than taken from a crate: `crabgrind` compiles C against valgrind's headers
 //! at build time (every build machine would need them), and gungraun's
-//! requests come with its whole benchmark framework; these are three requests.
+//! requests come with its whole benchmark framework; these are five requests.
 //! On other architectures the requests do nothing and [`SUPPORTED`] is false.
 
 /// Whether this build can make client requests (x86-64).
@@ -18,7 +20,10 @@ pub const SUPPORTED: bool = cfg!(target_arch = "x86_64");
 
 /// callgrind's requests start at `VG_USERREQ_TOOL_BASE('C', 'T')`.
 const CALLGRIND_BASE: usize = (b'C' as usize) << 24 | (b'T' as usize) << 16;
-/// `VG_USERREQ__START_INSTRUMENTATION` and `…STOP_INSTRUMENTATION` (callgrind.h).
+/// `VG_USERREQ__DUMP_STATS`, `…ZERO_STATS`, `…START_INSTRUMENTATION` and
+/// `…STOP_INSTRUMENTATION` (callgrind.h).
+const DUMP_STATS: usize = CALLGRIND_BASE;
+const ZERO_STATS: usize = CALLGRIND_BASE + 1;
 const START_INSTRUMENTATION: usize = CALLGRIND_BASE + 4;
 const STOP_INSTRUMENTATION: usize = CALLGRIND_BASE + 5;
 /// `VG_USERREQ__RUNNING_ON_VALGRIND` (valgrind.h).
@@ -70,6 +75,19 @@ pub fn start_instrumentation() {
 #[inline(always)]
 pub fn stop_instrumentation() {
     client_request(0, STOP_INSTRUMENTATION);
+}
+
+/// callgrind: the counts so far are forgotten.
+#[inline(always)]
+pub fn zero_stats() {
+    client_request(0, ZERO_STATS);
+}
+
+/// callgrind: the counts since the last zero or dump are written as the
+/// next profile (`callgrind.out.N`, N counting the dumps from 1).
+#[inline(always)]
+pub fn dump_stats() {
+    client_request(0, DUMP_STATS);
 }
 
 /// Instrumentation on from [`Instrumented::start`] until dropped (an error

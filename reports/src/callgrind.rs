@@ -27,9 +27,7 @@ pub enum CallgrindError {
         "{path}:{line}: not a callgrind profile as this build reads it ({reason}); run `bench --simulate` again, and report it if it persists"
     )]
     Format { path: PathBuf, line: usize, reason: String },
-    #[error(
-        "callgrind's profile {path} is missing: the simulated run ended before writing it (see its log, {log})"
-    )]
+    #[error("callgrind's profile {path} is missing: the simulated run ended before writing it (see its log, {log})")]
     Missing { path: PathBuf, log: PathBuf },
 }
 
@@ -274,7 +272,10 @@ fn=(2)
         assert_eq!((f.l1_misses, f.ll_misses), (33, 8));
         // 1510 accesses: 1477 L1 hits, 25 LL hits, 8 to memory.
         assert_eq!(f.estimated_cycles, 1477 + 5 * 25 + 35 * 8);
-        assert_eq!(f.functions[0], FunctionCount { name: "vramlab_cpu_kernels::elementwise::add".into(), instructions: 1100 });
+        assert_eq!(
+            f.functions[0],
+            FunctionCount { name: "vramlab_cpu_kernels::elementwise::add".into(), instructions: 1100 }
+        );
         assert_eq!(f.functions.len(), 2);
     }
 

@@ -293,9 +293,10 @@ fn build_key() -> Option<String> {
         let hash = fnv1a(status.iter().flat_map(|s| s.bytes()).chain(diff));
         key.push_str(&format!("-dirty.{:08x}", hash as u32));
     }
-    for (on, feature) in
-        [(cfg!(feature = "test-slowdown"), "test-slowdown"), (cfg!(feature = "test-slowdown-2pct"), "test-slowdown-2pct")]
-    {
+    for (on, feature) in [
+        (cfg!(feature = "test-slowdown"), "test-slowdown"),
+        (cfg!(feature = "test-slowdown-2pct"), "test-slowdown-2pct"),
+    ] {
         if on {
             key.push_str(&format!("+{feature}"));
         }

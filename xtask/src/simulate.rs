@@ -5,11 +5,11 @@
 //! time cannot.
 //!
 //! This process starts the simulated one (this binary, `bench
-//! --simulated-process`) under callgrind with collection toggled on only
-//! inside the harness's measured region and a dump after each call of it; the
-//! simulated process runs every case's work once (one warm-up call outside
-//! the region, one call inside it, both instrumented, the rest of the process
-//! not) on one thread, and records which regions were each case's; this process then reads the dumps and puts each case's
+//! --simulated-process`) under callgrind, instrumenting nothing until asked;
+//! the simulated process runs every case's work once more after a warm-up
+//! call, on one thread, inside the harness's measured region — instrumented,
+//! its counts zeroed before and dumped after, one profile per call (see
+//! `vramlab_suites::valgrind`) — and records which regions were each case's; this process then reads the dumps and puts each case's
 //! figures into the run's results.
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 use vramlab_reports::callgrind;
-use vramlab_suites::{Context, NoProgress, RunResults, SimulatedCpu, Suite, harness::MEASURED_REGION};
+use vramlab_suites::{Context, NoProgress, RunResults, SimulatedCpu, Suite};
 
 use crate::cli::BenchArgs;
 
@@ -55,17 +55,13 @@ impl Pass {
 }
 
 /// valgrind's options: callgrind, the cache model on, instrumenting only
-/// where the process asks (`--instr-atstart=no`: a case's warm-up and
-/// measured call), counting only inside the measured region
-/// (`--toggle-collect`), one profile per region (`--dump-after`).
+/// where the process asks (`--instr-atstart=no`: each measured call, which
+/// the process zeroes before and dumps after, one profile per call).
 fn valgrind_args(dir: &Path) -> Vec<String> {
     vec![
         "--tool=callgrind".into(),
         "--cache-sim=yes".into(),
         "--instr-atstart=no".into(),
-        "--collect-atstart=no".into(),
-        format!("--toggle-collect={MEASURED_REGION}"),
-        format!("--dump-after={MEASURED_REGION}"),
         format!("--callgrind-out-file={}", dir.join(callgrind::DUMP_STEM).display()),
     ]
 }

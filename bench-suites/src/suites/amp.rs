@@ -300,7 +300,6 @@ fn train_case(ctx: &Context, p: Precision, w: &Workload, reference: &Shared) -> 
     let subscription = hub.subscribe(counter.clone());
     let mut records = Vec::with_capacity(w.steps());
     let mut input_bytes = 0;
-    let mut instrumented = None;
     let trained = (|| -> Result<(), nn::NnError> {
         let mut epoch = 0;
         while records.len() < w.steps() {
@@ -311,19 +310,14 @@ fn train_case(ctx: &Context, p: Precision, w: &Workload, reference: &Shared) -> 
                 let batch = batch?;
                 input_bytes = batch.x.allocated_bytes();
                 if ctx.harness.simulated && records.len() == w.warmup_steps {
-                    // A simulated run counts the first timed step, alone,
-                    // instrumented from the last warm-up step on (warm caches).
+                    // A simulated run counts the first timed step, alone.
                     let mut record = None;
                     crate::harness::in_measured_region(|| {
                         record = Some(trainer.step(&mut model, &mut opt, &batch)?);
                         Ok::<(), nn::NnError>(())
                     })?;
-                    drop(instrumented.take());
                     records.extend(record);
                 } else {
-                    if ctx.harness.simulated && records.len() + 1 == w.warmup_steps {
-                        instrumented = Some(crate::valgrind::Instrumented::start());
-                    }
                     records.push(trainer.step(&mut model, &mut opt, &batch)?);
                 }
             }

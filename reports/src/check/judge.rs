@@ -9,11 +9,11 @@ use vramlab_display::format::fmt_ns;
 use vramlab_suites::Outcome;
 
 use super::config::CheckConfig;
-use super::figures::{Evidence, Figure, amount_text};
 use super::figures::simulated_value;
+use super::figures::{Evidence, Figure, amount_text};
 use super::model::{Design, FunctionChange, Kind, KnownNoise, MIN_SAMPLES, Row, Status};
-use vramlab_suites::SimulatedCpu;
 use super::stats::{self, RunsEstimate, Unjudged};
+use vramlab_suites::SimulatedCpu;
 
 /// How the times are judged, and whether they are at all.
 #[derive(Debug, Clone, Copy)]
@@ -149,7 +149,13 @@ const NAMED_FUNCTIONS: usize = 3;
 fn simulated(f: &Figure<'_>, old: &SimulatedCpu, new: &SimulatedCpu) -> Row {
     let (o, n) = (simulated_value(old, &f.metric), simulated_value(new, &f.metric));
     let tol = f.rule.simulated_tolerance;
-    let change = if o > 0 { n as f64 / o as f64 - 1.0 } else if n > 0 { f64::INFINITY } else { 0.0 };
+    let change = if o > 0 {
+        n as f64 / o as f64 - 1.0
+    } else if n > 0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
     let status = if f.rule.ignore {
         Status::NotCompared
     } else if change > tol {

@@ -83,7 +83,8 @@ pub fn compare_runs(
         ));
     }
     let noisy: Vec<&Row> = rows.iter().filter(|r| r.detail.starts_with(judge::UNGATEABLE)).collect();
-    if let Some(worst) = noisy.iter().max_by(|a, b| a.between_run.unwrap_or(0.0).total_cmp(&b.between_run.unwrap_or(0.0)))
+    if let Some(worst) =
+        noisy.iter().max_by(|a, b| a.between_run.unwrap_or(0.0).total_cmp(&b.between_run.unwrap_or(0.0)))
     {
         warnings.push(format!(
             "{} time figure{} too noisy to gate on this machine (between-run σ above max_time_noise_percent = {} %), e.g. {}: {}; run `bench --simulate` so CPU cases are gated by their simulated figures, or use `check --ab`",

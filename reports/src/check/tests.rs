@@ -606,9 +606,8 @@ fn simulated_figures_gate_within_their_tolerance_and_name_what_grew() {
         let slow = run(vec![case("t", vec![time; 20], 1.0)]);
         RunSet::new(vec![with_simulated(slow.clone(), add_ir), slow]).unwrap()
     };
-    let sim_row = |c: &Comparison| {
-        c.rows.iter().find(|r| r.metric == "simulated.instructions").expect("a simulated row").clone()
-    };
+    let sim_row =
+        |c: &Comparison| c.rows.iter().find(|r| r.metric == "simulated.instructions").expect("a simulated row").clone();
     // 2 % more work in `add`: 1.8 % of the case, over the 0.5 % tolerance.
     let c = compare_runs(&old, &side(91_800, 1000.0), &cfg, CompareOptions::default(), labels());
     let r = sim_row(&c);
