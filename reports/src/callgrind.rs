@@ -137,10 +137,10 @@ pub fn parse(text: &str) -> Result<Profile, (usize, String)> {
                 costs[i] += v;
                 profile.totals[i] += v;
             }
-        } else if let Some(rest) = line.strip_prefix("positions:") {
-            if rest.trim() != "line" {
-                return Err(bad("positions other than `line` (run callgrind without --dump-instr)"));
-            }
+        } else if let Some(rest) = line.strip_prefix("positions:")
+            && rest.trim() != "line"
+        {
+            return Err(bad("positions other than `line` (run callgrind without --dump-instr)"));
         }
         // Other lines (headers, ob=, fl=, fi=, fe=, cob=, cfi=, cfl=, jump=, totals:) carry no cost of a function.
     }
