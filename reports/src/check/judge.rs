@@ -279,6 +279,7 @@ fn time(f: &Figure<'_>, old: &[&[f64]], new: &[&[f64]], cfg: &CheckConfig, times
             // "inconclusive"; say why instead, and the check warns.
             r.between_run = observed;
             r.change = Some(e.interval.ratio - 1.0);
+            r.ratio_interval = Some((e.interval.lower, e.interval.upper));
             r.detail = format!(
                 "{UNGATEABLE}: ±{:.1} % between runs{} (max_time_noise_percent = {}); median {} → {}",
                 e.between_run * 100.0,
