@@ -1,7 +1,15 @@
 //! The timing harness: warm-up, then at least ten samples (more, and several
 //! iterations per sample, for fast work), summarized as median, quartiles and
 //! minimum, with every sample kept.
+//!
+//! In a simulated run (`bench --simulate` runs the suites again under
+//! valgrind's callgrind) the harness instead makes one warm-up call and then
+//! one call inside [`measured_region`], the one function callgrind collects
+//! in: instruction counts are deterministic, so one call is the figure. Only
+//! the region runs instrumented, and its counts are one profile of their own
+//! ([`crate::valgrind`]'s client requests; no-ops outside valgrind).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use vramlab_engine::hooks::now_ns;
@@ -23,6 +31,9 @@ pub struct HarnessConfig {
     pub fixed_samples: Option<usize>,
     /// A sample lasts at least this long: fast work runs several iterations per sample.
     pub min_sample_time: Duration,
+    /// A simulated run: one warm-up call, then one call in [`measured_region`]
+    /// (its time, under a CPU simulator, is not a time to compare).
+    pub simulated: bool,
 }
 
 impl HarnessConfig {
@@ -35,6 +46,7 @@ impl HarnessConfig {
             target: Duration::from_millis(800),
             fixed_samples: None,
             min_sample_time: Duration::from_micros(20),
+            simulated: false,
         }
     }
 
@@ -49,9 +61,74 @@ impl HarnessConfig {
     }
 }
 
+/// Measured regions entered so far in this process (see [`measured_region`]).
+static REGIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many measured regions this process has entered: the runner reads it
+/// before and after a case, and the regions in between are the case's.
+pub fn regions_entered() -> u64 {
+    REGIONS.load(Ordering::Relaxed)
+}
+
+/// The measured region of a simulated run: one call of `work`, and nothing
+/// else. [`in_measured_region`] zeroes callgrind's counts just before it
+/// and dumps them just after, so each call is one profile (numbered in the
+/// order of the calls) of what `work` executed. Never inlined, never
+/// generic: it stays one symbol, named in the profiles.
+#[inline(never)]
+pub fn measured_region(work: &mut dyn FnMut() -> bool) -> bool {
+    REGIONS.fetch_add(1, Ordering::Relaxed);
+    std::hint::black_box(work())
+}
+
+/// [`measured_region`]'s name as callgrind shows it.
+pub const MEASURED_REGION: &str = "vramlab_suites::harness::measured_region";
+
+/// One call of `work` inside [`measured_region`], its error kept; its wall time
+/// in nanoseconds. Under callgrind: instrumented, counted from zero, and
+/// dumped as one profile.
+pub fn in_measured_region<E>(mut work: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    let mut error = None;
+    let mut region = || match work() {
+        Ok(()) => true,
+        Err(e) => {
+            error = Some(e);
+            false
+        }
+    };
+    let t0 = now_ns();
+    let instrumented = crate::valgrind::Instrumented::start();
+    crate::valgrind::zero_stats();
+    let ok = measured_region(&mut region);
+    crate::valgrind::dump_stats();
+    drop(instrumented);
+    let ns = (now_ns() - t0) as f64;
+    match error {
+        Some(e) if !ok => Err(e),
+        _ => Ok(ns),
+    }
+}
+
+/// A simulated run's measurement: one warm-up call (first-touch pages, lazy
+/// set-up, an autotuner's choice made outside the region), then one call in
+/// the region.
+fn simulated<E>(
+    mut prepare: impl FnMut() -> Result<(), E>,
+    mut work: impl FnMut() -> Result<(), E>,
+) -> Result<TimingStats, E> {
+    prepare()?;
+    work()?;
+    prepare()?;
+    let ns = in_measured_region(&mut work)?;
+    Ok(summarize(vec![ns], 1, "simulated"))
+}
+
 /// Times `work` (one iteration per call) and summarizes the samples. Errors from
 /// `work` end the measurement and are returned.
 pub fn measure<E>(cfg: &HarnessConfig, mut work: impl FnMut() -> Result<(), E>) -> Result<TimingStats, E> {
+    if cfg.simulated {
+        return simulated(|| Ok(()), work);
+    }
     // Warm-up, which also estimates one iteration's time.
     let warm_start = now_ns();
     let warmup_ns = cfg.warmup.as_nanos() as u64;
@@ -92,6 +169,9 @@ pub fn measure_each<E>(
     mut prepare: impl FnMut() -> Result<(), E>,
     mut work: impl FnMut() -> Result<(), E>,
 ) -> Result<TimingStats, E> {
+    if cfg.simulated {
+        return simulated(prepare, work);
+    }
     let warm_start = now_ns();
     let warmup_ns = cfg.warmup.as_nanos() as u64;
     let mut warm_runs = 0u64;
@@ -224,6 +304,27 @@ mod tests {
         assert_eq!(t.samples_ns.len(), 10);
         assert_eq!(t.iterations_per_sample, 1);
         assert!(t.median_ns >= 2e6 && t.median_ns < 2e7, "{}", t.median_ns);
+    }
+
+    #[test]
+    fn a_simulated_measurement_is_one_warm_up_and_one_call_in_the_region() {
+        let cfg = HarnessConfig { simulated: true, ..HarnessConfig::quick() };
+        let mut calls = 0u64;
+        let before = regions_entered();
+        let t = measure(&cfg, || {
+            calls += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(calls, 2, "one warm-up call, one measured call");
+        assert!(regions_entered() > before, "the measured call went through the region");
+        assert_eq!((t.samples_ns.len(), t.clock.as_str()), (1, "simulated"));
+        let mut n = 0;
+        let r = measure(&cfg, || {
+            n += 1;
+            if n == 2 { Err("in the region") } else { Ok(()) }
+        });
+        assert_eq!(r.unwrap_err(), "in the region", "an error inside the region is returned");
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! - `src/lib.rs` — this map, the re-exports, every suite (`all_suites`, `suite_by_name`)
 //! - `src/suite.rs` — the `Suite` trait, `Case`, `CaseOutput`, `Context`, `Progress`
 //! - `src/runner.rs` — runs a suite: each case isolated (errors, panics, overruns), profiled; snapshots to a sink
-//! - `src/harness.rs` — timing: warm-up, samples, median and quartiles (`measure`, `measure_each`)
+//! - `src/harness.rs` — timing: warm-up, samples, median and quartiles (`measure`, `measure_each`); a
+//!   simulated run's measured region
+//! - `src/valgrind.rs` — valgrind's client requests: callgrind's instrumentation on and off around a case's work
 //! - `src/schema.rs` — the versioned results (`RunResults` → `SuiteResult` → `CaseResult`), findings, timelines
 //! - `src/env.rs` — the machine the run measured
 //! - `src/charts.rs` — `declared_charts` and the readers the suites' chart code shares (charts are display's model)
@@ -36,6 +38,7 @@ pub mod suite;
 pub mod suites;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod valgrind;
 
 pub use charts::declared_charts;
 pub use harness::{HarnessConfig, measure};

@@ -11,7 +11,7 @@ use vramlab_snapshot::Snapshot;
 
 use crate::schema::{
     CaseResult, CategoryStack, KernelSlice, MAX_KERNEL_SLICES, MemoryPeaks, MemoryTimeline, Outcome, PhaseBand, Series,
-    SuiteResult, TIMELINE_POINTS,
+    SimulatedCpu, SuiteResult, TIMELINE_POINTS,
 };
 use crate::suite::{Case, CaseOutput, Context, Progress, Suite};
 
@@ -97,7 +97,9 @@ fn run_case(case: Case, ctx: &Context, suite: &str, sink: Option<&dyn SnapshotSi
         None
     };
     let started = now_ns();
+    let regions_before = crate::harness::regions_entered();
     let outcome = catch_unwind(AssertUnwindSafe(|| run(ctx)));
+    let regions_after = crate::harness::regions_entered();
     // A GPU's queued work belongs to this case, and its kernel events are
     // emitted once the device has run them: wait before stopping the profiler.
     let synchronized = ctx.device.synchronize();
@@ -115,13 +117,20 @@ fn run_case(case: Case, ctx: &Context, suite: &str, sink: Option<&dyn SnapshotSi
         .with_timeline(timeline)
         .with_categories(categories)
         .with_kernels(kernels);
+    if ctx.harness.simulated && regions_after > regions_before {
+        // The callgrind dumps these regions wrote are the case's; whoever runs
+        // this process under callgrind reads them (`bench --simulate`).
+        result.simulated =
+            Some(SimulatedCpu { regions: Some((regions_before + 1, regions_after)), ..SimulatedCpu::default() });
+    }
     match outcome {
         Ok(Ok(CaseOutput { not_available: Some(reason), .. })) => result.outcome = Outcome::NotAvailable { reason },
         Ok(Ok(out)) => {
             result.timing = out.timing;
             result.metrics = out.metrics;
             result.notes = out.notes;
-            if duration_ns > budget.as_nanos() as u64 {
+            // Under a CPU simulator the wall time is the simulator's, not the case's.
+            if duration_ns > budget.as_nanos() as u64 && !ctx.harness.simulated {
                 result.outcome = Outcome::Failed {
                     message: format!(
                         "exceeded its time budget: took {:.1} s, budget {:.1} s",

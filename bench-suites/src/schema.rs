@@ -128,6 +128,11 @@ pub struct CaseResult {
     /// older files and for cases that ran no kernel).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<KernelSlice>,
+    /// The case's measured work as a CPU simulator counted it (`bench
+    /// --simulate`: callgrind), for CPU cases (optional and additive within
+    /// schema v2: absent without `--simulate`, in older files and for GPU runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<SimulatedCpu>,
 }
 
 /// Constructors for the common outcomes: each gives a case with no params,
@@ -148,6 +153,7 @@ impl CaseResult {
             timeline: None,
             categories: None,
             kernels: Vec::new(),
+            simulated: None,
         }
     }
 
@@ -219,6 +225,47 @@ impl CaseResult {
         self.kernels = kernels;
         self
     }
+}
+
+/// A case's measured work as callgrind counted it, summed over the case's
+/// measured regions (the harness's one call of the work; set-up, warm-up and
+/// the harness itself are outside). Counts are of the simulated CPU, not of
+/// this machine's: instructions are exact, the cache figures come from
+/// callgrind's cache model, and `estimated_cycles` is an estimate from them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimulatedCpu {
+    /// The simulated process's measured regions that were this case's, first
+    /// and last (1-based, in the order they ran: callgrind's dump parts). Only
+    /// in the simulated process's own results, until its dumps are read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regions: Option<(u64, u64)>,
+    /// Instructions executed (callgrind's `Ir`).
+    pub instructions: u64,
+    /// Data reads and writes (`Dr`, `Dw`).
+    pub data_reads: u64,
+    pub data_writes: u64,
+    /// First-level cache misses, instruction and data (`I1mr + D1mr + D1mw`).
+    pub l1_misses: u64,
+    /// Last-level cache misses: accesses that went to memory (`ILmr + DLmr + DLmw`).
+    pub ll_misses: u64,
+    /// An estimate, not a measurement: L1 hits + 5 × LL hits + 35 × LL misses
+    /// (the weights iai-callgrind and gungraun use).
+    pub estimated_cycles: u64,
+    /// The functions with the most instructions of their own (not their
+    /// callees'), largest first, demangled (the first [`SIMULATED_FUNCTIONS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<FunctionCount>,
+}
+
+/// Functions kept per simulated case.
+pub const SIMULATED_FUNCTIONS: usize = 100;
+
+/// One function's own instructions in a simulated case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCount {
+    /// Demangled, as callgrind names it (instances of one generic function share a name and are summed).
+    pub name: String,
+    pub instructions: u64,
 }
 
 /// One kernel run of a case (source: the profiler's kernel events).

@@ -331,17 +331,20 @@ impl History {
     /// `" time"`) that some build measured twice or more, over the last `last`
     /// runs, noisiest first.
     pub fn noise_floors(&self, suffix: &str, last: usize) -> Result<Vec<NoiseFloor>, HistoryError> {
-        self.noise_floors_without(suffix, last, &[])
+        self.noise_floors_without(suffix, last, &[], None)
     }
 
     /// [`noise_floors`](Self::noise_floors) leaving out the runs of the
-    /// commits in `exclude` (the two builds a check compares: their own runs
-    /// must not teach the noise their difference is judged against).
+    /// builds in `exclude` (the two builds a check compares: their own runs
+    /// must not teach the noise their difference is judged against) and, with
+    /// `machine` (an [`environment_label`]), every other machine's runs: a
+    /// figure's noise is a property of the testbed it ran on.
     pub fn noise_floors_without(
         &self,
         suffix: &str,
         last: usize,
         exclude: &[&str],
+        machine: Option<&str>,
     ) -> Result<Vec<NoiseFloor>, HistoryError> {
         let mut q = self
             .conn
@@ -368,7 +371,8 @@ impl History {
             std::collections::BTreeMap::new();
         for row in rows {
             let (name, commit, env, quick, value) = row.map_err(|e| self.sql(e))?;
-            if name.ends_with(suffix) && value > 0.0 && !exclude.contains(&commit.as_str()) {
+            let on_machine = machine.is_none_or(|m| m == env);
+            if name.ends_with(suffix) && value > 0.0 && !exclude.contains(&commit.as_str()) && on_machine {
                 by_name.entry(name).or_default().entry((commit, env, quick)).or_default().push(value.ln());
             }
         }
@@ -439,6 +443,10 @@ pub fn figures(run: &RunResults) -> Vec<(String, f64)> {
         }
         if let Some(t) = &c.timing {
             out.push((format!("{key} time"), t.median_ns));
+        }
+        if let Some(s) = &c.simulated {
+            out.push((format!("{key} simulated.instructions"), s.instructions as f64));
+            out.push((format!("{key} simulated.estimated_cycles"), s.estimated_cycles as f64));
         }
         let mem = matching::memory_figures(c);
         for (name, v) in &mem {
@@ -601,7 +609,11 @@ mod tests {
         assert!((f.floor - ((1.959_964 * 2f64.sqrt() * sigma).exp() - 1.0)).abs() < 1e-12);
         assert!(noise_floor("x".into(), [[1.0].as_slice()].into_iter()).is_none(), "no build twice");
         // Without commit a's runs, only b's (σ 0) teach the noise.
-        let without = h.noise_floors_without(" time", 100, &["a"]).unwrap();
+        let without = h.noise_floors_without(" time", 100, &["a"], None).unwrap();
+        // Keyed by machine: another testbed's runs teach nothing here.
+        assert!(h.noise_floors_without(" time", 100, &[], Some("another machine")).unwrap().is_empty());
+        let here = environment_label(&run("a", 1 << 20, 1000.0));
+        assert!(!h.noise_floors_without(" time", 100, &[], Some(&here)).unwrap().is_empty());
         assert_eq!((without[0].builds, without[0].runs), (1, 3), "{without:?}");
         assert!(without[0].between_run < 1e-12 && without[0].robust_between_run < 1e-12, "{without:?}");
         // One run in six that took twice as long moves σ, not its robust twin;

@@ -131,6 +131,8 @@ struct CaseRow {
     median: String,
     iqr: String,
     peak: String,
+    /// `bench --simulate`: instructions and estimated cycles of the measured region.
+    simulated: String,
     metrics: Vec<String>,
     outcome: String,
     class: &'static str,
@@ -145,6 +147,8 @@ struct SuiteView<'a> {
     /// Without findings: what the cases measured, in one sentence.
     summary: String,
     cases: Vec<CaseRow>,
+    /// Some case has simulated figures: the table shows them, and says which figure gates.
+    simulated: bool,
     charts: &'a [ChartView],
     stacks: &'a [ChartView],
     timelines: &'a [TimelineView],
@@ -321,6 +325,11 @@ fn case_row(c: &CaseResult, gpu_reason: Option<&str>) -> CaseRow {
         median: c.timing.as_ref().map(|t| fmt_ns(t.median_ns)).unwrap_or_default(),
         iqr: c.timing.as_ref().map(|t| fmt_ns(t.iqr_ns)).unwrap_or_default(),
         peak: c.memory.as_ref().map(|m| fmt_bytes(m.peak_allocated_bytes)).unwrap_or_default(),
+        simulated: c
+            .simulated
+            .as_ref()
+            .map(|s| format!("{} instr. · {} est. cycles", s.instructions, s.estimated_cycles))
+            .unwrap_or_default(),
         metrics: c.metrics.iter().map(|(k, v)| format!("{k} = {}", fmt_metric(k, *v))).collect(),
         outcome,
         class,
@@ -453,6 +462,7 @@ pub fn render_index_with(
                 }),
                 summary: suite_finding(s),
                 cases: s.cases.iter().map(|c| case_row(c, e.gpu_unavailable_reason.as_deref())).collect(),
+                simulated: s.cases.iter().any(|c| c.simulated.is_some()),
                 charts: &x.charts,
                 stacks: &x.stacks,
                 timelines: &x.timelines,

@@ -32,6 +32,7 @@
 //! - `src/peak_table.rs` — the "who holds the memory" tables
 //! - `src/record.rs` — `vramlab record`'s hook folder and index page
 //! - `src/memory_snapshot.rs` — bench cases' snapshots as pickle files
+//! - `src/callgrind.rs` — callgrind's profiles read back: a simulated run's figures per case (`bench --simulate`)
 //! - `src/history.rs` — the run history in SQLite, change points, noise floors
 //! - `src/stores.rs` — `FileTuningStore`, the autotuner's cache in a file
 //! - `src/testing.rs` — the headless chromium the browser tests drive (the `testing` feature only)
@@ -45,6 +46,7 @@
 //! - `tests/declared_charts.rs` — a suite defined in the test gets its charts with no edit to reports
 //! - `benches/check.rs`, `benches/render.rs` — criterion: the check, and the report's render time
 
+pub mod callgrind;
 pub mod canvas;
 pub mod charts;
 pub mod check;

@@ -18,6 +18,8 @@
 //! - `tests/check_e2e.rs` — the regression check end to end through the
 //!   release binary: a baseline, an identical run, a planted regression, bad
 //!   inputs.
+//! - `tests/simulated_e2e.rs` — `bench --simulate` end to end: a simulated A/A pair of the
+//!   quick cpu-vs-gpu suite under callgrind, no simulated regression.
 //! - `tests/report.rs` — the report of a fixed results file as a person sees it,
 //!   in a headless browser.
 //! - `tests/python.rs` — the Python package (`../python/`): a cached virtual

@@ -49,11 +49,28 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     };
     let mut environment = vramlab_suites::env::detect(&ctx.device);
     environment.rustc = command_output("rustc", &["--version"]);
-    environment.git_commit = command_output("git", &["rev-parse", "--short=12", "HEAD"]);
+    environment.git_commit = build_key();
     if cfg!(feature = "test-slowdown") {
         crate::output::eprint_line(
             "warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work",
         );
+    }
+    if cfg!(feature = "test-slowdown-2pct") {
+        crate::output::eprint_line(
+            "warning: this is a test build (feature test-slowdown-2pct): the CPU add kernel does 2 % more work",
+        );
+    }
+    let skeleton = |environment: vramlab_suites::Environment| RunResults {
+        schema_version: SCHEMA_VERSION,
+        vramlab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        options: ctx.options.clone(),
+        environment,
+        suites: Vec::new(),
+    };
+    if args.simulated_process {
+        let results = skeleton(environment.clone());
+        return crate::simulate::process(&suites, ctx.clone(), results, &args.out);
     }
     announce(args, &ctx, suites.len());
     let history = args.out.join(HISTORY_FILE);
@@ -63,15 +80,11 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         if args.repeat > 1 {
             crate::output::eprint_line(&format!("run {} of {}", i + 1, args.repeat));
         }
-        let results = RunResults {
-            schema_version: SCHEMA_VERSION,
-            vramlab_version: env!("CARGO_PKG_VERSION").to_owned(),
-            started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-            options: ctx.options.clone(),
-            environment: environment.clone(),
-            suites: Vec::new(),
-        };
-        let results = measure(&suites, &ctx, results, export.as_ref(), &args.out)?;
+        let mut results = measure(&suites, &ctx, skeleton(environment.clone()), export.as_ref(), &args.out)?;
+        if i == 0 && args.simulate {
+            // Counted once, after the first run (they repeat): its figures go with it.
+            simulated_pass(args, &mut results)?;
+        }
         // Every run goes into the history (runs of one commit teach it the noise
         // between runs), first, so the report's trends include it.
         appended.push(History::open_or_create(&history).and_then(|mut h| h.append(&results)));
@@ -236,6 +249,64 @@ fn select_suites(names: &[String]) -> Result<Vec<Box<dyn Suite>>> {
         }
     }
     Ok(all.into_iter().filter(|s| names.iter().any(|n| n == s.name())).collect())
+}
+
+/// `--simulate`: the suites of `results` that timed a case run again under
+/// callgrind; each case's figures go into `results`, written again.
+fn simulated_pass(args: &BenchArgs, results: &mut RunResults) -> Result<()> {
+    let timed: Vec<String> = results
+        .suites
+        .iter()
+        .filter(|s| s.cases.iter().any(|c| c.outcome.is_ok() && c.timing.is_some()))
+        .map(|s| s.name.clone())
+        .collect();
+    if timed.is_empty() {
+        crate::output::eprint_line("simulated pass: no suite of this run times a case; nothing to count");
+        return Ok(());
+    }
+    crate::output::eprint_line(&format!(
+        "simulated pass: the {} suites that time a case, each case once under callgrind",
+        timed.len()
+    ));
+    let pass = crate::simulate::run(args, &results.environment.device, &timed)?;
+    let attached = pass.attach(results);
+    let line = format!(
+        "simulated pass: {attached} cases counted in {:.0} s (callgrind's profiles and log: {})",
+        pass.seconds,
+        pass.dir.display()
+    );
+    eprint!("{}", paragraph(&line, "  "));
+    vramlab_reports::write_results_json(&args.out, results)?;
+    Ok(())
+}
+
+/// The build a run measures, as the history and baselines key it: the commit,
+/// then `-dirty.<hash of the uncommitted changes>` when the work tree differs
+/// from it, then `+<feature>` for each test feature built in — so runs of
+/// uncommitted edits or of a test build never pass for runs of the commit.
+fn build_key() -> Option<String> {
+    let commit = command_output("git", &["rev-parse", "--short=12", "HEAD"])?;
+    let mut key = commit;
+    let status = command_output("git", &["status", "--porcelain", "--untracked-files=normal"]);
+    if status.is_some() {
+        let diff = Process::new("git").args(["diff", "HEAD"]).output().map(|o| o.stdout).unwrap_or_default();
+        let hash = fnv1a(status.iter().flat_map(|s| s.bytes()).chain(diff));
+        key.push_str(&format!("-dirty.{:08x}", hash as u32));
+    }
+    for (on, feature) in [
+        (cfg!(feature = "test-slowdown"), "test-slowdown"),
+        (cfg!(feature = "test-slowdown-2pct"), "test-slowdown-2pct"),
+    ] {
+        if on {
+            key.push_str(&format!("+{feature}"));
+        }
+    }
+    Some(key)
+}
+
+/// FNV-1a over bytes: a stable short hash.
+fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 fn command_output(program: &str, args: &[&str]) -> Option<String> {

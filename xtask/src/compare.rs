@@ -11,7 +11,7 @@ use anyhow::Result;
 use vramlab_reports::check::{
     self, CheckConfig, CompareOptions, Comparison, Design, KnownNoise, Labels, RunSet, export, output,
 };
-use vramlab_reports::history::History;
+use vramlab_reports::history::{History, environment_label};
 
 use crate::cli::{CheckOptions, ExportFormat};
 
@@ -61,10 +61,12 @@ pub fn load_config(path: Option<&Path>) -> Result<Settings, check::ConfigError> 
 }
 
 /// The history's between-run noise of every time some build other than the
-/// compared ones (`exclude`: their commits) ran twice or more.
-fn known_noise(path: &Path, exclude: &[&str]) -> Result<KnownNoise, String> {
+/// compared ones (`exclude`: their build keys) ran twice or more, on this
+/// check's machine (`machine`: the current runs' testbed).
+fn known_noise(path: &Path, exclude: &[&str], machine: &str) -> Result<KnownNoise, String> {
     let history = History::open_existing(path).map_err(|e| e.to_string())?;
-    let floors = history.noise_floors_without(" time", HISTORY_RUNS, exclude).map_err(|e| e.to_string())?;
+    let floors =
+        history.noise_floors_without(" time", HISTORY_RUNS, exclude, Some(machine)).map_err(|e| e.to_string())?;
     let builds = floors.iter().map(|f| f.builds).max().unwrap_or(0);
     crate::output::eprint_line(&format!(
         "the history {}\n  knows the between-run noise of {} time figure(s), from up to {builds} other build(s) run more than once",
@@ -101,7 +103,7 @@ pub fn report(
         .collect();
     let known_noise = match &opts.history {
         None => None,
-        Some(path) => match known_noise(path, &commits) {
+        Some(path) => match known_noise(path, &commits, &environment_label(current.first())) {
             Ok(k) => Some(k),
             Err(message) => return Ok(impossible(&message)),
         },

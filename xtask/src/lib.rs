@@ -25,7 +25,8 @@
 //! - `src/output.rs` — stdout, prose wrapped to 100 columns, the `--report` folder's check.
 //! - `src/size.rs` — size arguments (`24GiB`, `1.5GiB`, plain bytes).
 //! - `src/bench_cmd.rs` — `bench`: the suites with progress bars, results, history,
-//!   report and short summary; `src/snapshot_export.rs` — its `--export-snapshot`.
+//!   report and short summary; `src/snapshot_export.rs` — its `--export-snapshot`;
+//!   `src/simulate.rs` — its `--simulate` (the suites under callgrind, figures per case).
 //! - `src/report_cmd.rs` — `report`: the report from a results file; the bench's summary.
 //! - `src/replay_cmd.rs` — `replay` of a trace; `src/snapshot_cmd.rs` — of a PyTorch
 //!   snapshot; `src/ranks_cmd.rs` — of several (a job's ranks).
@@ -58,6 +59,7 @@ mod ranks_cmd;
 mod record_cmd;
 mod replay_cmd;
 mod report_cmd;
+mod simulate;
 mod size;
 mod snapshot_cmd;
 mod snapshot_export;

@@ -11,6 +11,9 @@
 //! bootstrap_resamples = 2000
 //! seed = 42
 //! gate_times = true               # false: times reported, never a regression
+//! simulated_tolerance_percent = 0.5   # `bench --simulate`: instructions may grow this much
+//! gate_simulated_times = false    # a case with a simulated figure: its time is reported only
+//! max_time_noise_percent = 25.0   # a time noisier than this between runs is not judged
 //!
 //! [suite.allocator]               # one suite
 //! time_threshold_percent = 10.0
@@ -56,6 +59,10 @@ pub struct Overrides {
     pub ignore: Option<bool>,
     /// False: its times are judged and reported, but a slowdown is not a regression.
     pub gate_times: Option<bool>,
+    /// The simulated figures (`bench --simulate`): a growth beyond this percentage is a regression.
+    pub simulated_tolerance_percent: Option<f64>,
+    /// True: a case with simulated figures on both sides has its time gated too.
+    pub gate_simulated_times: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -68,6 +75,9 @@ struct CheckSection {
     bootstrap_resamples: Option<usize>,
     seed: Option<u64>,
     gate_times: Option<bool>,
+    simulated_tolerance_percent: Option<f64>,
+    gate_simulated_times: Option<bool>,
+    max_time_noise_percent: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -93,6 +103,13 @@ pub struct CheckConfig {
     pub bootstrap_resamples: usize,
     pub seed: u64,
     pub gate_times: bool,
+    /// The simulated figures' tolerance, percent of the baseline's count.
+    pub simulated_tolerance_percent: f64,
+    /// Whether a case with simulated figures on both sides has its time gated too.
+    pub gate_simulated_times: bool,
+    /// A time whose between-run noise (σ of ln(time), the runs' or the
+    /// history's) exceeds this percentage is not judged, and a warning says so.
+    pub max_time_noise_percent: f64,
     suites: BTreeMap<String, Overrides>,
     cases: Vec<(String, GlobMatcher, Overrides)>,
     metrics: Vec<(String, GlobMatcher, Overrides)>,
@@ -107,6 +124,9 @@ pub struct Resolved {
     pub memory_tolerance_bytes: u64,
     pub ignore: bool,
     pub gate_times: bool,
+    /// The simulated figures' tolerance (fraction).
+    pub simulated_tolerance: f64,
+    pub gate_simulated_times: bool,
 }
 
 impl Default for CheckConfig {
@@ -119,6 +139,9 @@ impl Default for CheckConfig {
             bootstrap_resamples: 2000,
             seed: 42,
             gate_times: true,
+            simulated_tolerance_percent: 0.5,
+            gate_simulated_times: false,
+            max_time_noise_percent: 25.0,
             suites: BTreeMap::new(),
             cases: Vec::new(),
             metrics: Vec::new(),
@@ -157,12 +180,17 @@ impl CheckConfig {
             bootstrap_resamples: c.bootstrap_resamples.unwrap_or(d.bootstrap_resamples),
             seed: c.seed.unwrap_or(d.seed),
             gate_times: c.gate_times.unwrap_or(d.gate_times),
+            simulated_tolerance_percent: c.simulated_tolerance_percent.unwrap_or(d.simulated_tolerance_percent),
+            gate_simulated_times: c.gate_simulated_times.unwrap_or(d.gate_simulated_times),
+            max_time_noise_percent: c.max_time_noise_percent.unwrap_or(d.max_time_noise_percent),
             suites: file.suite.clone(),
             cases: globs("case", &file.case)?,
             metrics: globs("metric", &file.metric)?,
             source: None,
         };
         check_percent("check.time_threshold_percent", cfg.time_threshold_percent)?;
+        check_percent("check.simulated_tolerance_percent", cfg.simulated_tolerance_percent)?;
+        check_percent("check.max_time_noise_percent", cfg.max_time_noise_percent)?;
         if !(cfg.confidence > 0.5 && cfg.confidence < 1.0) {
             return Err(format!("check.confidence = {}: must lie between 0.5 and 1 (e.g. 0.95)", cfg.confidence));
         }
@@ -183,6 +211,9 @@ impl CheckConfig {
                 if let Some(t) = o.time_threshold_percent {
                     check_percent(&format!("{table}.\"{name}\".time_threshold_percent"), t)?;
                 }
+                if let Some(t) = o.simulated_tolerance_percent {
+                    check_percent(&format!("{table}.\"{name}\".simulated_tolerance_percent"), t)?;
+                }
             }
         }
         Ok(cfg)
@@ -195,6 +226,8 @@ impl CheckConfig {
             memory_tolerance_bytes: self.memory_tolerance_bytes,
             ignore: false,
             gate_times: self.gate_times,
+            simulated_tolerance: self.simulated_tolerance_percent / 100.0,
+            gate_simulated_times: self.gate_simulated_times,
         };
         let mut apply = |o: &Overrides| {
             if let Some(t) = o.time_threshold_percent {
@@ -208,6 +241,12 @@ impl CheckConfig {
             }
             if let Some(g) = o.gate_times {
                 r.gate_times = g;
+            }
+            if let Some(t) = o.simulated_tolerance_percent {
+                r.simulated_tolerance = t / 100.0;
+            }
+            if let Some(g) = o.gate_simulated_times {
+                r.gate_simulated_times = g;
             }
         };
         if let Some(o) = self.suites.get(suite) {
@@ -260,7 +299,25 @@ mod tests {
         assert_eq!(c.time_threshold_percent, 5.0);
         assert_eq!(c.memory_tolerance_bytes, 0);
         let r = c.resolve("memory", "x", "peak_allocated_bytes");
-        assert_eq!(r, Resolved { time_threshold: 0.05, memory_tolerance_bytes: 0, ignore: false, gate_times: true });
+        assert_eq!(
+            r,
+            Resolved {
+                time_threshold: 0.05,
+                memory_tolerance_bytes: 0,
+                ignore: false,
+                gate_times: true,
+                simulated_tolerance: 0.005,
+                gate_simulated_times: false
+            }
+        );
+        let c = CheckConfig::parse(
+            "[check]\nsimulated_tolerance_percent = 1\n[case.\"cpu-vs-gpu/add*\"]\nsimulated_tolerance_percent = 0.1\n",
+        )
+        .unwrap();
+        assert_eq!(c.resolve("cpu-vs-gpu", "add/cpu/1024", "simulated.instructions").simulated_tolerance, 0.001);
+        assert_eq!(c.resolve("amp", "x", "simulated.instructions").simulated_tolerance, 0.01);
+        let e = CheckConfig::parse("[check]\nsimulated_tolerance_percent = -1\n").unwrap_err();
+        assert!(e.contains("check.simulated_tolerance_percent = -1"), "{e}");
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! memory figures, its time — each with the rule `vramlab.toml` gives it. A
 //! case that did not pass on both sides has only its outcome; one that did has
 //! its memory figures (from each side's first run that passed: memory is exact,
-//! every run of a build has the same) and its time (every run's samples).
+//! every run of a build has the same), its simulated-CPU figures when both
+//! sides have them (from each side's first run that has them: `bench
+//! --simulate` counts once per invocation) and its time (every run's samples).
 
 use vramlab_display::format::fmt_bytes;
-use vramlab_suites::{CaseResult, Outcome};
+use vramlab_suites::{CaseResult, Outcome, SimulatedCpu};
 
 use super::config::{CheckConfig, Resolved};
 use super::matching::{self, CaseKey, Matched};
@@ -17,6 +19,8 @@ pub enum Evidence<'a> {
     Outcome { old: &'a Outcome, new: &'a Outcome },
     /// A memory figure (None: not on that side).
     Memory { old: Option<f64>, new: Option<f64> },
+    /// A simulated-CPU figure (`simulated.instructions`, `simulated.estimated_cycles`) of each side.
+    Simulated { old: &'a SimulatedCpu, new: &'a SimulatedCpu },
     /// The timing samples of each run (of the runs that passed and were timed).
     Time { old: Vec<&'a [f64]>, new: Vec<&'a [f64]> },
 }
@@ -29,17 +33,23 @@ pub struct Figure<'a> {
     pub metric: String,
     pub rule: Resolved,
     pub evidence: Evidence<'a>,
+    /// The case has simulated figures on both sides (its time then gates
+    /// only with `gate_simulated_times`).
+    pub simulated: bool,
 }
 
 /// Every figure of the matched cases, in case order: outcome, memory figures (by name), time.
 pub fn resolve<'a>(matched: &Matched<'a>, cfg: &CheckConfig) -> Vec<Figure<'a>> {
     let mut out = Vec::new();
     for m in &matched.cases {
+        let simulated = |side: &[&'a CaseResult]| side.iter().find_map(|c| c.simulated.as_ref());
+        let sims = simulated(&m.old).zip(simulated(&m.new));
         let figure = |metric: &str, evidence| Figure {
             case: m.key.clone(),
             metric: metric.to_owned(),
             rule: cfg.resolve(&m.key.suite, &m.key.case, metric),
             evidence,
+            simulated: sims.is_some(),
         };
         let (old, new) = (side_outcome(&m.old), side_outcome(&m.new));
         if !(old.is_ok() && new.is_ok()) {
@@ -56,6 +66,11 @@ pub fn resolve<'a>(matched: &Matched<'a>, cfg: &CheckConfig) -> Vec<Figure<'a>> 
             let evidence = Evidence::Memory { old: old_mem.get(name).copied(), new: new_mem.get(name).copied() };
             out.push(figure(name, evidence));
         }
+        if let Some((old, new)) = sims {
+            for name in SIMULATED_METRICS {
+                out.push(figure(name, Evidence::Simulated { old, new }));
+            }
+        }
         let samples = |side: &[&'a CaseResult]| -> Vec<&'a [f64]> {
             side.iter()
                 .filter(|c| c.outcome.is_ok())
@@ -68,6 +83,14 @@ pub fn resolve<'a>(matched: &Matched<'a>, cfg: &CheckConfig) -> Vec<Figure<'a>> 
         }
     }
     out
+}
+
+/// The simulated figures each case with them gets, in this order.
+pub const SIMULATED_METRICS: [&str; 2] = ["simulated.instructions", "simulated.estimated_cycles"];
+
+/// A simulated figure's value.
+pub fn simulated_value(s: &SimulatedCpu, metric: &str) -> u64 {
+    if metric.ends_with("estimated_cycles") { s.estimated_cycles } else { s.instructions }
 }
 
 /// A side's outcome over its runs: the first failure when a run failed (a

@@ -1,6 +1,7 @@
 //! The pipeline's third step: a verdict for each figure. Outcomes and memory
 //! are judged on their own (memory exactly, against its tolerance); times in
-//! two passes — each time's estimate from its runs (the hierarchical bootstrap
+//! two passes; simulated-CPU figures against a tolerance, with the functions
+//! that grew most (a differential profile); times in two passes — each time's estimate from its runs (the hierarchical bootstrap
 //! over runs then samples, or over A/B pairs), then Benjamini–Hochberg over
 //! every time that was estimated and the verdicts that depend on it.
 
@@ -8,9 +9,11 @@ use vramlab_display::format::fmt_ns;
 use vramlab_suites::Outcome;
 
 use super::config::CheckConfig;
+use super::figures::simulated_value;
 use super::figures::{Evidence, Figure, amount_text};
-use super::model::{Design, Kind, KnownNoise, MIN_SAMPLES, Row, Status};
+use super::model::{Design, FunctionChange, Kind, KnownNoise, MIN_SAMPLES, Row, Status};
 use super::stats::{self, RunsEstimate, Unjudged};
+use vramlab_suites::SimulatedCpu;
 
 /// How the times are judged, and whether they are at all.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +32,7 @@ pub fn judge(figures: &[Figure<'_>], cfg: &CheckConfig, times: TimeRules) -> Vec
         .map(|f| match &f.evidence {
             Evidence::Outcome { old, new } => outcome(f, old, new),
             Evidence::Memory { old, new } => memory(f, *old, *new),
+            Evidence::Simulated { old, new } => simulated(f, old, new),
             Evidence::Time { old, new } => time(f, old, new, cfg, times),
         })
         .collect();
@@ -55,6 +59,8 @@ fn row(f: &Figure<'_>, kind: Kind, status: Status, detail: String) -> Row {
         threshold: 0.0,
         gated: true,
         detail,
+        grew_most: Vec::new(),
+        gated_by_simulation: false,
         p_faster: None,
         estimate: None,
     }
@@ -134,6 +140,89 @@ fn memory(f: &Figure<'_>, old: Option<f64>, new: Option<f64>) -> Row {
     r
 }
 
+/// Functions named in a simulated row's detail.
+const NAMED_FUNCTIONS: usize = 3;
+
+/// A simulated figure: a growth beyond the tolerance (a fraction of the
+/// baseline's count) is a regression, a fall beyond it an improvement; with
+/// the functions whose own instructions grew most.
+fn simulated(f: &Figure<'_>, old: &SimulatedCpu, new: &SimulatedCpu) -> Row {
+    let (o, n) = (simulated_value(old, &f.metric), simulated_value(new, &f.metric));
+    let tol = f.rule.simulated_tolerance;
+    let change = if o > 0 {
+        n as f64 / o as f64 - 1.0
+    } else if n > 0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    let status = if f.rule.ignore {
+        Status::NotCompared
+    } else if change > tol {
+        Status::Regression
+    } else if change < -tol {
+        Status::Improvement
+    } else {
+        Status::NoChange
+    };
+    let what = if f.metric.ends_with("estimated_cycles") { "estimated cycles" } else { "instructions" };
+    let mut detail = if o == n {
+        format!("{} {what} on both sides (simulated)", group(n))
+    } else {
+        format!(
+            "{} → {} {what} ({:+.2} %, simulated; tolerance ±{} %{})",
+            group(o),
+            group(n),
+            change * 100.0,
+            tol * 100.0,
+            if f.rule.ignore { ", ignored by vramlab.toml" } else { "" }
+        )
+    };
+    let grew = grew_most(old, new);
+    if n > o && !grew.is_empty() {
+        let named: Vec<String> =
+            grew.iter().take(NAMED_FUNCTIONS).map(|c| format!("{} +{}", c.name, group(c.growth() as u64))).collect();
+        detail.push_str(&format!("; grew most: {}", named.join(", ")));
+    }
+    let mut r = row(f, Kind::Simulated, status, detail);
+    (r.old, r.new, r.change, r.threshold) = (Some(o as f64), Some(n as f64), Some(change), tol);
+    if n > o {
+        r.grew_most = grew;
+    }
+    r
+}
+
+/// The functions whose own instructions grew, most first (a function kept on
+/// one side only counts 0 on the other).
+pub fn grew_most(old: &SimulatedCpu, new: &SimulatedCpu) -> Vec<FunctionChange> {
+    let mut by_name: std::collections::BTreeMap<&str, FunctionChange> = std::collections::BTreeMap::new();
+    for f in &old.functions {
+        by_name.entry(&f.name).or_insert(FunctionChange { name: f.name.clone(), old: None, new: None }).old =
+            Some(f.instructions);
+    }
+    for f in &new.functions {
+        by_name.entry(&f.name).or_insert(FunctionChange { name: f.name.clone(), old: None, new: None }).new =
+            Some(f.instructions);
+    }
+    let mut grew: Vec<FunctionChange> = by_name.into_values().filter(|c| c.growth() > 0).collect();
+    grew.sort_by(|a, b| b.growth().cmp(&a.growth()).then_with(|| a.name.cmp(&b.name)));
+    grew.truncate(10);
+    grew
+}
+
+/// A count with thin spaces between thousands: 1 234 567.
+fn group(v: u64) -> String {
+    let digits = v.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 /// The geometric mean of the runs' medians: a side's time.
 fn typical(runs: &[&[f64]]) -> f64 {
     let logs: Vec<f64> = runs.iter().map(|s| stats::median(s)).filter(|m| *m > 0.0).map(f64::ln).collect();
@@ -147,8 +236,11 @@ pub const NOISE_UNKNOWN: &str = "one run on each side: the noise between runs is
 fn time(f: &Figure<'_>, old: &[&[f64]], new: &[&[f64]], cfg: &CheckConfig, times: TimeRules) -> Row {
     let rule = f.rule;
     let mut r = row(f, Kind::Time, Status::Inconclusive, String::new());
-    (r.old, r.new, r.threshold, r.gated) =
-        (Some(typical(old)), Some(typical(new)), rule.time_threshold, rule.gate_times);
+    // A CPU case with simulated figures on both sides is gated by them: its
+    // time is judged and reported, not gated (unless gate_simulated_times).
+    let gated = rule.gate_times && (!f.simulated || rule.gate_simulated_times);
+    (r.old, r.new, r.threshold, r.gated) = (Some(typical(old)), Some(typical(new)), rule.time_threshold, gated);
+    r.gated_by_simulation = rule.gate_times && !gated;
     r.runs = Some((old.len(), new.len()));
     if rule.ignore {
         r.status = Status::NotCompared;
@@ -180,7 +272,23 @@ fn time(f: &Figure<'_>, old: &[&[f64]], new: &[&[f64]], cfg: &CheckConfig, times
         }
         _ => e,
     });
+    let cap = cfg.max_time_noise_percent / 100.0;
     match estimate {
+        Ok(e) if e.between_run > cap => {
+            // Too noisy to gate here: an interval this wide would only ever say
+            // "inconclusive"; say why instead, and the check warns.
+            r.between_run = observed;
+            r.change = Some(e.interval.ratio - 1.0);
+            r.ratio_interval = Some((e.interval.lower, e.interval.upper));
+            r.detail = format!(
+                "{UNGATEABLE}: ±{:.1} % between runs{} (max_time_noise_percent = {}); median {} → {}",
+                e.between_run * 100.0,
+                if r.known_between_run.is_some() { " as the history's runs of one build show" } else { "" },
+                cfg.max_time_noise_percent,
+                fmt_ns(r.old.unwrap_or(0.0)),
+                fmt_ns(r.new.unwrap_or(0.0)),
+            );
+        }
         Ok(e) => {
             r.change = Some(e.interval.ratio - 1.0);
             r.ratio_interval = Some((e.interval.lower, e.interval.upper));
@@ -269,6 +377,10 @@ fn verdict(r: &mut Row, e: &RunsEstimate, (q_slower, q_faster): (f64, f64), cfg:
         p,
         q,
         match r.status {
+            _ if slower && r.gated_by_simulation => {
+                "; slower, but this CPU case is gated by its simulated figures (gate_simulated_times = false)"
+                    .to_owned()
+            }
             _ if slower && !r.gated => "; slower, but times are not gated here (gate_times = false)".to_owned(),
             Status::Regression | Status::Improvement => String::new(),
             _ => format!(
@@ -278,6 +390,9 @@ fn verdict(r: &mut Row, e: &RunsEstimate, (q_slower, q_faster): (f64, f64), cfg:
         }
     );
 }
+
+/// The start of a time row too noisy to judge.
+pub const UNGATEABLE: &str = "too noisy to gate on this machine";
 
 /// FNV-1a of a string: a stable per-case seed offset (std's hasher is not
 /// stable across releases), so a case's verdict does not depend on the others.

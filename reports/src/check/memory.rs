@@ -76,6 +76,7 @@ pub fn compare_memory(
                     old: o.value(name).map(|v| v as f64),
                     new: n.value(name).map(|v| v as f64),
                 },
+                simulated: false,
             });
         }
         call_paths.extend(path_moves(key, o, n));
@@ -139,6 +140,8 @@ pub fn compare_memory(
             design: Design::Runs,
             baseline_runs: 1,
             current_runs: 1,
+            simulated_tolerance_percent: cfg.simulated_tolerance_percent,
+            simulated_figures: 0,
         },
         call_paths,
     }

@@ -3,6 +3,9 @@
 //! regression); times are judged from several runs — a hierarchical bootstrap
 //! over runs then samples (or over A/B pairs), so the noise between runs is in
 //! the interval — with Benjamini–Hochberg over all time comparisons.
+//! Simulated-CPU figures (`bench --simulate`: instructions and an estimated
+//! cycle count from callgrind) are deterministic up to a small tolerance and
+//! gate the CPU cases that have them; those cases' times are reported.
 //!
 //! [`compare_runs`] is a pipeline of four steps, each in its own module:
 //! match the cases ([`matching::match_runs`]), resolve each figure's rule
@@ -30,7 +33,8 @@ use vramlab_suites::RunResults;
 pub use config::{CONFIG_FILE, CheckConfig, ConfigError};
 pub use matching::CaseKey;
 pub use model::{
-    CompareOptions, Comparison, Design, Kind, KnownNoise, Labels, MIN_SAMPLES, Method, PathMove, Row, Status,
+    CompareOptions, Comparison, Design, FunctionChange, Kind, KnownNoise, Labels, MIN_SAMPLES, Method, PathMove, Row,
+    Status,
 };
 pub use runs::{
     AppendError, CheckError, MAX_SCHEMA_READ, RUNS_JSON, RunSet, environment_differences, load_results, load_runs,
@@ -85,7 +89,21 @@ pub fn compare_runs(
             current.len()
         ));
     }
+    let noisy: Vec<&Row> = rows.iter().filter(|r| r.detail.starts_with(judge::UNGATEABLE)).collect();
+    if let Some(worst) =
+        noisy.iter().max_by(|a, b| a.between_run.unwrap_or(0.0).total_cmp(&b.between_run.unwrap_or(0.0)))
+    {
+        warnings.push(format!(
+            "{} time figure{} too noisy to gate on this machine (between-run σ above max_time_noise_percent = {} %), e.g. {}: {}; run `bench --simulate` so CPU cases are gated by their simulated figures, or use `check --ab`",
+            noisy.len(),
+            if noisy.len() == 1 { " is" } else { "s are" },
+            cfg.max_time_noise_percent,
+            worst.case,
+            worst.detail
+        ));
+    }
     let time_tests = rows.iter().filter(|r| r.q_slower.is_some()).count();
+    let simulated_figures = rows.iter().filter(|r| r.kind == Kind::Simulated).count();
     Comparison {
         baseline: labels.baseline,
         current: labels.current,
@@ -106,6 +124,8 @@ pub fn compare_runs(
             bootstrap_resamples: cfg.bootstrap_resamples,
             seed: cfg.seed,
             gate_times: cfg.gate_times,
+            simulated_tolerance_percent: cfg.simulated_tolerance_percent,
+            simulated_figures,
             config_file: cfg.source.clone(),
             time_tests,
             design: options.design,
@@ -195,6 +215,7 @@ impl Context {
 fn severity(r: &Row) -> f64 {
     match (r.kind, r.status) {
         (Kind::Outcome, _) => f64::INFINITY,
+        (Kind::Simulated, _) => r.change.unwrap_or(0.0),
         (Kind::Memory, _) => {
             let (old, change) = (r.old.unwrap_or(0.0), r.change.unwrap_or(0.0));
             if old > 0.0 { change / old } else { change.signum() * f64::MAX.sqrt() }

@@ -22,6 +22,8 @@ pub enum Kind {
     /// The case's outcome (ok, failed, not available).
     Outcome,
     Memory,
+    /// A simulated-CPU figure (`bench --simulate`): exact up to a tolerance.
+    Simulated,
     Time,
 }
 
@@ -71,10 +73,32 @@ pub struct Row {
     pub gated: bool,
     /// In words, for people.
     pub detail: String,
+    /// Simulated figures: the functions whose own instructions grew most
+    /// (a differential profile), largest growth first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grew_most: Vec<FunctionChange>,
+    /// Time: not gated because the case's simulated figures gate it.
+    pub gated_by_simulation: bool,
     #[serde(skip)]
     pub(super) p_faster: Option<f64>,
     #[serde(skip)]
     pub(super) estimate: Option<stats::RunsEstimate>,
+}
+
+/// One function's own instructions on each side of a simulated figure
+/// (None: not among the functions kept on that side).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FunctionChange {
+    pub name: String,
+    pub old: Option<u64>,
+    pub new: Option<u64>,
+}
+
+impl FunctionChange {
+    /// new − old, a side without the function counting 0.
+    pub fn growth(&self) -> i64 {
+        self.new.unwrap_or(0) as i64 - self.old.unwrap_or(0) as i64
+    }
 }
 
 /// How the two sides' runs relate.
@@ -137,6 +161,10 @@ pub struct Method {
     pub bootstrap_resamples: usize,
     pub seed: u64,
     pub gate_times: bool,
+    /// The simulated figures' tolerance, percent.
+    pub simulated_tolerance_percent: f64,
+    /// How many figures were simulated-CPU figures (0 without `--simulate` on both sides).
+    pub simulated_figures: usize,
     pub config_file: Option<PathBuf>,
     /// How many time comparisons Benjamini–Hochberg adjusted together.
     pub time_tests: usize,

@@ -76,7 +76,18 @@ fn method_line(c: &Comparison) -> String {
         ""
     } else {
         " Times are not gated (gate_times = false): a slowdown is reported as inconclusive."
+    } + &simulated_sentence(m)
+}
+
+/// Which figure gates a CPU case, and why, when simulated figures were compared.
+fn simulated_sentence(m: &super::model::Method) -> String {
+    if m.simulated_figures == 0 {
+        return String::new();
     }
+    format!(
+        " CPU cases with simulated figures (`bench --simulate`: callgrind's instruction count and an estimated cycle count, L1 hits + 5 × LL hits + 35 × LL misses, in each case's measured region) are gated by those: counts of the same code and inputs repeat to within {} % on any machine, whatever its load, so a change of a few percent shows; their times are reported, not gated, since a shared runner's wall time cannot see a change that small. GPU cases and CPU cases without simulated figures are gated by time.",
+        m.simulated_tolerance_percent
+    )
 }
 
 /// The terminal report: every row that is not "no change" or "not compared" (all with `all`),
@@ -171,11 +182,13 @@ fn md_table(out: &mut String, rows: &[&Row]) {
         let is_bytes = r.metric.ends_with("_bytes");
         let fmt = |v: Option<f64>| match (v, r.kind) {
             (Some(v), Kind::Time) => fmt_ns(v),
+            (Some(v), Kind::Simulated) => format!("{v}"),
             (Some(v), _) => amount_text(v, is_bytes),
             (None, _) => String::new(),
         };
         let change = match (r.change, r.kind) {
             (Some(c), Kind::Time) => format!("{:+.1} %", c * 100.0),
+            (Some(c), Kind::Simulated) => format!("{:+.2} %", c * 100.0),
             (Some(c), _) => format!("{}{}", if c > 0.0 { "+" } else { "−" }, amount_text(c.abs(), is_bytes)),
             (None, _) => String::new(),
         };

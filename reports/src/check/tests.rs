@@ -576,3 +576,74 @@ fn the_historys_noise_keeps_a_two_speed_time_from_a_false_alarm() {
         assert_eq!(time_row(&c).status, Status::Regression, "{design:?}: {}", time_row(&c).detail);
     }
 }
+
+/// A case's simulated figures: `add` with `add_ir` instructions of its own, beside a fixed rest.
+fn simulated(add_ir: u64) -> vramlab_suites::SimulatedCpu {
+    let f = |name: &str, instructions| vramlab_suites::FunctionCount { name: name.into(), instructions };
+    vramlab_suites::SimulatedCpu {
+        regions: None,
+        instructions: add_ir + 10_000,
+        data_reads: 1,
+        data_writes: 1,
+        l1_misses: 0,
+        ll_misses: 0,
+        estimated_cycles: add_ir + 10_002,
+        functions: vec![f("vramlab_cpu_kernels::elementwise::add", add_ir), f("malloc", 6_000), f("memset", 4_000)],
+    }
+}
+
+fn with_simulated(mut run: RunResults, add_ir: u64) -> RunResults {
+    run.suites[0].cases[0].simulated = Some(simulated(add_ir));
+    run
+}
+
+#[test]
+fn simulated_figures_gate_within_their_tolerance_and_name_what_grew() {
+    let cfg = CheckConfig::default();
+    let base = || run(vec![case("t", vec![1000.0; 20], 1.0)]);
+    let old = RunSet::new(vec![with_simulated(base(), 90_000), base()]).unwrap();
+    let side = |add_ir, time| {
+        let slow = run(vec![case("t", vec![time; 20], 1.0)]);
+        RunSet::new(vec![with_simulated(slow.clone(), add_ir), slow]).unwrap()
+    };
+    let sim_row =
+        |c: &Comparison| c.rows.iter().find(|r| r.metric == "simulated.instructions").expect("a simulated row").clone();
+    // 2 % more work in `add`: 1.8 % of the case, over the 0.5 % tolerance.
+    let c = compare_runs(&old, &side(91_800, 1000.0), &cfg, CompareOptions::default(), labels());
+    let r = sim_row(&c);
+    assert_eq!(r.status, Status::Regression, "{}", r.detail);
+    assert_eq!(r.grew_most[0].name, "vramlab_cpu_kernels::elementwise::add");
+    assert_eq!(r.grew_most[0].growth(), 1_800);
+    assert!(r.detail.contains("100 000 → 101 800 instructions (+1.80 %"), "{}", r.detail);
+    assert!(r.detail.contains("grew most: vramlab_cpu_kernels::elementwise::add +1 800"), "{}", r.detail);
+    assert_eq!(c.method.simulated_figures, 2);
+    assert!(output::markdown(&c).contains("gated by those"));
+    // Within the tolerance, and the same count: no change.
+    let same = compare_runs(&old, &side(90_300, 1000.0), &cfg, CompareOptions::default(), labels());
+    assert_eq!(sim_row(&same).status, Status::NoChange, "{}", sim_row(&same).detail);
+    // The case's time, twice as slow in both runs, is reported but not gated: the
+    // simulated figures gate this CPU case.
+    let slow = compare_runs(&old, &side(90_000, 2000.0), &cfg, CompareOptions::default(), labels());
+    let t = time_row(&slow);
+    assert!(!t.gated && t.gated_by_simulation, "{t:?}");
+    assert_ne!(t.status, Status::Regression);
+    assert!(t.detail.contains("gated by its simulated figures"), "{}", t.detail);
+    assert!(!slow.has_regression());
+    let gate_both = CheckConfig::parse("[check]\ngate_simulated_times = true\n").unwrap();
+    let both = compare_runs(&old, &side(90_000, 2000.0), &gate_both, CompareOptions::default(), labels());
+    assert_eq!(time_row(&both).status, Status::Regression, "{}", time_row(&both).detail);
+}
+
+#[test]
+fn a_time_too_noisy_to_gate_is_not_judged_and_warned_about() {
+    let cfg = CheckConfig::default();
+    let at = |level: f64| run(vec![case("t", vec![level; 20], 1.0)]);
+    // Runs 30 % apart on each side: the between-run σ is above the 25 % cap.
+    let old = RunSet::new(vec![at(1000.0), at(1500.0), at(700.0)]).unwrap();
+    let new = RunSet::new(vec![at(2000.0), at(1400.0), at(3000.0)]).unwrap();
+    let c = compare_runs(&old, &new, &cfg, CompareOptions::default(), labels());
+    let t = time_row(&c);
+    assert_eq!(t.status, Status::Inconclusive, "{}", t.detail);
+    assert!(t.detail.starts_with("too noisy to gate on this machine"), "{}", t.detail);
+    assert!(c.warnings.iter().any(|w| w.contains("1 time figure is too noisy to gate")), "{:?}", c.warnings);
+}

@@ -30,6 +30,8 @@ Examples:
   cargo xtask bench --quick --save-baseline main --append     add this run to it (same commit)
   cargo xtask bench --quick --repeat 3 --baseline main        three runs, then compare with it
                                                               (see `cargo xtask check`)
+  cargo xtask bench --quick --device cpu --simulate           also count each CPU case under
+                                                              callgrind (gated in place of time)
 
 Every run is also appended to DIR/history.sqlite (see `cargo xtask history`).
 
@@ -99,6 +101,15 @@ pub struct BenchArgs {
     /// With --export-snapshot: only this case (repeatable; its name, or SUITE/CASE)
     #[arg(long = "export-case", value_name = "NAME", requires = "export_snapshot")]
     pub export_cases: Vec<String>,
+
+    /// Also count each CPU case's measured work under valgrind's callgrind (instructions and an
+    /// estimated cycle count, deterministic: gated to a tolerance in place of time); needs valgrind
+    #[arg(long)]
+    pub simulate: bool,
+
+    /// Internal: this process is the one `--simulate` runs under callgrind
+    #[arg(long, hide = true)]
+    pub simulated_process: bool,
 
     #[command(flatten)]
     pub check: CheckOptions,

@@ -1,0 +1,124 @@
+//! valgrind's client requests that a simulated run needs: callgrind's
+//! START_INSTRUMENTATION and STOP_INSTRUMENTATION, so that only a case's own
+//! work runs under callgrind's instrumentation (the rest of the process runs
+//! at valgrind's plain speed, several times faster), ZERO_STATS and
+//! DUMP_STATS, so that each measured call is one profile of its own, and
+//! RUNNING_ON_VALGRIND.
+//!
+//! A client request is the magic instruction sequence of valgrind's
+//! `valgrind.h` (x86-64: four rotations of `rdi` that add up to 128 bits, then
+//! `xchg rbx, rbx`; `rax` points at the request and its arguments, `rdx`
+//! holds the default and receives the answer). On a real CPU the sequence
+//! changes nothing and the answer is the default. It is written here rather
+//! than taken from a crate: `crabgrind` compiles C against valgrind's headers
+//! at build time (every build machine would need them), and gungraun's
+//! requests come with its whole benchmark framework; these are five requests.
+//! On other architectures the requests do nothing and [`SUPPORTED`] is false.
+
+/// Whether this build can make client requests (x86-64).
+pub const SUPPORTED: bool = cfg!(target_arch = "x86_64");
+
+/// callgrind's requests start at `VG_USERREQ_TOOL_BASE('C', 'T')`.
+const CALLGRIND_BASE: usize = (b'C' as usize) << 24 | (b'T' as usize) << 16;
+/// `VG_USERREQ__DUMP_STATS`, `…ZERO_STATS`, `…START_INSTRUMENTATION` and
+/// `…STOP_INSTRUMENTATION` (callgrind.h).
+const DUMP_STATS: usize = CALLGRIND_BASE;
+const ZERO_STATS: usize = CALLGRIND_BASE + 1;
+const START_INSTRUMENTATION: usize = CALLGRIND_BASE + 4;
+const STOP_INSTRUMENTATION: usize = CALLGRIND_BASE + 5;
+/// `VG_USERREQ__RUNNING_ON_VALGRIND` (valgrind.h).
+const RUNNING_ON_VALGRIND: usize = 0x1001;
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn client_request(default: usize, request: usize) -> usize {
+    let args: [usize; 6] = [request, 0, 0, 0, 0, 0];
+    let mut result = default;
+    // SAFETY: the sequence rotates rdi by 3 + 13 + 61 + 51 = 128 bits (rdi
+    // unchanged; the flags are clobbered, which asm! assumes without
+    // `preserves_flags`) and exchanges rbx with itself: registers and memory
+    // are as before on a real CPU. Under valgrind, valgrind reads the six words at
+    // rax (alive for the whole asm block) and writes its answer to rdx only.
+    unsafe {
+        std::arch::asm!(
+            "rol rdi, 3",
+            "rol rdi, 13",
+            "rol rdi, 61",
+            "rol rdi, 51",
+            "xchg rbx, rbx",
+            inout("rdx") result,
+            in("rax") args.as_ptr(),
+            options(nostack),
+        );
+    }
+    result
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn client_request(default: usize, _request: usize) -> usize {
+    default
+}
+
+/// Whether this process runs under valgrind (false on a real CPU).
+pub fn running_on_valgrind() -> bool {
+    client_request(0, RUNNING_ON_VALGRIND) != 0
+}
+
+/// callgrind: instrument from here on (with `--instr-atstart=no`).
+#[inline(always)]
+pub fn start_instrumentation() {
+    client_request(0, START_INSTRUMENTATION);
+}
+
+/// callgrind: stop instrumenting (the process runs on at valgrind's plain speed).
+#[inline(always)]
+pub fn stop_instrumentation() {
+    client_request(0, STOP_INSTRUMENTATION);
+}
+
+/// callgrind: the counts so far are forgotten.
+#[inline(always)]
+pub fn zero_stats() {
+    client_request(0, ZERO_STATS);
+}
+
+/// callgrind: the counts since the last zero or dump are written as the
+/// next profile (`callgrind.out.N`, N counting the dumps from 1).
+#[inline(always)]
+pub fn dump_stats() {
+    client_request(0, DUMP_STATS);
+}
+
+/// Instrumentation on from [`Instrumented::start`] until dropped (an error
+/// or a panic in between stops it too).
+#[derive(Debug)]
+pub struct Instrumented(());
+
+impl Instrumented {
+    pub fn start() -> Instrumented {
+        start_instrumentation();
+        Instrumented(())
+    }
+}
+
+impl Drop for Instrumented {
+    fn drop(&mut self) {
+        stop_instrumentation();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_a_real_cpu_the_requests_do_nothing() {
+        // The test binary runs natively: the answer is the default, and the
+        // instrumentation requests neither fault nor change anything.
+        assert!(!running_on_valgrind());
+        start_instrumentation();
+        stop_instrumentation();
+        assert_eq!(START_INSTRUMENTATION, 0x4354_0004);
+    }
+}

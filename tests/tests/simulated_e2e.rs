@@ -1,0 +1,82 @@
+//! `bench --simulate` end to end, the simulated A/A check CI runs: the quick
+//! cpu-vs-gpu suite (the CPU kernels' cases) twice under callgrind through the
+//! release binary, the first saved as a baseline, the second compared with
+//! it. Every CPU case that times its work gets simulated figures (instructions
+//! counted in its measured region, the functions that executed them), and the
+//! two runs' figures agree within the tolerance: no simulated regression, and
+//! the check says the simulated figures gate those cases. Without valgrind the
+//! test says it skipped, except in CI (`CI` set), where it fails.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use vramlab_tests::xtask_release;
+
+use serde_json::Value;
+
+fn xtask(bin: &Path, dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin).args(args).current_dir(dir).env_remove("GITHUB_ACTIONS").output().expect("xtask runs")
+}
+
+#[test]
+fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "valgrind is missing in CI: .ci/run installs it");
+        eprintln!("skipped: no valgrind on the PATH (Debian: apt-get install valgrind)");
+        return;
+    }
+    let bin = xtask_release();
+    let dir = std::env::temp_dir().join(format!("vramlab-simulated-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = |p: &str| dir.join(p).to_str().unwrap().to_owned();
+    let bench = ["bench", "--quick", "--device", "cpu", "--suite", "cpu-vs-gpu", "--simulate", "--samples", "5"];
+
+    let started = std::time::Instant::now();
+    let first = xtask(
+        &bin,
+        &dir,
+        &[&bench[..], &["--out", &d("a"), "--save-baseline", "a", "--baseline-dir", &d("b")]].concat(),
+    );
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("simulated pass: 11 cases counted"), "{stderr}");
+    let results = vramlab_reports::read_results_json(&dir.join("a").join(vramlab_reports::RESULTS_JSON)).unwrap();
+    let suite = &results.suites[0];
+    for c in suite.cases.iter().filter(|c| c.outcome.is_ok() && c.timing.is_some()) {
+        let s = c.simulated.as_ref().unwrap_or_else(|| panic!("{} has no simulated figures", c.name));
+        assert!(s.instructions > 1000 && s.estimated_cycles >= s.instructions, "{}: {s:?}", c.name);
+        assert!(s.regions.is_none(), "the regions stay in the simulated process's results");
+        assert!(!s.functions.is_empty() && s.functions.windows(2).all(|w| w[0].instructions >= w[1].instructions));
+    }
+    // The add kernel's own instructions are named in its cases' profiles.
+    let add = suite.cases.iter().find(|c| c.name == "add/cpu/1024").and_then(|c| c.simulated.as_ref()).unwrap();
+    assert!(add.functions.iter().any(|f| f.name == "vramlab_cpu_kernels::elementwise::add"), "{:?}", add.functions);
+
+    let second = xtask(
+        &bin,
+        &dir,
+        &[&bench[..], &["--out", &d("c"), "--baseline", "a", "--baseline-dir", &d("b"), "--json"]].concat(),
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    let took = started.elapsed();
+    assert!(matches!(second.status.code(), Some(0 | 1)), "{stderr}");
+    let json: Value = serde_json::from_slice(&second.stdout).expect("the comparison as JSON");
+    let rows = json["rows"].as_array().unwrap();
+    let simulated: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "simulated").collect();
+    assert_eq!(simulated.len(), 22, "instructions and estimated cycles of 11 cases");
+    for r in &simulated {
+        assert_ne!(r["status"], "regression", "an A/A pair: {r}");
+    }
+    let instructions = simulated.iter().filter(|r| r["metric"] == "simulated.instructions");
+    for r in instructions {
+        assert!(r["change"].as_f64().unwrap().abs() < 0.001, "instructions repeat: {r}");
+    }
+    // Their times are reported, not gated: this A/A pair cannot fail on a busy machine's clock.
+    for r in rows.iter().filter(|r| r["kind"] == "time") {
+        assert_eq!(r["gated"], false, "{r}");
+        assert_eq!(r["gated_by_simulation"], true, "{r}");
+    }
+    assert_eq!(second.status.code(), Some(0), "{stderr}");
+    eprintln!("the simulated A/A pair took {:.0} s", took.as_secs_f64());
+    let _ = std::fs::remove_dir_all(&dir);
+}
