@@ -127,22 +127,7 @@ pub fn compare_memory(
         times_compared: false,
         notes,
         warnings: Vec::new(),
-        method: Method {
-            time_threshold_percent: cfg.time_threshold_percent,
-            memory_tolerance_bytes: cfg.memory_tolerance_bytes,
-            confidence: cfg.confidence,
-            false_discovery_rate: cfg.false_discovery_rate,
-            bootstrap_resamples: cfg.bootstrap_resamples,
-            seed: cfg.seed,
-            gate_times: cfg.gate_times,
-            config_file: cfg.source.clone(),
-            time_tests: 0,
-            design: Design::Runs,
-            baseline_runs: 1,
-            current_runs: 1,
-            simulated_tolerance_percent: cfg.simulated_tolerance_percent,
-            simulated_figures: 0,
-        },
+        method: Method::new(cfg, Design::Runs, 0, 0, (1, 1)),
         call_paths,
     }
 }

@@ -116,22 +116,7 @@ pub fn compare_runs(
         times_compared: context.times_compared,
         notes: context.notes,
         warnings,
-        method: Method {
-            time_threshold_percent: cfg.time_threshold_percent,
-            memory_tolerance_bytes: cfg.memory_tolerance_bytes,
-            confidence: cfg.confidence,
-            false_discovery_rate: cfg.false_discovery_rate,
-            bootstrap_resamples: cfg.bootstrap_resamples,
-            seed: cfg.seed,
-            gate_times: cfg.gate_times,
-            simulated_tolerance_percent: cfg.simulated_tolerance_percent,
-            simulated_figures,
-            config_file: cfg.source.clone(),
-            time_tests,
-            design: options.design,
-            baseline_runs: baseline.len(),
-            current_runs: current.len(),
-        },
+        method: Method::new(cfg, options.design, time_tests, simulated_figures, (baseline.len(), current.len())),
         call_paths: Vec::new(),
     }
 }

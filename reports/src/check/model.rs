@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::config::CheckConfig;
 use super::matching::CaseKey;
 use super::stats;
 
@@ -172,6 +173,36 @@ pub struct Method {
     /// Runs on each side (pairs: the same number).
     pub baseline_runs: usize,
     pub current_runs: usize,
+}
+
+impl Method {
+    /// The settings of `cfg` a comparison of `design` ran with: `time_tests` time
+    /// comparisons adjusted together, `simulated_figures` simulated-CPU figures, and
+    /// the runs on each side. The bench gate and the memory gate both record it so.
+    pub fn new(
+        cfg: &CheckConfig,
+        design: Design,
+        time_tests: usize,
+        simulated_figures: usize,
+        runs: (usize, usize),
+    ) -> Self {
+        Method {
+            time_threshold_percent: cfg.time_threshold_percent,
+            memory_tolerance_bytes: cfg.memory_tolerance_bytes,
+            confidence: cfg.confidence,
+            false_discovery_rate: cfg.false_discovery_rate,
+            bootstrap_resamples: cfg.bootstrap_resamples,
+            seed: cfg.seed,
+            gate_times: cfg.gate_times,
+            simulated_tolerance_percent: cfg.simulated_tolerance_percent,
+            simulated_figures,
+            config_file: cfg.source.clone(),
+            time_tests,
+            design,
+            baseline_runs: runs.0,
+            current_runs: runs.1,
+        }
+    }
 }
 
 /// Two builds compared.
