@@ -215,6 +215,7 @@ impl Profile {
             host_trace_entries: 0,
             external_annotations: 0,
             other_keys: Vec::new(),
+            estimate: None,
         })
     }
 }

@@ -118,6 +118,15 @@ pub fn side_facts(d: &SnapshotDiff) -> Vec<Fact> {
     vec![Fact::new("Before (A)", side(&d.before)), Fact::new("After (B)", side(&d.after))]
 }
 
+/// The banner's lines where a side is an estimate (captured with no GPU); `None` when neither is.
+pub fn estimate_banner(d: &SnapshotDiff) -> Option<Vec<String>> {
+    let lines: Vec<String> = [("A (before)", &d.before), ("B (after)", &d.after)]
+        .into_iter()
+        .filter_map(|(name, s)| Some(format!("{name}, {}: {}", s.source, s.estimate.as_ref()?)))
+        .collect();
+    (!lines.is_empty()).then_some(lines)
+}
+
 #[derive(Serialize)]
 struct PathRow {
     label: String,
@@ -192,6 +201,7 @@ pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, Report
     let ctx = minijinja::context! {
         title => format!("vramlab diff of {} and {}", d.before.source, d.after.source),
         answer => answer,
+        estimate => estimate_banner(d),
         version => env!("CARGO_PKG_VERSION"),
         source => format!("{} → {}", d.before.source, d.after.source),
         facts => side_facts(d),

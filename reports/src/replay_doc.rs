@@ -15,9 +15,9 @@ use vramlab_engine::alloc::OutOfMemoryError;
 use vramlab_replay::timeline::ReplayTimeline;
 use vramlab_replay::{OnOom, ReplayOptions, ReplayReport, TooLargeRecord};
 use vramlab_snapshot::{
-    Action, Attribution, CategorySource, FidelityReport, InferredCapacity, LimitKind, LiveAtStart, MemoryStatsCheck,
-    OomRequest, Placement, PointKind, PoolInference, ReleaseSummary, Snapshot, SnapshotReplay, SnapshotReplayOptions,
-    UnderivableStat,
+    Action, Attribution, CategorySource, Estimate, FidelityReport, InferredCapacity, LimitKind, LiveAtStart,
+    MemoryStatsCheck, OomRequest, Placement, PointKind, PoolInference, ReleaseSummary, Snapshot, SnapshotReplay,
+    SnapshotReplayOptions, UnderivableStat,
 };
 
 use crate::replay_page::{Answer, DocView, Fact, StatNote, answer_holders};
@@ -184,6 +184,10 @@ pub struct ReplayDoc {
     pub fidelity: Option<FidelityReport>,
     /// Every device's figures (a trace's devices; a snapshot's replayed device).
     pub devices: Vec<DocDevice>,
+    /// The snapshot is an estimate (`vramlab estimate`: captured with no GPU):
+    /// the GPU and torch it assumed and the requests it modelled; `null` for a
+    /// recording.
+    pub estimate: Option<Estimate>,
 }
 
 /// The document of a trace replay.
@@ -267,6 +271,7 @@ pub fn from_trace(input: &str, opts: &ReplayOptions, r: &ReplayReport) -> Replay
                 memory_stats: d.memory_stats.clone(),
             })
             .collect(),
+        estimate: None,
     }
 }
 
@@ -354,7 +359,22 @@ pub fn from_snapshot(input: &str, snap: &Snapshot, r: &SnapshotReplay, opts: &Sn
             final_reserved_bytes: r.final_reserved_bytes,
             memory_stats: r.final_memory_stats.clone(),
         }],
+        estimate: snap.estimate.clone(),
     }
+}
+
+/// The lines that say a snapshot is an estimate, for every view of it: the
+/// assumed GPU and torch, then each modelled kind of request.
+pub fn estimate_lines(e: &Estimate) -> Vec<String> {
+    let mut lines = vec![format!(
+        "ESTIMATED: captured with no GPU (vramlab estimate), not recorded by PyTorch; assumed {}, torch {}",
+        e.gpu.describe(),
+        e.torch
+    )];
+    for r in &e.rules {
+        lines.push(format!("modelled: {} x {} ({}): {}", r.count, r.name, fmt_bytes(r.bytes), r.why));
+    }
+    lines
 }
 
 /// `12.00 MiB (12582912 bytes)`; below 1 KiB the bytes alone.
@@ -400,12 +420,11 @@ fn title_lines(s: &mut String, d: &ReplayDoc) {
             let _ = writeln!(s, "vramlab replay of {}", d.input);
         }
         InputFormat::PytorchSnapshot => {
-            let _ = writeln!(
-                s,
-                "vramlab replay of {} (PyTorch memory snapshot, pickle protocol {})",
-                d.input,
-                d.protocol.unwrap_or(0)
-            );
+            let what = if d.estimate.is_some() { "ESTIMATED snapshot" } else { "PyTorch memory snapshot" };
+            let _ = writeln!(s, "vramlab replay of {} ({what}, pickle protocol {})", d.input, d.protocol.unwrap_or(0));
+            for line in d.estimate.iter().flat_map(estimate_lines) {
+                let _ = writeln!(s, "  {line}");
+            }
             let how = if d.device_chosen {
                 format!(
                     " (the one with the most entries, of {} device(s) with a trace; --device N picks another)",
@@ -578,7 +597,15 @@ fn snapshot_detail_lines(s: &mut String, d: &ReplayDoc) {
     for n in stat_notes(d) {
         let _ = writeln!(s, "  not derivable      {}: {} ({})", n.key, n.value, n.reason);
     }
-    fidelity_lines(s, d.fidelity.as_ref());
+    if d.estimate.is_some() {
+        let _ = writeln!(
+            s,
+            "  fidelity           not applicable: an estimate has no recording to check against (its figures are \
+             the allocator model's, over requests captured without a GPU)"
+        );
+    } else {
+        fidelity_lines(s, d.fidelity.as_ref());
+    }
     for a in &d.attribution {
         s.push('\n');
         s.push_str(&holders_text(a, ATTRIBUTION_ROWS_TEXT));
@@ -858,6 +885,9 @@ pub fn page_facts(d: &ReplayDoc, t: &ReplayTimeline) -> Vec<Fact> {
     let capacity = d.capacity_bytes.map_or_else(|| "unlimited".to_owned(), exact);
     let total_ooms = d.ooms.len() as u64 + d.ooms_not_listed;
     let mut facts = Vec::new();
+    if let Some(e) = &d.estimate {
+        facts.push(Fact::new("estimated", estimate_lines(e).join("; ")));
+    }
     match d.format {
         InputFormat::VramlabTrace => {
             facts.push(Fact::new("simulated device", capacity));
@@ -1057,8 +1087,14 @@ pub fn page_answer(d: &ReplayDoc, t: &ReplayTimeline) -> Answer {
 /// in words and as the chart's label, the releases, how far short each
 /// recorded failed request made again was.
 pub fn doc_view(d: &ReplayDoc, t: &ReplayTimeline) -> DocView {
+    let mut answer = page_answer(d, t);
+    if let Some(e) = &d.estimate {
+        answer.headline = format!("Estimated: {}", answer.headline);
+        answer.lines.insert(0, estimate_lines(e).swap_remove(0));
+    }
     DocView {
-        answer: Some(page_answer(d, t)),
+        estimate: d.estimate.as_ref().map(|e| estimate_lines(e)),
+        answer: Some(answer),
         limit: limit_text(d),
         limit_label: limit_label(d),
         releases: d.releases.as_ref().filter(|r| r.runs > 0).map(|r| r.describe()),

@@ -99,6 +99,8 @@ pub struct ReplayPage<'a> {
 /// The replay page's parts that come from the replay's document.
 #[derive(Debug, Clone, Default)]
 pub struct DocView {
+    /// The snapshot is an estimate: the banner's lines (`replay_doc::estimate_lines`).
+    pub estimate: Option<Vec<String>>,
     pub answer: Option<Answer>,
     /// The limit in words, and as the capacity line's label.
     pub limit: Option<String>,
@@ -261,6 +263,8 @@ pub struct WhatifSetting<'a> {
 /// What `cargo xtask whatif --report` shows.
 #[derive(Debug, Clone)]
 pub struct WhatifPage<'a> {
+    /// The snapshot is an estimate: the banner's lines (`replay_doc::estimate_lines`).
+    pub estimate: Option<Vec<String>>,
     pub source: String,
     pub unit: String,
     pub facts: Vec<Fact>,
@@ -949,6 +953,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         }),
         capacity => page.doc.as_ref().and_then(|d| d.limit.clone()).or_else(|| page.capacity_bytes.map(fmt_bytes)),
         answer => page.doc.as_ref().and_then(|d| d.answer.clone()),
+        estimate => page.doc.as_ref().and_then(|d| d.estimate.clone()),
         releases => page.doc.as_ref().and_then(|d| d.releases.clone()),
         js => crate::html::JS,
         segments => segments,
@@ -1039,6 +1044,9 @@ fn whatif_answer(page: &WhatifPage<'_>, rows: &[SettingRow]) -> Answer {
         },
         ..Answer::default()
     };
+    if page.estimate.is_some() {
+        answer.headline = format!("Estimated: {}", answer.headline);
+    }
     if let Some(limit) = &page.limit {
         answer.lines.push(format!("Limit: {limit}."));
     } else if let Some(c) = page.capacity_bytes {
@@ -1149,6 +1157,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         capacity => page.limit.clone().or_else(|| page.capacity_bytes.map(fmt_bytes)),
         over_limit => over_limit,
         answer => answer,
+        estimate => &page.estimate,
         releases => &page.releases,
         grouped => grouped,
         settings_tried => page.settings.len(),
@@ -1308,6 +1317,7 @@ mod tests {
             timeline: &t,
         };
         let page = WhatifPage {
+            estimate: None,
             source: "snap.pickle".into(),
             unit: "trace entries".into(),
             facts: vec![Fact::new("capacity", "1.00 GiB")],

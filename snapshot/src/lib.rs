@@ -23,6 +23,8 @@
 //!   such as `device_traces[0][17].size`) and what was expected.
 //! - `src/format/model.rs` — the typed model: `Snapshot`, `Segment`, `Block`,
 //!   `TraceEntry`, `Action`, `FrameTable`, `AllocatorSettings`.
+//! - `src/format/estimate.rs` — the `vramlab_estimate` marker of a snapshot
+//!   captured with no GPU (`Estimate`: the assumed GPU and torch, the modelled rules).
 //! - `src/format/value.rs` — the pickle machine's 16-byte value handles.
 //! - `src/format/fields.rs` — a trace entry's fields as the pickle holds them:
 //!   the keys, how each value is taken, the checks that make a `TraceEntry`.
@@ -101,6 +103,7 @@ pub use analysis::whatif::{
     what_if_timelines,
 };
 pub use format::error::SnapshotError;
+pub use format::estimate::{AssumedGpuInfo, ESTIMATE_KEY, ESTIMATE_VERSION, Estimate, ModelledRule, Scalar};
 pub use format::export::{write_chrome_trace, write_snapshot};
 pub use format::import::{is_pickle, peek_allocator_settings, read_snapshot, read_snapshot_file, read_snapshot_with};
 pub use format::model::{

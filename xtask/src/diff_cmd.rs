@@ -198,6 +198,9 @@ pub(crate) fn snapshots_output(
 pub fn text(d: &SnapshotDiff) -> String {
     let mut t = String::new();
     let _ = writeln!(t, "vramlab diff: A = {}, B = {}", d.before.source, d.after.source);
+    for line in diff_page::estimate_banner(d).into_iter().flatten() {
+        let _ = writeln!(t, "  {line}");
+    }
     for f in diff_page::side_facts(d) {
         let _ = writeln!(t, "  {:<10} {}", f.name, f.value);
     }

@@ -13,8 +13,9 @@ use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{AllocatorConfig, format_size};
 use vramlab_reports::replay_page::{self, Fact, WhatifPage, WhatifSetting};
 use vramlab_snapshot::{
-    self as snapshot, Attribution, LimitKind, Point, PointKind, SMALLER_BATCH_MODEL, SWEEP_GRID, SmallerBatch,
-    Snapshot, SnapshotReplayOptions, WhatIf, attribute, recommend, requested_peak_index, what_if, what_if_timelines,
+    self as snapshot, Attribution, Estimate, LimitKind, Point, PointKind, SMALLER_BATCH_MODEL, SWEEP_GRID,
+    SmallerBatch, Snapshot, SnapshotReplayOptions, WhatIf, attribute, recommend, requested_peak_index, what_if,
+    what_if_timelines,
 };
 
 use crate::cli::WhatifArgs;
@@ -52,7 +53,7 @@ pub(crate) fn output(args: &WhatifArgs, name: &str, snap: Snapshot) -> anyhow::R
         Some(dir) => Some(write_page(dir, args, name, &a)?),
         None => None,
     };
-    let Analysis { results, best, batch, attribution, .. } = a;
+    let Analysis { results, best, batch, attribution, estimate, .. } = a;
     let recorded = &results[0];
     let out = if args.json {
         let mut attribution = attribution;
@@ -68,6 +69,7 @@ pub(crate) fn output(args: &WhatifArgs, name: &str, snap: Snapshot) -> anyhow::R
             peak_index: attribution.first().and_then(|a| a.trace_index),
             attribution: &attribution,
             smaller_batch: batch.as_ref(),
+            estimate: estimate.as_ref(),
         };
         let mut v = serde_json::to_vec_pretty(&json).context("cannot serialize the report")?;
         v.push(b'\n');
@@ -117,6 +119,8 @@ pub(crate) struct Analysis {
     /// At a recorded OOM: would a smaller batch have fitted (a model)?
     pub batch: Option<SmallerBatch>,
     pub attribution: Vec<Attribution>,
+    /// The snapshot is an estimate (captured with no GPU).
+    pub estimate: Option<Estimate>,
 }
 
 /// Replays `snap` under every setting of `args` (the recorded first).
@@ -137,7 +141,7 @@ pub(crate) fn analyse(args: &WhatifArgs, name: &str, snap: &Snapshot, timelines:
         None
     };
     let attribution = holders(snap, &results[0], args.top.max(vramlab_reports::replay_doc::ATTRIBUTION_ROWS));
-    Ok(Analysis { results, timelines, best, batch, attribution })
+    Ok(Analysis { results, timelines, best, batch, attribution, estimate: snap.estimate.clone() })
 }
 
 /// The what-if page of an analysis made with timelines, into `dir`; its index's path.
@@ -149,6 +153,7 @@ pub(crate) fn write_page(
 ) -> anyhow::Result<std::path::PathBuf> {
     let results = &a.results;
     let page = WhatifPage {
+        estimate: a.estimate.as_ref().map(vramlab_reports::replay_doc::estimate_lines),
         source: name.to_owned(),
         unit: "trace entries".into(),
         facts: vec![
@@ -474,6 +479,9 @@ struct Json<'a> {
     /// At a recorded OOM: would a smaller batch have fitted? A model (activation
     /// and temporary requests scaled; see `answer`).
     smaller_batch: Option<&'a SmallerBatch>,
+    /// The snapshot is an estimate (captured with no GPU): what it assumed and
+    /// modelled; `null` for a recording.
+    estimate: Option<&'a Estimate>,
 }
 
 fn conf_name(w: &WhatIf) -> String {
@@ -501,6 +509,9 @@ fn text(
         "vramlab what-if of {name}: device {}, {} trace entries, capacity {capacity}",
         r0.device, r0.entries
     );
+    for line in snap.estimate.iter().flat_map(vramlab_reports::replay_doc::estimate_lines) {
+        let _ = writeln!(s, "  {line}");
+    }
     let width = results.iter().map(|w| conf_name(w).len()).max().unwrap_or(10).max(10);
     let _ = writeln!(
         s,

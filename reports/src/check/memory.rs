@@ -81,6 +81,9 @@ pub fn compare_memory(
         }
         call_paths.extend(path_moves(key, o, n));
         for (side, r) in [("the baseline's", o), ("this", n)] {
+            if let Some(e) = &r.estimate {
+                notes.push(format!("{key}: {side} snapshot {} is {e}: its figures are not a recording's", r.file));
+            }
             if r.fidelity_agrees == Some(false) {
                 notes.push(format!(
                     "{key}: {side} replay of {} disagrees with its recording: its figures are the model's, not PyTorch's (`vramlab replay` says where)",
@@ -232,6 +235,7 @@ mod tests {
             figures,
             fidelity_agrees: Some(true),
             paths,
+            estimate: None,
         }
     }
 

@@ -51,6 +51,9 @@ pub struct DiffSide {
     /// Whether the replay agrees with the recording (`None`: not checked,
     /// the snapshot has no settings or no final segments to check against).
     pub fidelity_agrees: Option<bool>,
+    /// The snapshot is an estimate (captured with no GPU): what it assumed
+    /// ([`crate::Estimate::headline`]); `None` for a recording.
+    pub estimate: Option<String>,
 }
 
 /// One call path's bytes at each side's allocated peak.
@@ -146,6 +149,7 @@ fn side(
         largest_free_block_at_peak_bytes: r.largest_free_block_at_peak_bytes,
         ooms: r.ooms.len() as u64,
         fidelity_agrees: r.fidelity.as_ref().map(|f| f.agrees()),
+        estimate: snapshot.estimate.as_ref().map(|e| e.headline()),
     };
     Ok((side, attribution, sizes))
 }

@@ -93,6 +93,10 @@ pub struct RankFigures {
     pub fidelity_agrees: Option<bool>,
     /// The call paths at the allocated peak, largest first ([`PATHS_KEPT`] at most).
     pub paths: Vec<PathBytes>,
+    /// The snapshot is an estimate (captured with no GPU): what it assumed
+    /// ([`crate::Estimate::headline`]); `None` for a recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<String>,
 }
 
 impl RankFigures {
@@ -156,6 +160,7 @@ pub fn snapshot_figures(
             figures,
             fidelity_agrees: r.fidelity.as_ref().map(|f| f.agrees()),
             paths,
+            estimate: snapshot.estimate.as_ref().map(|e| e.headline()),
         });
     }
     Ok(out)

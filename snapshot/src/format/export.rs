@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
+use super::estimate::{ESTIMATE_KEY, Estimate, Scalar};
 use super::model::{Action, SegmentType, Snapshot, StackId};
 use vramlab_allocator::BlockState;
 
@@ -141,7 +142,8 @@ impl<W: Write> Pickler<W> {
 /// Writes `snap` as a memory-snapshot pickle (protocol 2) that PyTorch's
 /// readers accept: `segments` (with blocks, frames, pool ids), `device_traces`
 /// (each entry with action, addr or device_free, size, stream, time_us,
-/// frames), `allocator_settings` when the snapshot has them.
+/// frames), `allocator_settings` when the snapshot has them, and the
+/// `vramlab_estimate` marker of an estimate.
 pub fn write_snapshot<W: Write>(snap: &Snapshot, out: W) -> io::Result<()> {
     let mut p = Pickler { out, memo: HashMap::new(), frame_memo: Vec::new(), next_memo: 0 };
     p.out.write_all(&[0x80, 2])?;
@@ -236,12 +238,66 @@ pub fn write_snapshot<W: Write>(snap: &Snapshot, out: W) -> io::Result<()> {
         p.dict_end()?;
         p.dict_end()?;
     }
+    if let Some(e) = &snap.estimate {
+        p.str(ESTIMATE_KEY)?;
+        estimate(&mut p, e)?;
+    }
     p.str("external_annotations")?;
     p.list_start()?;
     p.list_end()?;
     p.dict_end()?;
     p.out.write_all(b".")?;
     p.out.flush()
+}
+
+/// The `vramlab_estimate` marker, as the capture writes it.
+fn estimate<W: Write>(p: &mut Pickler<W>, e: &Estimate) -> io::Result<()> {
+    p.dict_start()?;
+    p.key_int("version", e.version as i128)?;
+    p.str("torch")?;
+    p.str(&e.torch)?;
+    p.str("gpu")?;
+    p.dict_start()?;
+    p.str("name")?;
+    p.str(&e.gpu.name)?;
+    p.key_int("total_memory", e.gpu.total_memory as i128)?;
+    p.key_int("sm_count", e.gpu.sm_count as i128)?;
+    p.key_int("major", e.gpu.major as i128)?;
+    p.key_int("minor", e.gpu.minor as i128)?;
+    for (k, v) in &e.gpu.other {
+        p.str(k)?;
+        match v {
+            Scalar::Bool(b) => p.bool(*b)?,
+            Scalar::Int(n) => p.int(*n as i128)?,
+            Scalar::Float(f) => p.float(*f)?,
+            Scalar::Str(s) => p.str(s)?,
+        }
+    }
+    p.dict_end()?;
+    p.str("rules")?;
+    p.list_start()?;
+    for r in &e.rules {
+        p.dict_start()?;
+        p.str("name")?;
+        p.str(&r.name)?;
+        p.key_int("count", r.count as i128)?;
+        p.key_int("bytes", r.bytes as i128)?;
+        p.str("why")?;
+        p.str(&r.why)?;
+        p.dict_end()?;
+    }
+    p.list_end()?;
+    p.str("capture_s")?;
+    p.float(e.capture_s)?;
+    p.str("startup_s")?;
+    p.float(e.startup_s)?;
+    p.str("argv")?;
+    p.list_start()?;
+    for a in &e.argv {
+        p.str(a)?;
+    }
+    p.list_end()?;
+    p.dict_end()
 }
 
 /// Writes device `device`'s trace of `snap` as a Chrome trace (JSON, for

@@ -9,6 +9,7 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::error::SnapshotError;
+use super::estimate::{ESTIMATE_KEY, estimate};
 use super::fields::ProblemKind;
 use super::model::{AllocatorSettings, Block, FrameTable, Segment, SegmentType, Snapshot, TraceEntry};
 use super::pickle::{self, Heap, Pickle, ReadOptions};
@@ -213,6 +214,7 @@ fn snapshot_of(pickle: Pickle) -> Result<Snapshot, SnapshotError> {
                 host_trace_entries: 0,
                 external_annotations: 0,
                 other_keys: Vec::new(),
+                estimate: None,
             });
         }
         other => {
@@ -225,7 +227,7 @@ fn snapshot_of(pickle: Pickle) -> Result<Snapshot, SnapshotError> {
         }
     };
     let items = heap.dicts[top_dict as usize].clone();
-    let (mut segs, mut traces, mut settings) = (None, None, None);
+    let (mut segs, mut traces, mut settings, mut marker) = (None, None, None, None);
     let (mut host_segments, mut host_trace_entries, mut external_annotations) = (0, 0, 0);
     let mut other_keys = Vec::new();
     for (k, v) in items {
@@ -239,6 +241,7 @@ fn snapshot_of(pickle: Pickle) -> Result<Snapshot, SnapshotError> {
             // The legacy name of the same list.
             "traces" if traces.is_none() => traces = Some(v),
             "allocator_settings" => settings = Some(v),
+            ESTIMATE_KEY => marker = Some(v),
             "host_segments" => host_segments = len_of(&heap, v),
             "host_traces" => host_trace_entries = count_entries(&heap, v),
             "external_annotations" => external_annotations = len_of(&heap, v),
@@ -260,6 +263,10 @@ fn snapshot_of(pickle: Pickle) -> Result<Snapshot, SnapshotError> {
         None | Some(Value::None) => None,
         Some(s) => Some(allocator_settings(&heap, s)?),
     };
+    let estimate = match marker {
+        None | Some(Value::None) => None,
+        Some(m) => Some(estimate(&heap, m)?),
+    };
     Ok(Snapshot {
         protocol,
         segments,
@@ -272,6 +279,7 @@ fn snapshot_of(pickle: Pickle) -> Result<Snapshot, SnapshotError> {
         host_trace_entries,
         external_annotations,
         other_keys,
+        estimate,
     })
 }
 

@@ -3,6 +3,7 @@
 //! Nothing here knows of the replay or the analyses; they build on it.
 
 pub(crate) mod error;
+pub(crate) mod estimate;
 pub(crate) mod export;
 pub(crate) mod fields;
 pub(crate) mod heap;

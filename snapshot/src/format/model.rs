@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::estimate::Estimate;
 use vramlab_allocator::{AllocatorConfig, BlockState, ROUNDUP_BUCKETS};
 
 /// An interned call stack: an index into [`FrameTable::stacks`]; 0 is "no frames".
@@ -199,6 +200,9 @@ pub struct Snapshot {
     pub external_annotations: u64,
     /// Top-level keys this reader does not use, tolerated.
     pub other_keys: Vec<String>,
+    /// The `vramlab_estimate` marker: the snapshot was captured with no GPU
+    /// (`vramlab estimate`), its figures are estimates.
+    pub estimate: Option<Estimate>,
 }
 
 impl Snapshot {
@@ -218,6 +222,7 @@ impl Snapshot {
             host_trace_entries: 0,
             external_annotations: 0,
             other_keys: Vec::new(),
+            estimate: None,
         }
     }
 

@@ -173,5 +173,7 @@ pub(crate) fn recording(
         host_trace_entries: 0,
         external_annotations: 0,
         other_keys: Vec::new(),
+        // The replay of an estimate is still an estimate.
+        estimate: snapshot.estimate.clone(),
     }
 }

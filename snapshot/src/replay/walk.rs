@@ -517,7 +517,9 @@ impl<'a> Walk<'a> {
         r.underivable_stats = underivable_stats(&r.final_memory_stats, TraceStart { live_before, windowed });
         r.frees_pending_at_end = self.frees.waiting();
         let opts = self.opts;
+        // An estimate holds nothing PyTorch recorded to check against.
         if !windowed
+            && snapshot.estimate.is_none()
             && self.setup.settings_from_snapshot
             && opts.capacity_bytes.is_none()
             && opts.memory_fraction.is_none()
