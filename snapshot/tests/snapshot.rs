@@ -496,3 +496,94 @@ fn reading_and_replaying_at_once_gives_the_replay_of_the_whole_snapshot() {
     }
     assert!(compared >= 40, "{compared}");
 }
+
+/// A capture as `vramlab estimate` writes it: no segments, a trace of
+/// requests only, and the `vramlab_estimate` marker.
+fn capture() -> Snapshot {
+    use vramlab_snapshot::{AssumedGpuInfo, Estimate, Frame, FrameTable, ModelledRule, Scalar, TraceEntry};
+    let frames = FrameTable {
+        frames: vec![
+            Frame { filename: "<vramlab model>".into(), line: 0, name: "cuBLAS workspace, 32 MiB per thread".into() },
+            Frame { filename: "train.py".into(), line: 12, name: "<module>".into() },
+        ],
+        stacks: vec![Box::new([]), Box::new([0]), Box::new([1])],
+    };
+    let entry = |action, addr, size, frames| TraceEntry { action, addr, size, stream: 0, time_us: 0, frames };
+    let trace = vec![
+        entry(Action::Alloc, 512, 32 * MIB, 1),
+        entry(Action::Alloc, 1024, 4_000_000, 2),
+        entry(Action::Alloc, 1536, 8_000_000, 2),
+        entry(Action::FreeRequested, 1024, 4_000_000, 2),
+        entry(Action::FreeCompleted, 1024, 4_000_000, 2),
+        entry(Action::Alloc, 2048, 1000, 2),
+    ];
+    let mut s = Snapshot::of_one_device(trace, Vec::new(), frames);
+    s.estimate = Some(Estimate {
+        version: 1,
+        torch: "2.11.0+cu130".into(),
+        gpu: AssumedGpuInfo {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            total_memory: 85_029_158_912,
+            sm_count: 132,
+            major: 9,
+            minor: 0,
+            other: vec![("cudnn_version".into(), Scalar::Int(91_002)), ("l2".into(), Scalar::Float(0.5))],
+        },
+        rules: vec![ModelledRule {
+            name: "cuBLAS workspace".into(),
+            count: 1,
+            bytes: 32 * MIB,
+            why: "32 MiB per thread at its first GEMM".into(),
+        }],
+        capture_s: 2.5,
+        startup_s: 1.25,
+        argv: vec!["python".into(), "train.py".into()],
+    });
+    s
+}
+
+#[test]
+fn the_estimate_marker_survives_write_and_read() {
+    let s = capture();
+    let mut out = Vec::new();
+    vramlab_snapshot::write_snapshot(&s, &mut out).unwrap();
+    let back = read_snapshot(&out[..]).unwrap();
+    assert_eq!(back.estimate, s.estimate);
+    assert!(back.other_keys.is_empty(), "{:?}", back.other_keys);
+    // A recording has none.
+    assert_eq!(load("small_p5.pickle").estimate, None);
+}
+
+#[test]
+fn a_capture_replays_from_empty_into_a_full_snapshot_still_marked_estimated() {
+    let s = capture();
+    let r = replay_snapshot(&s, &SnapshotReplayOptions { record: true, ..Default::default() }).unwrap();
+    // Nothing to check against: no fidelity report, rather than a disagreement.
+    assert!(r.fidelity.is_none());
+    assert_eq!(r.live_at_start.segments, 0);
+    assert_eq!(r.peak_allocated_bytes, 32 * MIB + 4_000_256 + 8_000_000, "requests rounded to 512 bytes");
+    let rec = r.recording.unwrap();
+    assert_eq!(rec.estimate, s.estimate);
+    assert!(rec.device_traces[0].iter().any(|e| e.action == Action::SegmentAlloc));
+    // Through a pickle: the full snapshot replays to the same figures and is still an estimate.
+    let mut out = Vec::new();
+    vramlab_snapshot::write_snapshot(&rec, &mut out).unwrap();
+    let back = read_snapshot(&out[..]).unwrap();
+    assert_eq!(back.estimate, s.estimate);
+    let again = replay_snapshot(&back, &SnapshotReplayOptions::default()).unwrap();
+    assert_eq!(
+        (again.peak_allocated_bytes, again.peak_reserved_bytes),
+        (r.peak_allocated_bytes, r.peak_reserved_bytes)
+    );
+    assert!(again.fidelity.is_none());
+}
+
+#[test]
+fn a_bad_marker_is_an_error_that_names_its_field() {
+    let mut s = capture();
+    s.estimate.as_mut().unwrap().version = 2;
+    let mut out = Vec::new();
+    vramlab_snapshot::write_snapshot(&s, &mut out).unwrap();
+    let e = read_snapshot(&out[..]).unwrap_err().to_string();
+    assert!(e.contains("vramlab_estimate.version") && e.contains("version 2"), "{e}");
+}

@@ -164,6 +164,17 @@ pub struct AllocatorSettings {
 }
 
 impl AllocatorSettings {
+    /// The settings as PyTorch would record them for `config`.
+    pub fn from_config(config: &AllocatorConfig) -> AllocatorSettings {
+        AllocatorSettings {
+            alloc_conf: config.to_string(),
+            max_split_size: config.max_split_size,
+            garbage_collection_threshold: config.garbage_collection_threshold,
+            expandable_segments: config.expandable_segments,
+            roundup_power2_divisions: config.roundup_power2_divisions,
+        }
+    }
+
     /// The allocator configuration these settings describe: the recorded fields,
     /// plus what only the `PYTORCH_CUDA_ALLOC_CONF` string holds
     /// (`max_non_split_rounding_mb`, …) when vramlab can parse it.
