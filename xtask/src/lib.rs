@@ -1,5 +1,5 @@
 //! vramlab's command line as a library: every command (`bench`, `replay`,
-//! `whatif`, `diff`, `report`, `gpu-check`, `check`, `history`, `record`) and [`main`], which
+//! `whatif`, `diff`, `report`, `gpu-check`, `check`, `history`, `record`, `estimate`) and [`main`], which
 //! parses the arguments and runs one. Two thin binaries call it: `xtask`
 //! (`src/main.rs`, what `cargo xtask …` runs) and `vramlab`
 //! (`src/bin/vramlab.rs`, installable with `cargo install --path xtask --bin
@@ -10,7 +10,8 @@
 //! bad results file and from `replay`/`whatif`/`diff` for a `--report` folder that
 //! cannot be written, 3 from `gpu-check` when the machine has no GPU. `record`:
 //! the recorded program's status (128 + N for signal N; 127 command not
-//! found, 126 not runnable). `check`
+//! found, 126 not runnable). `estimate`: 2 when the program was refused (an op
+//! that cannot run without a GPU), 1 when it failed. `check`
 //! (and `bench --baseline`): 1 on a regression, 2 when the comparison could not
 //! be made.
 //!
@@ -32,6 +33,9 @@
 //!   snapshot; `src/ranks_cmd.rs` — of several (a job's ranks).
 //! - `src/whatif_cmd.rs` — `whatif`: a snapshot under other settings, the recommendation.
 //! - `src/diff_cmd.rs` — `diff`: two snapshots or two results files compared.
+//! - `src/estimate_cmd.rs` — `estimate -- CMD`: the program captured with no GPU
+//!   (`src/capture/`), replayed: peaks, the OOM point, the modelled requests, `--out`;
+//!   `src/estimate_search.rs` — its `--search`, bisection over captures.
 //! - `src/record_cmd.rs` — `record -- CMD`: runs CMD with `src/record_hook.py`, then
 //!   replays and reports every snapshot written.
 //! - `src/check_cmd.rs` — `check --baseline`; `src/ab_cmd.rs` — `check --ab`, the A/B
@@ -51,6 +55,8 @@ mod check_cmd;
 mod cli;
 mod compare;
 mod diff_cmd;
+mod estimate_cmd;
+mod estimate_search;
 mod gpu_check;
 mod history_cmd;
 mod memory_gate;
@@ -140,6 +146,7 @@ where
         Command::Report(args) => report_cmd::run(args),
         Command::Record(args) => record_cmd::run(args),
         Command::Diff(args) => diff_cmd::run(args),
+        Command::Estimate(args) => estimate_cmd::run(args),
     };
     match result {
         Ok(code) => code,

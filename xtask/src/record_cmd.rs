@@ -328,7 +328,7 @@ fn pickles(dir: &Path) -> BTreeSet<PathBuf> {
 }
 
 /// The command as it would be typed (arguments with spaces or quotes quoted).
-fn shell_words(words: &[String]) -> String {
+pub(crate) fn shell_words(words: &[String]) -> String {
     let quote = |w: &String| {
         if !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
             w.clone()

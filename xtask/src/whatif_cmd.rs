@@ -381,7 +381,7 @@ pub(crate) fn smaller_batch_lines(answer: &SmallerBatch) -> Vec<String> {
 }
 
 /// The recommendation, a headline then its reasons; empty when there is nothing to recommend.
-fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) -> Vec<String> {
+pub(crate) fn recommendation(args: &WhatifArgs, results: &[WhatIf], best: Option<usize>) -> Vec<String> {
     let r0 = &results[0].replay;
     let capacity = capacity_text(args, &results[0]);
     if results[0].avoids_recorded_oom.is_some() {
@@ -484,7 +484,7 @@ struct Json<'a> {
     estimate: Option<&'a Estimate>,
 }
 
-fn conf_name(w: &WhatIf) -> String {
+pub(crate) fn conf_name(w: &WhatIf) -> String {
     let conf = if w.alloc_conf.is_empty() { "PyTorch defaults" } else { &w.alloc_conf };
     if w.recorded { format!("recorded: {conf}") } else { conf.to_owned() }
 }
@@ -512,33 +512,7 @@ fn text(
     for line in snap.estimate.iter().flat_map(vramlab_reports::replay_doc::estimate_lines) {
         let _ = writeln!(s, "  {line}");
     }
-    let width = results.iter().map(|w| conf_name(w).len()).max().unwrap_or(10).max(10);
-    let _ = writeln!(
-        s,
-        "\n  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {}out of memory",
-        "setting",
-        "peak reserved",
-        "peak allocated",
-        "free at peak (largest)",
-        "cudaMalloc",
-        if r0.oom_requests.is_empty() { String::new() } else { format!("{:28}  ", "recorded OOM request") },
-    );
-    for (i, w) in results.iter().enumerate() {
-        let r = &w.replay;
-        let oom = failure_text(w).unwrap_or_else(|| "no".to_owned());
-        let recorded_oom =
-            if r0.oom_requests.is_empty() { String::new() } else { format!("{:28}  ", recorded_oom_text(w)) };
-        let mark = if Some(i) == best { " <- recommended" } else { "" };
-        let _ = writeln!(
-            s,
-            "  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {recorded_oom}{oom}{mark}",
-            conf_name(w),
-            fmt_bytes(r.peak_reserved_bytes),
-            fmt_bytes(r.peak_allocated_bytes),
-            format!("{} ({})", fmt_bytes(r.fragmentation_at_peak_bytes), fmt_bytes(r.largest_free_block_at_peak_bytes)),
-            r.segment_allocs,
-        );
-    }
+    s += &settings_table(results, best);
     let first_recorded = r0.oom_requests.iter().find(|o| !o.served);
     let first = match (r0.ooms.first(), first_recorded) {
         (Some(o), Some(q)) if q.trace_index < o.trace_index => None,
@@ -573,8 +547,43 @@ fn text(
     s
 }
 
+/// The table of settings: each one's peaks, fragmentation at the peak,
+/// segment allocations and out-of-memory; the recommended one marked.
+pub(crate) fn settings_table(results: &[WhatIf], best: Option<usize>) -> String {
+    let mut s = String::new();
+    let r0 = &results[0].replay;
+    let width = results.iter().map(|w| conf_name(w).len()).max().unwrap_or(10).max(10);
+    let _ = writeln!(
+        s,
+        "\n  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {}out of memory",
+        "setting",
+        "peak reserved",
+        "peak allocated",
+        "free at peak (largest)",
+        "cudaMalloc",
+        if r0.oom_requests.is_empty() { String::new() } else { format!("{:28}  ", "recorded OOM request") },
+    );
+    for (i, w) in results.iter().enumerate() {
+        let r = &w.replay;
+        let oom = failure_text(w).unwrap_or_else(|| "no".to_owned());
+        let recorded_oom =
+            if r0.oom_requests.is_empty() { String::new() } else { format!("{:28}  ", recorded_oom_text(w)) };
+        let mark = if Some(i) == best { " <- recommended" } else { "" };
+        let _ = writeln!(
+            s,
+            "  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {recorded_oom}{oom}{mark}",
+            conf_name(w),
+            fmt_bytes(r.peak_reserved_bytes),
+            fmt_bytes(r.peak_allocated_bytes),
+            format!("{} ({})", fmt_bytes(r.fragmentation_at_peak_bytes), fmt_bytes(r.largest_free_block_at_peak_bytes)),
+            r.segment_allocs,
+        );
+    }
+    s
+}
+
 /// The replay options every setting shares, for `device`.
-fn base_options(args: &WhatifArgs, device: Option<usize>) -> SnapshotReplayOptions {
+pub(crate) fn base_options(args: &WhatifArgs, device: Option<usize>) -> SnapshotReplayOptions {
     SnapshotReplayOptions {
         device,
         from_us: args.from_us,
@@ -586,7 +595,7 @@ fn base_options(args: &WhatifArgs, device: Option<usize>) -> SnapshotReplayOptio
 }
 
 /// The settings to try: the recorded ones, each `--alloc-conf`, the sweep's grid.
-fn configs(args: &WhatifArgs) -> anyhow::Result<Vec<Option<AllocatorConfig>>> {
+pub(crate) fn configs(args: &WhatifArgs) -> anyhow::Result<Vec<Option<AllocatorConfig>>> {
     let mut configs: Vec<Option<AllocatorConfig>> = vec![None];
     configs.extend(args.alloc_conf.iter().cloned().map(Some));
     if args.sweep {

@@ -1,12 +1,13 @@
 //! The command line's shape: clap's derive definitions and the help text,
 //! one file per command's flags (`bench.rs`, `check.rs` with `check --ab`'s,
-//! `diff.rs`, `gpu_check.rs`, `history.rs`, `record.rs`, `replay.rs` with the
+//! `diff.rs`, `estimate.rs`, `gpu_check.rs`, `history.rs`, `record.rs`, `replay.rs` with the
 //! `--capacity` parser `whatif` shares, `report.rs`, `whatif.rs`). The command
 //! files import their flags from here; nothing here imports a command.
 
 mod bench;
 mod check;
 mod diff;
+mod estimate;
 mod gpu_check;
 mod history;
 mod record;
@@ -21,6 +22,7 @@ use crate::output::WIDTH;
 pub use bench::BenchArgs;
 pub use check::{AbOptions, CheckArgs, CheckOptions, DEFAULT_AB_DIR, ExportFormat};
 pub use diff::DiffArgs;
+pub use estimate::{EstimateArgs, Search};
 pub use gpu_check::GpuCheckArgs;
 pub use history::HistoryArgs;
 pub use record::RecordArgs;
@@ -50,7 +52,9 @@ Examples:
                                                      baseline `main`?
   cargo xtask history --metric '*peak_reserved*'     trends over stored runs, with change points
   cargo xtask diff before.pickle after.pickle        what changed between two PyTorch memory
-                                                     snapshots";
+                                                     snapshots
+  vramlab estimate -- python train.py                a PyTorch script's peak and OOM point,
+                                                     estimated with no GPU";
 
 #[derive(Debug, Parser)]
 #[command(name = "xtask", bin_name = "cargo xtask", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
@@ -82,6 +86,8 @@ pub enum Command {
     Record(RecordArgs),
     #[command(about = diff::ABOUT, long_about = diff::LONG_ABOUT, after_help = diff::AFTER_HELP)]
     Diff(DiffArgs),
+    #[command(about = estimate::ABOUT, long_about = estimate::LONG_ABOUT, after_help = estimate::AFTER_HELP)]
+    Estimate(EstimateArgs),
 }
 
 impl Command {
@@ -92,6 +98,7 @@ impl Command {
             Command::Bench(a) => Some(&a.capacity),
             Command::Replay(a) => a.capacity.as_ref(),
             Command::Whatif(a) => a.capacity.as_ref(),
+            Command::Estimate(a) => a.capacity.as_ref(),
             _ => None,
         };
         capacity.and_then(|s| s.rounding_note("--capacity")).into_iter().collect()
