@@ -18,10 +18,27 @@ use crate::{ReportError, prepare_out_dir, write_unsynced};
 /// Writes `source` as `dir/name` (the hook's `sitecustomize.py`), creating
 /// `dir`; returns the file's path.
 pub fn write_hook(dir: &Path, name: &str, source: &str) -> Result<PathBuf, ReportError> {
+    write_hook_bytes(dir, name, source.as_bytes())
+}
+
+/// Writes `bytes` as `dir/name` (a hook's file: `vramlab estimate`'s fake CUDA
+/// library), creating `dir`; returns the file's path.
+pub fn write_hook_bytes(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, ReportError> {
     prepare_out_dir(dir)?;
     let path = dir.join(name);
-    write_unsynced(&path, source.as_bytes())?;
+    write_unsynced(&path, bytes)?;
     Ok(path)
+}
+
+/// Removes `path` if it is there (a capture's stale `refused.json`, the capture
+/// files of a run that failed).
+pub fn remove_if_present(path: &Path) -> Result<(), ReportError> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(ReportError::Io { path: path.to_path_buf(), source: e })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Removes the hook's temporary folder and what is in it.

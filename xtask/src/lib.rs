@@ -45,12 +45,16 @@
 //!   `record` folders, `record --save-baseline`/`--baseline`.
 //! - `src/history_cmd.rs` — `history`: trends with change points, `--import`, `--noise`.
 //! - `src/gpu_check.rs` — `gpu-check`: the GPU test bundle, built and run.
+//! - `src/capture/` — `estimate`'s capture: the program run with no GPU under a fake CUDA
+//!   runtime (`fakecuda/fakecuda.rs`, built by `build.rs`) and `capture/hook.py`, every
+//!   request the CUDA caching allocator would receive written as a raw capture pickle.
 //! - `tests/` — end-to-end tests of the binaries (`terminal/` checks every line
 //!   fits in 100 columns; `common/` runs PyTorch's `_memory_viz.py`).
 
 mod ab_cmd;
 pub mod api;
 mod bench_cmd;
+pub mod capture;
 mod check_cmd;
 mod cli;
 mod compare;

@@ -1,0 +1,224 @@
+//! `vramlab estimate`'s capture against real torch (found by `torch_python/`; a
+//! missing torch fails): the H100 workloads of `gpu-check/record_snapshots.py`
+//! (`data/capture/{mlp,cnn,transformer}.py`, the same code) run with no GPU, their
+//! request streams matched in order against the H100 recordings in
+//! `tests/data/torch-snapshots`, and the captures replayed through
+//! `vramlab_snapshot` under the recordings' settings (default and
+//! `expandable_segments:True`), peaks compared; and the refusals (`.item()` on
+//! CUDA data, `nonzero`, CUDA graph capture, `torch.compile`): exit 2's error, the
+//! op and the user's line, no capture file. One capture per workload, shared by
+//! its asserts.
+
+mod torch_python;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_snapshot::{Action, Snapshot, SnapshotReplayOptions, read_snapshot_file, replay_snapshot};
+use xtask::capture::{AssumedGpu, Capture, CaptureError, CaptureOptions, capture};
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/capture").join(name)
+}
+
+fn recorded(name: &str) -> Snapshot {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/torch-snapshots").join(name);
+    read_snapshot_file(&path).unwrap()
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramlab-capture-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn run(script: &str, stacks: bool) -> (Result<Capture, CaptureError>, PathBuf) {
+    let out = out_dir(script);
+    let opts = CaptureOptions {
+        command: vec![torch_python::torch_python().display().to_string(), data(script).display().to_string()],
+        out_dir: out.clone(),
+        gpu: AssumedGpu::h100(),
+        stacks,
+        env: Vec::new(),
+    };
+    (capture(&opts), out)
+}
+
+/// The sizes of a trace's allocations, in order, each with the rule that made it
+/// (`None`: a tensor's storage).
+fn allocations(s: &Snapshot) -> Vec<(u64, Option<String>)> {
+    s.device_traces[0]
+        .iter()
+        .filter(|e| e.action == Action::Alloc)
+        .map(|e| {
+            let rule = s.frames.stack(e.frames).next().filter(|f| f.filename.starts_with("<vramlab model>"));
+            (e.size, rule.map(|f| f.name.to_string()))
+        })
+        .collect()
+}
+
+/// The longest common subsequence of two size streams: how many of `a` are
+/// matched in order, and which of `a` and of `b` are not.
+fn matched_in_order(a: &[u64], b: &[u64]) -> (usize, Vec<usize>, Vec<usize>) {
+    let (n, m) = (a.len(), b.len());
+    let mut dp = vec![vec![0u32; m + 1]; n + 1];
+    for i in 0..n {
+        for j in 0..m {
+            dp[i + 1][j + 1] = if a[i] == b[j] { dp[i][j] + 1 } else { dp[i][j + 1].max(dp[i + 1][j]) };
+        }
+    }
+    let (mut i, mut j) = (n, m);
+    let (mut only_a, mut only_b) = (Vec::new(), Vec::new());
+    while i > 0 && j > 0 {
+        if a[i - 1] == b[j - 1] {
+            i -= 1;
+            j -= 1;
+        } else if dp[i - 1][j] >= dp[i][j - 1] {
+            i -= 1;
+            only_a.push(i);
+        } else {
+            j -= 1;
+            only_b.push(j);
+        }
+    }
+    only_a.extend((0..i).rev());
+    only_b.extend((0..j).rev());
+    (dp[n][m] as usize, only_a, only_b)
+}
+
+struct Compared {
+    matched: usize,
+    recorded: usize,
+    captured: usize,
+    /// Captured allocations the recording lacks, by rule (or "tensor storage") and size.
+    extra: BTreeMap<String, usize>,
+    /// Recorded allocations the capture lacks, by size.
+    missing: BTreeMap<u64, usize>,
+}
+
+fn compare(rec: &Snapshot, cap: &Snapshot) -> Compared {
+    let r = allocations(rec);
+    let c = allocations(cap);
+    let rs: Vec<u64> = r.iter().map(|x| x.0).collect();
+    let cs: Vec<u64> = c.iter().map(|x| x.0).collect();
+    let (matched, only_r, only_c) = matched_in_order(&rs, &cs);
+    let mut extra = BTreeMap::new();
+    for j in only_c {
+        let kind = c[j].1.clone().unwrap_or_else(|| "tensor storage".into());
+        *extra.entry(format!("{kind} ({} B)", c[j].0)).or_default() += 1;
+    }
+    let mut missing = BTreeMap::new();
+    for i in only_r {
+        *missing.entry(r[i].0).or_default() += 1;
+    }
+    Compared { matched, recorded: r.len(), captured: c.len(), extra, missing }
+}
+
+/// (peak allocated, peak reserved) of `s` replayed under `conf`.
+fn peaks(s: &Snapshot, conf: &str) -> (u64, u64) {
+    let opts = SnapshotReplayOptions {
+        config: Some(AllocatorConfig::parse(conf).unwrap()),
+        no_capacity_inference: true,
+        ..SnapshotReplayOptions::default()
+    };
+    let r = replay_snapshot(s, &opts).unwrap();
+    (r.peak_allocated_bytes, r.peak_reserved_bytes)
+}
+
+fn pct(a: u64, b: u64) -> f64 {
+    100.0 * (a as f64 - b as f64) / b as f64
+}
+
+/// Captures `workload` once and checks it against both recordings: the stream
+/// matched in order (at least `min_match` % of the recorded allocations) and the
+/// replayed peaks within `tolerance` %.
+fn check_workload(workload: &str, min_match: f64, tolerance: f64) {
+    let (result, out) = run(&format!("{workload}.py"), false);
+    let cap = result.unwrap_or_else(|e| panic!("{workload}: {e}"));
+    assert_eq!(cap.exit_code, 0);
+    assert_eq!(cap.files.len(), 1, "{workload}: one process used CUDA: {:?}", cap.files);
+    let captured = read_snapshot_file(&cap.files[0]).unwrap();
+    assert!(captured.segments.is_empty(), "a raw capture has no segments");
+    for (setting, conf) in [("default", ""), ("expandable", "expandable_segments:True")] {
+        let rec = recorded(&format!("{workload}-{setting}.pickle"));
+        let c = compare(&rec, &captured);
+        let share = 100.0 * c.matched as f64 / c.recorded as f64;
+        let (rec_alloc, rec_reserved) = peaks(&rec, conf);
+        let (cap_alloc, cap_reserved) = peaks(&captured, conf);
+        eprintln!(
+            "{workload}-{setting}: {} of {} recorded allocations matched in order ({share:.1} %), {} captured; \
+             peak allocated {cap_alloc} vs {rec_alloc} ({:+.2} %), reserved {cap_reserved} vs {rec_reserved} \
+             ({:+.2} %); wall {:?}\n  captured only: {:?}\n  recorded only (size: count): {:?}",
+            c.matched,
+            c.recorded,
+            c.captured,
+            pct(cap_alloc, rec_alloc),
+            pct(cap_reserved, rec_reserved),
+            cap.wall,
+            c.extra,
+            c.missing,
+        );
+        assert!(share >= min_match, "{workload}-{setting}: only {share:.1} % matched in order");
+        assert!(pct(cap_alloc, rec_alloc).abs() <= tolerance, "{workload}-{setting}: peak allocated");
+        assert!(pct(cap_reserved, rec_reserved).abs() <= tolerance, "{workload}-{setting}: peak reserved");
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn mlp_capture_matches_the_h100_recording() {
+    check_workload("mlp", 95.0, 1.0);
+}
+
+/// A refused script: exit 2's error names the op and the user's line; no capture.
+fn check_refusal(script: &str, kind: &str, op: &str, line: u32) {
+    let (result, out) = run(script, false);
+    match result {
+        Err(CaptureError::Refused { kind: k, op: o, file, line: l, message }) => {
+            assert_eq!((k.as_str(), o.as_str()), (kind, op), "{script}: {message}");
+            assert!(file.ends_with(script), "{script}: the user's file, not torch's: {file}");
+            assert_eq!(l, line, "{script}: the user's line");
+        }
+        other => panic!("{script}: not refused: {other:?}"),
+    }
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().ends_with(".pickle")), "{script}: {left:?}");
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn item_on_cuda_data_is_refused() {
+    check_refusal("refuse_item.py", "data-dependent", "_local_scalar_dense", 5);
+}
+
+#[test]
+fn nonzero_is_refused() {
+    check_refusal("refuse_nonzero.py", "data-dependent-shape", "nonzero", 5);
+}
+
+#[test]
+fn cuda_graph_capture_is_refused() {
+    check_refusal("refuse_cudagraph.py", "cuda-graph", "torch.cuda.graph", 6);
+}
+
+#[test]
+fn torch_compile_is_refused() {
+    check_refusal("refuse_compile.py", "torch.compile", "torch.compile", 5);
+}
+
+#[test]
+fn a_failing_program_leaves_no_capture() {
+    let (result, out) = run("fails.py", false);
+    match result {
+        Err(CaptureError::ProgramFailed { code, stderr_tail }) => {
+            assert_eq!(code, 1);
+            assert!(stderr_tail.contains("training diverged"), "{stderr_tail}");
+        }
+        other => panic!("not a failure: {other:?}"),
+    }
+    assert!(!Path::new(&out).join("refused.json").exists());
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().ends_with(".pickle")), "{left:?}");
+    let _ = std::fs::remove_dir_all(out);
+}
