@@ -27,7 +27,10 @@ use crate::size::Size;
 use crate::whatif_cmd;
 
 /// The exit status of a refused program (an op that cannot run without a GPU).
-pub const REFUSED: u8 = 2;
+pub const REFUSED: u8 = crate::capture::REFUSED_EXIT as u8;
+
+/// The name of the program's own settings in the tables.
+pub(crate) const PROGRAMS: &str = "the program's";
 
 /// The frame file name of a modelled request (the capture's rules).
 pub const MODEL_FRAME: &str = "<vramlab model>";
@@ -50,7 +53,7 @@ pub fn run(args: &EstimateArgs) -> anyhow::Result<u8> {
     if let Some(search) = &args.search {
         return crate::estimate_search::run(args, &setup, search);
     }
-    let captured = match setup.capture(&args.command)? {
+    let captured = match setup.capture(&args.command, true)? {
         Ok(c) => c,
         Err(refusal) => return Ok(refused(&refusal)),
     };
@@ -97,7 +100,7 @@ impl Setup {
         let (config, config_from) = match (&args.alloc_conf, env.as_deref().map(AllocatorConfig::parse)) {
             (Some(c), _) => (c.clone(), "--alloc-conf"),
             (None, Some(Ok(c))) => (c, "PYTORCH_CUDA_ALLOC_CONF"),
-            _ => (AllocatorConfig::default(), "PyTorch's defaults"),
+            _ => (AllocatorConfig::default(), "no --alloc-conf, none in the environment"),
         };
         let capacity_bytes = args.capacity.as_ref().map_or(gpu.total_memory, |c| c.bytes);
         Setup {
@@ -112,7 +115,12 @@ impl Setup {
 
     /// Captures `command` into a temporary folder and reads the capture of
     /// the process with the most requests. `Ok(Err(_))`: the program was refused.
-    pub(crate) fn capture(&self, command: &[String]) -> anyhow::Result<Result<Captured, CaptureError>> {
+    /// `stacks`: each request with its Python stack (who holds the peak).
+    pub(crate) fn capture(
+        &self,
+        command: &[String],
+        stacks: bool,
+    ) -> anyhow::Result<Result<Captured, CaptureError>> {
         let n = self.captures.get();
         self.captures.set(n + 1);
         let dir = std::env::temp_dir().join(format!("vramlab-estimate-{}-{n}", std::process::id()));
@@ -126,11 +134,11 @@ impl Setup {
             command: command.to_vec(),
             out_dir: dir.clone(),
             gpu: self.gpu.clone(),
-            stacks: true,
+            stacks,
             env,
         };
-        let result = capture(&opts);
-        let read = result.map(|c| read_capture(&c.files, c.exit_code, c.wall));
+        let result = stdout_to_stderr(|| capture(&opts));
+        let read = result.map(|c| read_capture(&c.files, c.wall));
         let _ = vramlab_reports::record::remove_hook_dir(&dir);
         match read {
             Ok(captured) => captured.map(Ok),
@@ -140,16 +148,42 @@ impl Setup {
     }
 }
 
+/// Runs `f` with this process's stdout pointing at its stderr, so that the
+/// program captured, which inherits them, writes its output to stderr: the
+/// estimate's stdout is its report (or `--json`'s document) alone.
+#[cfg(not(unix))]
+fn stdout_to_stderr<T>(f: impl FnOnce() -> T) -> T {
+    f()
+}
+
+#[cfg(unix)]
+fn stdout_to_stderr<T>(f: impl FnOnce() -> T) -> T {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    // SAFETY: dup and dup2 on the process's own standard descriptors; the
+    // saved descriptor is put back and closed before returning.
+    let saved = unsafe { libc::dup(libc::STDOUT_FILENO) };
+    if saved < 0 || unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) } < 0 {
+        return f();
+    }
+    let out = f();
+    // SAFETY: as above.
+    unsafe {
+        libc::dup2(saved, libc::STDOUT_FILENO);
+        libc::close(saved);
+    }
+    out
+}
+
 /// A capture read: the snapshot of the process with the most requests.
 pub(crate) struct Captured {
     pub snap: Snapshot,
     /// Processes that used CUDA (one capture file each).
     pub processes: usize,
-    pub exit_code: i32,
     pub wall: Duration,
 }
 
-fn read_capture(files: &[PathBuf], exit_code: i32, wall: Duration) -> anyhow::Result<Captured> {
+fn read_capture(files: &[PathBuf], wall: Duration) -> anyhow::Result<Captured> {
     let mut best: Option<Snapshot> = None;
     for f in files {
         let s = snapshot::read_snapshot_file(f).with_context(|| format!("cannot read the capture {}", f.display()))?;
@@ -164,7 +198,7 @@ fn read_capture(files: &[PathBuf], exit_code: i32, wall: Duration) -> anyhow::Re
     if snap.estimate.is_none() {
         anyhow::bail!("the capture has no vramlab_estimate marker: it was not written by this vramlab's capture");
     }
-    Ok(Captured { snap, processes: files.len(), exit_code, wall })
+    Ok(Captured { snap, processes: files.len(), wall })
 }
 
 /// The message of a refusal, on stderr; the exit status.
@@ -309,24 +343,11 @@ pub(crate) fn shown(command: &[String]) -> String {
 }
 
 /// The lines of the estimate's head: what ran, what it assumed, the capture.
-pub(crate) fn head_lines(command: &[String], e: &Estimate, c: &Captured, setup: &Setup) -> String {
+pub(crate) fn head_lines(command: &[String], e: &Estimate, setup: &Setup) -> String {
     let mut s = format!("vramlab estimate of `{}` (ESTIMATED: no GPU ran)\n", shown(command));
-    for line in estimate_lines(e) {
+    // The first line: what it assumed (the rules are listed apart, below).
+    for line in estimate_lines(e).into_iter().take(1) {
         let _ = writeln!(s, "  {line}");
-    }
-    let _ = writeln!(
-        s,
-        "  capture            {:.1} s, of which {:.1} s the program's start-up (interpreter, imports){}",
-        c.wall.as_secs_f64(),
-        e.startup_s,
-        if c.processes > 1 {
-            format!("; {} processes used CUDA: the busiest is shown", c.processes)
-        } else {
-            "".into()
-        }
-    );
-    if c.exit_code != 0 {
-        let _ = writeln!(s, "  program            exited with status {}: the capture holds what it did", c.exit_code);
     }
     let conf = setup.config.to_string();
     let conf = if conf.is_empty() { "PyTorch's defaults".to_owned() } else { conf };
@@ -386,7 +407,18 @@ fn user_frame(snap: &Snapshot, stack: u32) -> Option<String> {
 
 fn text(args: &EstimateArgs, setup: &Setup, c: &Captured, est: &Est) -> String {
     let e = c.snap.estimate.as_ref().expect("read_capture checks the marker");
-    let mut s = head_lines(&args.command, e, c, setup);
+    let mut s = head_lines(&args.command, e, setup);
+    let _ = writeln!(
+        s,
+        "  capture            {:.1} s, of which {:.1} s the program's start-up (interpreter, imports){}",
+        c.wall.as_secs_f64(),
+        e.startup_s,
+        if c.processes > 1 {
+            format!("; {} processes used CUDA: the busiest is shown", c.processes)
+        } else {
+            String::new()
+        }
+    );
     let _ = writeln!(s, "  capacity           {}", capacity_words(setup, args.fraction));
     let _ = writeln!(s, "  peak allocated     {}", vramlab_reports::replay_doc::exact(est.peak_allocated_bytes));
     let _ = writeln!(s, "  peak reserved      {}", vramlab_reports::replay_doc::exact(est.peak_reserved_bytes));
@@ -400,7 +432,8 @@ fn text(args: &EstimateArgs, setup: &Setup, c: &Captured, est: &Est) -> String {
     );
     let _ = writeln!(
         s,
-        "  modelled           {} allocs, {} requested; {} live at the allocated peak:",
+        "  modelled           {} allocs, {} requested; {} live at the allocated peak:\n    (requests a GPU \
+         makes that the capture cannot see, each added by a rule)",
         est.modelled.allocs,
         fmt_bytes(est.modelled.bytes),
         fmt_bytes(est.modelled.at_peak_bytes)
@@ -410,7 +443,7 @@ fn text(args: &EstimateArgs, setup: &Setup, c: &Captured, est: &Est) -> String {
     }
     if args.sweep || est.results.len() > 1 {
         s.push('\n');
-        s += &whatif_cmd::settings_table(&est.results, est.best);
+        s += &whatif_cmd::settings_table(&est.results, est.best, PROGRAMS);
         let wargs = whatif_args(args, setup, args.sweep);
         if let Some((head, why)) = whatif_cmd::recommendation(&wargs, &est.results, est.best).split_first() {
             let _ = writeln!(s, "\n{head}");
@@ -430,7 +463,7 @@ fn text(args: &EstimateArgs, setup: &Setup, c: &Captured, est: &Est) -> String {
 }
 
 fn rule_line(r: &ModelledRule) -> String {
-    format!("{} x {}: {} ({})", r.count, r.name, fmt_bytes(r.bytes), r.why)
+    format!("{} x {}: {}\n      {}", r.count, r.name, fmt_bytes(r.bytes), r.why)
 }
 
 /// `--json`: one object.
@@ -441,7 +474,6 @@ struct Json<'a> {
     estimate: &'a Estimate,
     capture_wall_s: f64,
     processes: usize,
-    program_exit_code: i32,
     alloc_conf: String,
     capacity_bytes: u64,
     memory_fraction: Option<f64>,
@@ -477,7 +509,6 @@ fn json<'a>(args: &'a EstimateArgs, setup: &Setup, c: &'a Captured, est: &'a Est
         estimate: c.snap.estimate.as_ref().expect("read_capture checks the marker"),
         capture_wall_s: c.wall.as_secs_f64(),
         processes: c.processes,
-        program_exit_code: c.exit_code,
         alloc_conf: setup.config.to_string(),
         capacity_bytes: setup.capacity_bytes,
         memory_fraction: args.fraction,

@@ -28,7 +28,9 @@ struct Trial {
 
 #[derive(Debug, Clone, Serialize)]
 struct Outcome {
+    /// No out-of-memory under the capacity.
     fits: bool,
+    /// On an unlimited device: what the value needs.
     peak_reserved_bytes: u64,
     peak_allocated_bytes: u64,
 }
@@ -71,7 +73,7 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
     let base = crate::whatif_cmd::base_options(&wargs, None);
     let started = Instant::now();
     let mut trials: BTreeMap<u64, Trial> = BTreeMap::new();
-    let mut marker: Option<(Estimate, crate::estimate_cmd::Captured)> = None;
+    let mut marker: Option<Estimate> = None;
     let mut names: Vec<String> = Vec::new();
     // One capture per value, replayed under every setting.
     let mut trial = |value: u64| -> anyhow::Result<Result<Trial, u8>> {
@@ -80,7 +82,8 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
         }
         let command = substitute(&args.command, &search.name, value);
         let began = Instant::now();
-        let captured = match setup.capture(&command)? {
+        // Without stacks: a search needs the peaks only, and a capture is quicker without.
+        let captured = match setup.capture(&command, false)? {
             Ok(c) => c,
             Err(refusal) => {
                 crate::output::eprint_line(&format!("{}={value}:", search.name));
@@ -88,26 +91,31 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
             }
         };
         let snap = with_settings(&captured.snap, &setup.config);
-        let results = what_if(&snap, &SnapshotReplayOptions { ..base.clone() }, &configs)
-            .with_context(|| format!("cannot replay the capture at {}={value}", search.name))?;
+        let replay = |opts: &SnapshotReplayOptions| {
+            what_if(&snap, opts, &configs).with_context(|| format!("cannot replay the capture at {}={value}", search.name))
+        };
+        let results = replay(&base)?;
+        let unlimited =
+            replay(&SnapshotReplayOptions { capacity_bytes: None, no_capacity_inference: true, ..base.clone() })?;
         if names.is_empty() {
-            names = results.iter().map(crate::whatif_cmd::conf_name).collect();
+            names = results.iter().map(|w| crate::whatif_cmd::setting_name(w, crate::estimate_cmd::PROGRAMS)).collect();
         }
         let t = Trial {
             value,
             settings: results
                 .iter()
-                .map(|w| Outcome {
+                .zip(&unlimited)
+                .map(|(w, u)| Outcome {
                     fits: w.fits(),
-                    peak_reserved_bytes: w.replay.peak_reserved_bytes,
-                    peak_allocated_bytes: w.replay.peak_allocated_bytes,
+                    peak_reserved_bytes: u.replay.peak_reserved_bytes,
+                    peak_allocated_bytes: u.replay.peak_allocated_bytes,
                 })
                 .collect(),
             capture_s: began.elapsed().as_secs_f64(),
         };
         let fit = t.settings.iter().filter(|o| o.fits).count();
         crate::output::eprint_line(&format!(
-            "  {}={value}: peak reserved {} ({} setting(s) of {} fit); {:.1} s",
+            "  {}={value}: needs {} reserved ({} setting(s) of {} fit); {:.1} s",
             search.name,
             fmt_bytes(t.settings[0].peak_reserved_bytes),
             fit,
@@ -115,8 +123,7 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
             t.capture_s
         ));
         if marker.is_none() {
-            let e = captured.snap.estimate.clone().expect("read_capture checks the marker");
-            marker = Some((e, captured));
+            marker = captured.snap.estimate.clone();
         }
         trials.insert(value, t.clone());
         Ok(Ok(t))
@@ -138,7 +145,7 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
     }
     drop(trial);
     let wall = started.elapsed().as_secs_f64();
-    let (e, captured) = marker.context("no capture was made")?;
+    let e = marker.context("no capture was made")?;
     let limit = match args.fraction {
         Some(f) => (setup.capacity_bytes as f64 * f) as u64,
         None => setup.capacity_bytes,
@@ -178,7 +185,7 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
         v.push(b'\n');
         v
     } else {
-        let mut s = head_lines(&args.command, &e, &captured, setup);
+        let mut s = head_lines(&args.command, &e, setup);
         let _ = writeln!(
             s,
             "  search             {}={}..{}: {} captures in {wall:.1} s; limit {}",
@@ -242,7 +249,7 @@ fn answers_text(name: &str, answers: &[Answer]) -> String {
             (None, Some(n)) => format!("none fits: {name}={n} needs {}", opt(a.next_peak_reserved_bytes)),
             (Some(_), None) => "the top of the range fits".to_owned(),
             (Some(l), Some(n)) => format!(
-                "{}: {name}={l} fits, {name}={n} runs out (peak {})",
+                "{}: {name}={l} fits, {name}={n} runs out (needs {})",
                 if a.confirmed { "yes" } else { "NO" },
                 opt(a.next_peak_reserved_bytes)
             ),

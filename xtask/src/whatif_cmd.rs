@@ -485,8 +485,13 @@ struct Json<'a> {
 }
 
 pub(crate) fn conf_name(w: &WhatIf) -> String {
+    setting_name(w, "recorded")
+}
+
+/// A setting's name, the snapshot's own marked `own` ("recorded"; "the program's" for an estimate).
+pub(crate) fn setting_name(w: &WhatIf, own: &str) -> String {
     let conf = if w.alloc_conf.is_empty() { "PyTorch defaults" } else { &w.alloc_conf };
-    if w.recorded { format!("recorded: {conf}") } else { conf.to_owned() }
+    if w.recorded { format!("{own}: {conf}") } else { conf.to_owned() }
 }
 
 fn percent(part: u64, whole: u64) -> f64 {
@@ -512,7 +517,7 @@ fn text(
     for line in snap.estimate.iter().flat_map(vramlab_reports::replay_doc::estimate_lines) {
         let _ = writeln!(s, "  {line}");
     }
-    s += &settings_table(results, best);
+    s += &settings_table(results, best, "recorded");
     let first_recorded = r0.oom_requests.iter().find(|o| !o.served);
     let first = match (r0.ooms.first(), first_recorded) {
         (Some(o), Some(q)) if q.trace_index < o.trace_index => None,
@@ -549,10 +554,10 @@ fn text(
 
 /// The table of settings: each one's peaks, fragmentation at the peak,
 /// segment allocations and out-of-memory; the recommended one marked.
-pub(crate) fn settings_table(results: &[WhatIf], best: Option<usize>) -> String {
+pub(crate) fn settings_table(results: &[WhatIf], best: Option<usize>, own: &str) -> String {
     let mut s = String::new();
     let r0 = &results[0].replay;
-    let width = results.iter().map(|w| conf_name(w).len()).max().unwrap_or(10).max(10);
+    let width = results.iter().map(|w| setting_name(w, own).len()).max().unwrap_or(10).max(10);
     let _ = writeln!(
         s,
         "\n  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {}out of memory",
@@ -572,7 +577,7 @@ pub(crate) fn settings_table(results: &[WhatIf], best: Option<usize>) -> String 
         let _ = writeln!(
             s,
             "  {:width$}  {:>13}  {:>14}  {:>23}  {:>10}  {recorded_oom}{oom}{mark}",
-            conf_name(w),
+            setting_name(w, own),
             fmt_bytes(r.peak_reserved_bytes),
             fmt_bytes(r.peak_allocated_bytes),
             format!("{} ({})", fmt_bytes(r.fragmentation_at_peak_bytes), fmt_bytes(r.largest_free_block_at_peak_bytes)),

@@ -41,6 +41,7 @@ Examples:
   vramlab estimate --capacity 24GiB --sweep -- python train.py --batch 64
   vramlab estimate --out est.pickle --json -- python train.py
   vramlab estimate --capacity 24GiB --search 'BATCH=1..1024' -- python train.py --batch BATCH
+  vramlab estimate --gpu a100-40gb -- python train.py
 
 Exit status: 0 when the estimate was made (running out of memory is a result); 2 for usage
 errors and when the program was refused (an op that cannot run without a GPU); 1 when the
@@ -76,7 +77,8 @@ pub struct EstimateArgs {
     #[arg(long, value_name = "NAME=LO..HI", value_parser = parse_search)]
     pub search: Option<Search>,
 
-    /// The GPU to assume (see the guide's estimate chapter for the forms) [default: an H100]
+    /// The GPU to assume: a preset (h100, h200, a100, a100-40gb, l4) with optional overrides
+    /// (h100,memory=64GiB,sms=114,cc=9.0), or name=...,memory=...,sms=...,cc=... [default: h100]
     #[arg(long, value_name = "GPU")]
     pub gpu: Option<String>,
 

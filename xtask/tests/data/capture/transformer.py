@@ -1,7 +1,13 @@
 """The `transformer` workload of gpu-check/record_snapshots.py, the same code, run as a
 script: what `vramlab estimate` captures in the tests (xtask/tests/capture.rs)
-to compare with the H100 recording tests/data/torch-snapshots/transformer-*.pickle."""
+to compare with the H100 recording tests/data/torch-snapshots/transformer-*.pickle.
+`--batch N` sets the batch (32, the recording's, by default): what `vramlab estimate
+--search` varies in its tests (xtask/tests/estimate_cli.rs)."""
+import sys
+
 import torch
+
+BATCH = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 32
 
 STEPS = 3
 
@@ -12,7 +18,7 @@ def transformer(torch):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator(device="cuda").manual_seed(0)
     for _ in range(STEPS):
-        x = torch.randn(32, 128, 512, device="cuda", generator=g)
+        x = torch.randn(BATCH, 128, 512, device="cuda", generator=g)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x).float().pow(2).mean()
         loss.backward()
