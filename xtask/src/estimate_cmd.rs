@@ -116,11 +116,7 @@ impl Setup {
     /// Captures `command` into a temporary folder and reads the capture of
     /// the process with the most requests. `Ok(Err(_))`: the program was refused.
     /// `stacks`: each request with its Python stack (who holds the peak).
-    pub(crate) fn capture(
-        &self,
-        command: &[String],
-        stacks: bool,
-    ) -> anyhow::Result<Result<Captured, CaptureError>> {
+    pub(crate) fn capture(&self, command: &[String], stacks: bool) -> anyhow::Result<Result<Captured, CaptureError>> {
         let n = self.captures.get();
         self.captures.set(n + 1);
         let dir = std::env::temp_dir().join(format!("vramlab-estimate-{}-{n}", std::process::id()));
@@ -130,13 +126,8 @@ impl Setup {
         if !self.config.to_string().is_empty() {
             env.push(("PYTORCH_CUDA_ALLOC_CONF".to_owned(), self.config.to_string()));
         }
-        let opts = CaptureOptions {
-            command: command.to_vec(),
-            out_dir: dir.clone(),
-            gpu: self.gpu.clone(),
-            stacks,
-            env,
-        };
+        let opts =
+            CaptureOptions { command: command.to_vec(), out_dir: dir.clone(), gpu: self.gpu.clone(), stacks, env };
         let result = stdout_to_stderr(|| capture(&opts));
         let read = result.map(|c| read_capture(&c.files, c.wall));
         let _ = vramlab_reports::record::remove_hook_dir(&dir);

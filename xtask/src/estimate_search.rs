@@ -92,7 +92,8 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
         };
         let snap = with_settings(&captured.snap, &setup.config);
         let replay = |opts: &SnapshotReplayOptions| {
-            what_if(&snap, opts, &configs).with_context(|| format!("cannot replay the capture at {}={value}", search.name))
+            what_if(&snap, opts, &configs)
+                .with_context(|| format!("cannot replay the capture at {}={value}", search.name))
         };
         let results = replay(&base)?;
         let unlimited =

@@ -181,9 +181,7 @@ fn captures(dir: &Path) -> Vec<PathBuf> {
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("capture-") && n.ends_with(".pickle"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("capture-") && n.ends_with(".pickle"))
         })
         .map(|p| (p.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH), p))
         .collect();

@@ -1,0 +1,197 @@
+//! `vramlab estimate -- python …` end to end through the binary, against real
+//! torch (found by `torch_python/`; a missing torch fails): a tiny MLP
+//! (`tests/data/estimate/tiny_mlp.py`) estimated, its `--out` snapshot read by
+//! `replay`, `whatif`, `diff` and the pages, each saying "estimated"; a refused
+//! program (exit 2, the op and the line, no file); under `--capacity` around each
+//! peak, the OOM verdict of the H100 workloads (`data/capture/{mlp,transformer}.py`,
+//! default and `expandable_segments:True`) equal to that of the real recording's
+//! replay (`tests/data/torch-snapshots`); and `--search` over the transformer's
+//! batch, its answer confirmed by captures at that batch and one more.
+
+mod terminal;
+mod torch_python;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use vramlab_engine::alloc::AllocatorConfig;
+use vramlab_snapshot::{SnapshotReplayOptions, read_snapshot_file, what_if};
+
+fn vramlab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vramlab"))
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn capture_script(name: &str) -> String {
+    root().join("xtask/tests/data/capture").join(name).display().to_string()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramlab-estimate-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `vramlab ARGS -- python SCRIPT SCRIPT_ARGS`, its lines checked to fit.
+fn estimate(args: &[&str], script: &str, script_args: &[&str]) -> Output {
+    let python = torch_python::torch_python();
+    let o = vramlab().arg("estimate").args(args).arg("--").arg(python).arg(script).args(script_args).output().unwrap();
+    terminal::fits(o)
+}
+
+fn json(o: &Output) -> Value {
+    assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn a_tiny_mlp_is_estimated_and_every_view_of_its_snapshot_says_so() {
+    let dir = tmp("mlp");
+    let out = dir.join("est.pickle");
+    let script = root().join("tests/data/estimate/tiny_mlp.py").display().to_string();
+    let o = estimate(&["--json", "--out", out.to_str().unwrap()], &script, &["--batch", "32"]);
+    let j = json(&o);
+    // The program's own stdout went to stderr: stdout is the document alone.
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tiny_mlp: done"));
+    let e = &j["estimate"];
+    assert!(e["torch"].as_str().unwrap().starts_with("2.11.0"), "{e}");
+    assert_eq!(e["gpu"]["name"], "NVIDIA H100 80GB HBM3");
+    assert!(e["rules"].as_array().unwrap().iter().any(|r| r["name"].as_str().unwrap().starts_with("cuBLAS workspace")));
+    // Two cuBLAS workspaces (forward and the backward thread) and the cuBLASLt one are modelled.
+    assert_eq!(j["modelled_requests"]["at_peak_bytes"], 65 << 20);
+    assert!(j["own_requests"]["allocs"].as_u64().unwrap() > 20);
+    let (allocated, reserved) =
+        (j["peak_allocated_bytes"].as_u64().unwrap(), j["peak_reserved_bytes"].as_u64().unwrap());
+    assert!(allocated > 65 << 20 && reserved >= allocated, "{allocated} {reserved}");
+    assert_eq!(j["fits"], true);
+    assert_eq!(j["capacity_bytes"], e["gpu"]["total_memory"], "the assumed GPU's memory by default");
+    // The snapshot written: a full one (segments), marked, and every command says so.
+    let snap = read_snapshot_file(&out).unwrap();
+    assert!(snap.estimate.is_some() && !snap.segments.is_empty());
+    let replay = vramlab().args(["replay", "--json"]).arg(&out).output().unwrap();
+    let r = json(&replay);
+    assert_eq!(r["estimate"]["torch"], e["torch"]);
+    assert_eq!(r["fidelity"], Value::Null, "an estimate has no recording to check against");
+    assert_eq!(r["peak_reserved_bytes"], j["peak_reserved_bytes"]);
+    let page = dir.join("page");
+    let replay = terminal::fits(vramlab().arg("replay").arg(&out).arg("--report").arg(&page).output().unwrap());
+    assert!(
+        text(&replay).contains("ESTIMATED snapshot") && text(&replay).contains("fidelity           not applicable")
+    );
+    let html = std::fs::read_to_string(page.join("index.html")).unwrap();
+    assert!(html.contains("class=\"estimate-banner\"") && html.contains("Estimated: "), "banner and answer card");
+    let whatif = terminal::fits(vramlab().arg("whatif").arg(&out).arg("--sweep").output().unwrap());
+    assert!(text(&whatif).contains("ESTIMATED: captured with no GPU"));
+    let w = json(&vramlab().arg("whatif").arg(&out).arg("--json").output().unwrap());
+    assert_eq!(w["estimate"]["gpu"]["sm_count"], 132);
+    let diff = terminal::fits(vramlab().arg("diff").arg(&out).arg(&out).output().unwrap());
+    assert!(text(&diff).contains("A (before), ") && text(&diff).contains("estimated (no GPU ran)"));
+    // The text: what it assumed, the peaks, the modelled rules apart from the program's requests.
+    let t = estimate(&["--capacity", "1GiB"], &script, &["--batch", "32"]);
+    assert!(t.status.success());
+    let t = text(&t);
+    for needle in ["(ESTIMATED: no GPU ran)", "torch 2.11.0", "your requests", "modelled", "cuBLAS workspace"] {
+        assert!(t.contains(needle), "{needle}:\n{t}");
+    }
+    assert!(t.contains("out of memory      no: headroom"), "{t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_refused_program_exits_2_naming_the_op_and_line_and_writes_nothing() {
+    let dir = tmp("refused");
+    let out = dir.join("est.pickle");
+    let o = estimate(&["--out", out.to_str().unwrap()], &capture_script("refuse_item.py"), &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refuse_item.py:5") && err.contains(".item()"), "{err}");
+    assert!(err.contains("Nothing was written"), "{err}");
+    assert!(o.stdout.is_empty());
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "no file, not even a part");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether `path` replays under its own settings in `capacity` bytes with no out-of-memory.
+fn fits(path: &Path, capacity: u64) -> bool {
+    let snap = read_snapshot_file(path).unwrap();
+    let opts = SnapshotReplayOptions { capacity_bytes: Some(capacity), ..Default::default() };
+    what_if(&snap, &opts, &[None]).unwrap()[0].fits()
+}
+
+#[test]
+fn under_a_capacity_around_each_peak_the_oom_verdict_is_the_recordings() {
+    let dir = tmp("verdicts");
+    let cases = [("mlp", "default"), ("mlp", "expandable"), ("transformer", "default"), ("transformer", "expandable")];
+    let mut wrong = Vec::new();
+    for (workload, setting) in cases {
+        let recording = root().join(format!("tests/data/torch-snapshots/{workload}-{setting}.pickle"));
+        let rec = read_snapshot_file(&recording).unwrap();
+        let conf = if setting == "expandable" { "expandable_segments:True" } else { "" };
+        assert_eq!(rec.allocator_settings.as_ref().unwrap().to_config(), AllocatorConfig::parse(conf).unwrap());
+        let peak =
+            vramlab_snapshot::replay_snapshot(&rec, &SnapshotReplayOptions::default()).unwrap().peak_reserved_bytes;
+        let out = dir.join(format!("{workload}-{setting}.pickle"));
+        // The estimate itself at the recording's peak: its verdict is its snapshot's.
+        let mut args = vec!["--json", "--capacity"];
+        let at_peak = peak.to_string();
+        args.push(&at_peak);
+        args.extend(["--out", out.to_str().unwrap()]);
+        if !conf.is_empty() {
+            args.extend(["--alloc-conf", conf]);
+        }
+        let j = json(&estimate(&args, &capture_script(&format!("{workload}.py")), &[]));
+        assert_eq!(j["fits"], fits(&out, peak), "{workload}-{setting}: the command and its snapshot");
+        for percent in [90, 98, 100, 102, 110] {
+            let capacity = peak * percent / 100;
+            let (real, estimated) = (fits(&recording, capacity), fits(&out, capacity));
+            if real != estimated {
+                wrong.push(format!(
+                    "{workload}-{setting} at {percent}% of its peak reserved ({capacity} B): the recording {}, \
+                     the estimate {}",
+                    if real { "fits" } else { "runs out" },
+                    if estimated { "fits" } else { "runs out" }
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn search_finds_the_largest_transformer_batch_that_fits_and_captures_confirm_it() {
+    const CAPACITY: &str = "512MiB";
+    let script = capture_script("transformer.py");
+    let o = estimate(&["--json", "--capacity", CAPACITY, "--search", "BATCH=1..160"], &script, &["--batch", "BATCH"]);
+    let j = json(&o);
+    let progress = String::from_utf8_lossy(&o.stderr);
+    assert!(progress.contains("searching BATCH=1..160") && progress.contains("BATCH=160: needs"), "{progress}");
+    let answer = &j["answers"][0];
+    let largest = answer["largest"].as_u64().unwrap_or_else(|| panic!("{answer}"));
+    assert!(largest > 1 && largest < 160, "{answer}");
+    assert_eq!(answer["next"].as_u64(), Some(largest + 1));
+    assert_eq!(answer["confirmed"], true);
+    assert!(answer["headroom_bytes"].as_u64().unwrap() < 1 << 30);
+    // Bisection, not a scan: about log2 of the range in captures.
+    assert!(j["trials"].as_array().unwrap().len() <= 10, "{}", j["trials"]);
+    // Confirmed by the estimate's own captures at that batch and one more, in parallel.
+    let confirm = |batch: u64| {
+        let script = script.clone();
+        std::thread::spawn(move || {
+            json(&estimate(&["--json", "--capacity", CAPACITY], &script, &["--batch", &batch.to_string()]))
+        })
+    };
+    let (at, above) = (confirm(largest), confirm(largest + 1));
+    let (at, above) = (at.join().unwrap(), above.join().unwrap());
+    assert_eq!((at["fits"].as_bool(), above["fits"].as_bool()), (Some(true), Some(false)), "{largest}");
+    assert_eq!(at["peak_reserved_bytes"], answer["peak_reserved_bytes"]);
+}
