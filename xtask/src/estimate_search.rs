@@ -30,9 +30,11 @@ struct Trial {
 struct Outcome {
     /// No out-of-memory under the capacity.
     fits: bool,
-    /// On an unlimited device: what the value needs.
+    /// Under the capacity (up to the out-of-memory where it does not fit).
     peak_reserved_bytes: u64,
-    peak_allocated_bytes: u64,
+    /// On an unlimited device (where nothing makes the allocator release its cache).
+    unlimited_peak_reserved_bytes: u64,
+    unlimited_peak_allocated_bytes: u64,
 }
 
 /// The answer for one setting.
@@ -43,10 +45,10 @@ struct Answer {
     largest: Option<u64>,
     peak_reserved_bytes: Option<u64>,
     headroom_bytes: Option<u64>,
-    /// The value above it (`None` when the largest is HI): its peak reserved,
-    /// captured and out of memory.
+    /// The value above it (`None` when the largest is HI), captured and out
+    /// of memory: what it reserves on an unlimited device.
     next: Option<u64>,
-    next_peak_reserved_bytes: Option<u64>,
+    next_unlimited_peak_reserved_bytes: Option<u64>,
     /// The largest value fits and the one above it does not, both captured.
     confirmed: bool,
 }
@@ -108,17 +110,18 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
                 .zip(&unlimited)
                 .map(|(w, u)| Outcome {
                     fits: w.fits(),
-                    peak_reserved_bytes: u.replay.peak_reserved_bytes,
-                    peak_allocated_bytes: u.replay.peak_allocated_bytes,
+                    peak_reserved_bytes: w.replay.peak_reserved_bytes,
+                    unlimited_peak_reserved_bytes: u.replay.peak_reserved_bytes,
+                    unlimited_peak_allocated_bytes: u.replay.peak_allocated_bytes,
                 })
                 .collect(),
             capture_s: began.elapsed().as_secs_f64(),
         };
         let fit = t.settings.iter().filter(|o| o.fits).count();
         crate::output::eprint_line(&format!(
-            "  {}={value}: needs {} reserved ({} setting(s) of {} fit); {:.1} s",
+            "  {}={value}: reserves {} on an unlimited device; {} setting(s) of {} fit; {:.1} s",
             search.name,
-            fmt_bytes(t.settings[0].peak_reserved_bytes),
+            fmt_bytes(t.settings[0].unlimited_peak_reserved_bytes),
             fit,
             t.settings.len(),
             t.capture_s
@@ -155,14 +158,14 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
         .into_iter()
         .enumerate()
         .map(|(i, (largest, next))| {
-            let at = |v: Option<u64>| v.and_then(|v| trials.get(&v)).map(|t| t.settings[i].peak_reserved_bytes);
+            let at = |v: Option<u64>| v.and_then(|v| trials.get(&v)).map(|t| &t.settings[i]);
             Answer {
                 alloc_conf: names.get(i).cloned().unwrap_or_default(),
                 largest,
-                peak_reserved_bytes: at(largest),
-                headroom_bytes: at(largest).map(|p| limit.saturating_sub(p)),
+                peak_reserved_bytes: at(largest).map(|o| o.peak_reserved_bytes),
+                headroom_bytes: at(largest).map(|o| limit.saturating_sub(o.peak_reserved_bytes)),
                 next,
-                next_peak_reserved_bytes: at(next),
+                next_unlimited_peak_reserved_bytes: at(next).map(|o| o.unlimited_peak_reserved_bytes),
                 confirmed: largest.is_some_and(|l| trials.get(&l).is_some_and(|t| t.settings[i].fits))
                     && next.is_none_or(|n| trials.get(&n).is_some_and(|t| !t.settings[i].fits)),
             }
@@ -247,12 +250,14 @@ fn answers_text(name: &str, answers: &[Answer]) -> String {
     for a in answers {
         let opt = |b: Option<u64>| b.map_or_else(|| "-".to_owned(), fmt_bytes);
         let confirm = match (a.largest, a.next) {
-            (None, Some(n)) => format!("none fits: {name}={n} needs {}", opt(a.next_peak_reserved_bytes)),
+            (None, Some(n)) => {
+                format!("none fits: {name}={n} reserves {} unlimited", opt(a.next_unlimited_peak_reserved_bytes))
+            }
             (Some(_), None) => "the top of the range fits".to_owned(),
             (Some(l), Some(n)) => format!(
-                "{}: {name}={l} fits, {name}={n} runs out (needs {})",
+                "{}: {name}={l} fits, {name}={n} runs out (reserves {} unlimited)",
                 if a.confirmed { "yes" } else { "NO" },
-                opt(a.next_peak_reserved_bytes)
+                opt(a.next_unlimited_peak_reserved_bytes)
             ),
             (None, None) => "-".to_owned(),
         };
@@ -299,7 +304,12 @@ mod tests {
         let mut tried = Vec::new();
         let mut trial = |v: u64| -> anyhow::Result<Result<Trial, u8>> {
             tried.push(v);
-            let o = Outcome { fits: v <= 93, peak_reserved_bytes: v, peak_allocated_bytes: v };
+            let o = Outcome {
+                fits: v <= 93,
+                peak_reserved_bytes: v,
+                unlimited_peak_reserved_bytes: v,
+                unlimited_peak_allocated_bytes: v,
+            };
             Ok(Ok(Trial { value: v, settings: vec![o], capture_s: 0.0 }))
         };
         assert_eq!(bisect(&search, 0, &mut trial).unwrap().unwrap(), (Some(93), Some(94)));
