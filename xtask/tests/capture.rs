@@ -222,3 +222,8 @@ fn a_failing_program_leaves_no_capture() {
     assert!(left.iter().all(|n| !n.to_string_lossy().ends_with(".pickle")), "{left:?}");
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[test]
+fn transformer_capture_matches_the_h100_recording() {
+    check_workload("transformer", 95.0, 1.0);
+}
