@@ -145,6 +145,9 @@ def _install():
         if key in state["live"]:
             return
         size = st.nbytes()
+        if size == 0:
+            # The caching allocator hands out no block for zero bytes and records nothing.
+            return
         stream = current_stream()
         fr = frames()
         if debug_ops and func is not None:
@@ -239,8 +242,23 @@ def _install():
     # cuDNN attention's workspaces (cuDNN 9.19 on sm_90, as recorded by the H100
     # workloads): 256 B in the forward; in the backward a float accumulator for dQ
     # and the softmax statistics, 4 x B x H x S_q x (D + 1) bytes, + 256.
+    conv_ops = {aten.convolution.default, aten.convolution_backward.default}
+
     def attention_rules(func, args):
-        if func is aten._scaled_dot_product_cudnn_attention.default:
+        if func in conv_ops:
+            # Said, not guessed: cuDNN's convolution workspaces (and, under
+            # cudnn.benchmark, its trial workspaces) depend on the plans the installed
+            # cuDNN picks on the GPU, which no shape rule gives.
+            name = "cuDNN convolution workspaces: NOT MODELLED"
+            r = state["rules"].setdefault(name, {
+                "name": name, "count": 0, "bytes": 0,
+                "why": "each cuDNN convolution call takes a workspace (under cudnn.benchmark, trial "
+                       "workspaces of up to hundreds of MB at a shape's first call) whose size depends on "
+                       "the plans cuDNN picks on the GPU; the capture counts the calls and adds no bytes, "
+                       "so its peaks are a lower bound where convolutions run",
+            })
+            r["count"] += 1
+        elif func is aten._scaled_dot_product_cudnn_attention.default:
             modelled("cuDNN attention forward workspace",
                      "cuDNN's SDPA forward plan workspace, 256 B (cuDNN 9.19, sm_90)", 256, True)
         elif func is aten._scaled_dot_product_cudnn_attention_backward.default:
