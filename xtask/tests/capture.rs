@@ -276,7 +276,11 @@ fn cnn_capture_is_a_lower_bound_short_only_of_cudnn_workspaces() {
             c.captured,
             c.missing,
         );
-        assert_eq!(c.matched, c.captured, "cnn-{setting}: every captured allocation is in the recording: {:?}", c.extra);
+        assert_eq!(
+            c.matched, c.captured,
+            "cnn-{setting}: every captured allocation is in the recording: {:?}",
+            c.extra
+        );
         let allocs: Vec<_> = rec.device_traces[0].iter().filter(|e| e.action == Action::Alloc).collect();
         for &i in &c.missing_at {
             let cudnn = rec.frames.stack(allocs[i].frames).any(|f| {

@@ -5,7 +5,7 @@
 
 use crate::size::parse_size;
 
-use super::CaptureError;
+use super::error::CaptureError;
 
 /// The GPU a capture assumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,9 @@ impl AssumedGpu {
             match key.trim() {
                 "name" => gpu.name = value.trim().to_owned(),
                 "memory" => gpu.total_memory = parse_size(value).map_err(|e| bad(e.to_string()))?.bytes,
-                "sms" => gpu.sm_count = value.trim().parse().map_err(|_| bad(format!("sms `{value}` is not a count")))?,
+                "sms" => {
+                    gpu.sm_count = value.trim().parse().map_err(|_| bad(format!("sms `{value}` is not a count")))?
+                }
                 "cc" => {
                     let (ma, mi) = value.trim().split_once('.').unwrap_or((value.trim(), "0"));
                     gpu.major = ma.parse().map_err(|_| bad(format!("cc `{value}` is not MAJOR.MINOR")))?;

@@ -13,7 +13,9 @@
 //! `torch.compile`) is refused: the hook writes `refused.json`, no capture, exit 2.
 //!
 //! - `gpu.rs` — [`AssumedGpu`]: presets and `PRESET,key=value` specs.
+//! - `error.rs` — [`CaptureError`]: why a capture could not be made.
 
+mod error;
 mod gpu;
 
 use std::io::{BufRead, BufReader, Write as _};
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+pub use error::CaptureError;
 pub use gpu::AssumedGpu;
 
 /// The Python hook, written as `sitecustomize.py` on the child's `PYTHONPATH`.
@@ -59,44 +62,6 @@ pub struct Capture {
     pub wall: Duration,
 }
 
-/// Why a capture could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum CaptureError {
-    /// The program did something that needs real data or real kernels.
-    #[error("refused ({kind}): {message}\n  at {file}:{line} ({op})")]
-    Refused { kind: String, op: String, file: String, line: u32, message: String },
-    /// The program's Python cannot import torch.
-    #[error(
-        "{python} cannot import torch: run the command with a Python that has torch \
-         (the capture runs the user's own torch)"
-    )]
-    NoTorch { python: String },
-    /// The program failed on its own (or on something the capture cannot run).
-    #[error("the program exited with status {code}; no capture was kept. Its last words:\n{stderr_tail}")]
-    ProgramFailed { code: i32, stderr_tail: String },
-    /// The program could not be started.
-    #[error("cannot run `{program}`: {source}")]
-    Spawn { program: String, source: std::io::Error },
-    /// This platform has no fake CUDA runtime.
-    #[error("the capture runs on Linux only (it preloads a fake CUDA runtime); this is {os}")]
-    Unsupported { os: &'static str },
-    /// A bad `--gpu` spec.
-    #[error("bad GPU spec `{spec}`: {reason}")]
-    BadGpu { spec: String, reason: String },
-    /// No command was given.
-    #[error("no command to capture: give one after `--` (python train.py …)")]
-    NoCommand,
-    /// A file of the capture could not be written, read or removed.
-    #[error("{what}: {source}")]
-    Io { what: String, source: Box<dyn std::error::Error + Send + Sync> },
-}
-
-impl CaptureError {
-    fn io(what: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self::Io { what: what.into(), source: Box::new(source) }
-    }
-}
-
 /// How much of the program's stderr a failure keeps.
 const STDERR_TAIL: usize = 4000;
 
@@ -129,10 +94,10 @@ pub fn capture(opts: &CaptureOptions) -> Result<Capture, CaptureError> {
         }
         return Err(read_refusal(&refused)?);
     }
-    if exit_code != 0 || files.is_empty() {
-        if let Some(python) = no_torch.into_iter().next() {
-            return Err(CaptureError::NoTorch { python });
-        }
+    if (exit_code != 0 || files.is_empty())
+        && let Some(python) = no_torch.into_iter().next()
+    {
+        return Err(CaptureError::NoTorch { python });
     }
     if exit_code != 0 {
         for f in &files {
@@ -181,9 +146,7 @@ fn captures(dir: &Path) -> Vec<PathBuf> {
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("capture-") && n.ends_with(".pickle"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("capture-") && n.ends_with(".pickle"))
         })
         .map(|p| (p.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH), p))
         .collect();
