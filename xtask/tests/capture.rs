@@ -296,3 +296,53 @@ fn cnn_capture_is_a_lower_bound_short_only_of_cudnn_workspaces() {
     assert!(text.windows(needle.len()).any(|w| w == needle), "the capture says what it does not model");
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[test]
+fn gradscaler_step_is_refused_at_the_users_line() {
+    check_refusal("refuse_gradscaler.py", "data-dependent", "_local_scalar_dense", 10);
+}
+
+/// A tiny forward pass with stacks: every request in order, the modelled ones
+/// marked as such, the user's frames innermost first; the estimate record beside.
+#[test]
+fn a_tiny_forward_pass_is_captured_with_its_stacks() {
+    let (result, out) = run("tiny.py", true);
+    let cap = result.unwrap();
+    let s = read_snapshot_file(&cap.files[0]).unwrap();
+    let allocs = allocations(&s);
+    let cublas = Some("cuBLAS workspace, 32 MiB per thread".to_owned());
+    let lt = Some("cuBLASLt workspace, 1 MiB at the first addmm".to_owned());
+    // weight, bias, the input, addmm's output, then the workspaces its GEMM takes.
+    let expected = [(8192, None), (128, None), (4096, None), (2048, None), (32 << 20, cublas), (1 << 20, lt)];
+    assert_eq!(allocs, expected);
+    let trace = &s.device_traces[0];
+    assert!(trace.iter().all(|e| e.stream == 0 && e.addr % 512 == 0));
+    let input = trace.iter().find(|e| e.action == Action::Alloc && e.size == 4096).unwrap();
+    let frames: Vec<_> = s.frames.stack(input.frames).filter(|f| f.filename.ends_with("tiny.py")).collect();
+    let at: Vec<_> = frames.iter().map(|f| (f.name.as_ref(), f.line)).collect();
+    assert_eq!(at, [("forward", 7), ("<module>", 11)], "the user's frames, innermost first");
+    let text = std::fs::read(&cap.files[0]).unwrap();
+    for key in ["vramlab_estimate", "startup_s", "capture_s", "sm_count", "2.11.0"] {
+        assert!(text.windows(key.len()).any(|w| w == key.as_bytes()), "{key}");
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
+
+/// A Python that cannot import torch is named, not taken for a failing program.
+#[test]
+fn a_python_without_torch_is_named() {
+    let out = out_dir("no-torch");
+    let opts = CaptureOptions {
+        command: vec![torch_python::torch_python().display().to_string(), data("tiny.py").display().to_string()],
+        out_dir: out.clone(),
+        gpu: AssumedGpu::h100(),
+        stacks: false,
+        // A `torch` that cannot be imported, first on the path.
+        env: vec![("PYTHONPATH".into(), data("no_torch").display().to_string())],
+    };
+    match capture(&opts) {
+        Err(CaptureError::NoTorch { python }) => assert!(python.contains("python"), "{python}"),
+        other => panic!("not NoTorch: {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(out);
+}

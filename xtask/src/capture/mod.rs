@@ -47,7 +47,9 @@ pub struct CaptureOptions {
     pub gpu: AssumedGpu,
     /// Whether each request carries its Python stack (slower).
     pub stacks: bool,
-    /// Extra environment for the child (`PYTORCH_CUDA_ALLOC_CONF`, …).
+    /// Extra environment for the child (`PYTORCH_CUDA_ALLOC_CONF`, …); a
+    /// `PYTHONPATH`, `LD_PRELOAD` or `LD_LIBRARY_PATH` given here comes after the
+    /// capture's own entry.
     pub env: Vec<(String, String)>,
 }
 
@@ -154,10 +156,12 @@ fn captures(dir: &Path) -> Vec<PathBuf> {
     files.into_iter().map(|(_, p)| p).collect()
 }
 
-/// `path` first, then what `var` already holds.
-fn prepend(var: &str, path: &Path, sep: &str) -> String {
-    match std::env::var(var) {
-        Ok(old) if !old.is_empty() => format!("{}{sep}{old}", path.display()),
+/// `path` first, then what `var` already holds (the value `opts.env` gives it, or
+/// this process's).
+fn prepend(opts: &CaptureOptions, var: &str, path: &Path, sep: &str) -> String {
+    let old = opts.env.iter().rev().find(|(k, _)| k == var).map(|(_, v)| v.clone()).or_else(|| std::env::var(var).ok());
+    match old {
+        Some(old) if !old.is_empty() => format!("{}{sep}{old}", path.display()),
         _ => path.display().to_string(),
     }
 }
@@ -167,19 +171,19 @@ fn prepend(var: &str, path: &Path, sep: &str) -> String {
 fn run_child(opts: &CaptureOptions, program: &str, out: &Path, tmp: &Path) -> Result<(i32, String), CaptureError> {
     let t0 = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
     let mut cmd = Command::new(program);
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
     cmd.args(&opts.command[1..])
-        .env("PYTHONPATH", prepend("PYTHONPATH", tmp, ":"))
-        .env("LD_PRELOAD", prepend("LD_PRELOAD", &tmp.join("libvramlab_fakecuda.so"), " "))
-        .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", tmp, ":"))
+        .env("PYTHONPATH", prepend(opts, "PYTHONPATH", tmp, ":"))
+        .env("LD_PRELOAD", prepend(opts, "LD_PRELOAD", &tmp.join("libvramlab_fakecuda.so"), " "))
+        .env("LD_LIBRARY_PATH", prepend(opts, "LD_LIBRARY_PATH", tmp, ":"))
         .env("VRAMLAB_CAPTURE_OUT", out)
         .env("VRAMLAB_CAPTURE_T0", format!("{t0:.6}"))
         .env("VRAMLAB_CAPTURE_STACKS", if opts.stacks { "1" } else { "0" })
         .env("VRAMLAB_FAKECUDA_GPU", opts.gpu.env_value())
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stderr(Stdio::piped());
-    for (k, v) in &opts.env {
-        cmd.env(k, v);
-    }
     let mut child = cmd.spawn().map_err(|source| CaptureError::Spawn { program: program.to_owned(), source })?;
     let mut tail = String::new();
     if let Some(stderr) = child.stderr.take() {
