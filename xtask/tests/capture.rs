@@ -346,3 +346,8 @@ fn a_python_without_torch_is_named() {
     }
     let _ = std::fs::remove_dir_all(out);
 }
+
+#[test]
+fn a_custom_op_without_a_fake_implementation_is_refused() {
+    check_refusal("refuse_custom_op.py", "custom-op", "vramlab_test::scale", 11);
+}

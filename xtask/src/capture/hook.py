@@ -512,6 +512,17 @@ def _install():
                 if on_cuda:
                     refuse("data-dependent", str(func.overloadpacket.__name__), f"{type(e).__name__}: {e}")
                 raise
+            except Exception as e:
+                namespace = getattr(func, "namespace", "aten")
+                if on_cuda and namespace not in ("aten", "prims"):
+                    refuse(
+                        "custom-op", f"{namespace}::{func.overloadpacket.__name__}",
+                        "a custom operator (an extension's kernel) without a fake implementation: "
+                        "the capture cannot know what it allocates (register_fake gives it one)",
+                    )
+                if on_cuda and isinstance(e, ft.UnsupportedOperatorException):
+                    refuse("unsupported-op", str(func), f"no fake (meta) implementation in torch: {e}")
+                raise
             finally:
                 nesting.depth = 0
             if on_cuda:
