@@ -95,6 +95,8 @@ struct Compared {
     extra: BTreeMap<String, usize>,
     /// Recorded allocations the capture lacks, by size.
     missing: BTreeMap<u64, usize>,
+    /// Their indices among the recorded allocations.
+    missing_at: Vec<usize>,
 }
 
 fn compare(rec: &Snapshot, cap: &Snapshot) -> Compared {
@@ -109,10 +111,10 @@ fn compare(rec: &Snapshot, cap: &Snapshot) -> Compared {
         *extra.entry(format!("{kind} ({} B)", c[j].0)).or_default() += 1;
     }
     let mut missing = BTreeMap::new();
-    for i in only_r {
+    for &i in &only_r {
         *missing.entry(r[i].0).or_default() += 1;
     }
-    Compared { matched, recorded: r.len(), captured: c.len(), extra, missing }
+    Compared { matched, recorded: r.len(), captured: c.len(), extra, missing, missing_at: only_r }
 }
 
 /// (peak allocated, peak reserved) of `s` replayed under `conf`.
@@ -130,10 +132,23 @@ fn pct(a: u64, b: u64) -> f64 {
     100.0 * (a as f64 - b as f64) / b as f64
 }
 
+/// The recording's own request stream (its allocs and frees) without its segment
+/// events: what a capture can at best be, replayed from nothing as a capture is.
+fn request_stream(rec: &Snapshot) -> Snapshot {
+    let trace = rec.device_traces[0]
+        .iter()
+        .filter(|e| matches!(e.action, Action::Alloc | Action::FreeRequested | Action::FreeCompleted))
+        .cloned()
+        .collect();
+    Snapshot::of_one_device(trace, Vec::new(), rec.frames.clone())
+}
+
 /// Captures `workload` once and checks it against both recordings: the stream
-/// matched in order (at least `min_match` % of the recorded allocations) and the
-/// replayed peaks within `tolerance` %.
-fn check_workload(workload: &str, min_match: f64, tolerance: f64) {
+/// matched in order (at least `min_match` % of the recorded allocations), the
+/// replayed peak allocated within `tolerance` % of the recording's, and the peak
+/// reserved equal to that of the recording's own request stream replayed the same
+/// way; within `tolerance` % of the recorded peak reserved where `reserved` says so.
+fn check_workload(workload: &str, min_match: f64, tolerance: f64, reserved: bool) {
     let (result, out) = run(&format!("{workload}.py"), false);
     let cap = result.unwrap_or_else(|e| panic!("{workload}: {e}"));
     assert_eq!(cap.exit_code, 0);
@@ -146,6 +161,12 @@ fn check_workload(workload: &str, min_match: f64, tolerance: f64) {
         let share = 100.0 * c.matched as f64 / c.recorded as f64;
         let (rec_alloc, rec_reserved) = peaks(&rec, conf);
         let (cap_alloc, cap_reserved) = peaks(&captured, conf);
+        let (_, stream_reserved) = peaks(&request_stream(&rec), conf);
+        eprintln!(
+            "{workload}-{setting}: the recording's own request stream replayed from nothing: peak \
+             reserved {stream_reserved} ({:+.2} % of the recorded)",
+            pct(stream_reserved, rec_reserved)
+        );
         eprintln!(
             "{workload}-{setting}: {} of {} recorded allocations matched in order ({share:.1} %), {} captured; \
              peak allocated {cap_alloc} vs {rec_alloc} ({:+.2} %), reserved {cap_reserved} vs {rec_reserved} \
@@ -161,14 +182,17 @@ fn check_workload(workload: &str, min_match: f64, tolerance: f64) {
         );
         assert!(share >= min_match, "{workload}-{setting}: only {share:.1} % matched in order");
         assert!(pct(cap_alloc, rec_alloc).abs() <= tolerance, "{workload}-{setting}: peak allocated");
-        assert!(pct(cap_reserved, rec_reserved).abs() <= tolerance, "{workload}-{setting}: peak reserved");
+        assert_eq!(cap_reserved, stream_reserved, "{workload}-{setting}: peak reserved of the same stream");
+        if reserved {
+            assert!(pct(cap_reserved, rec_reserved).abs() <= tolerance, "{workload}-{setting}: peak reserved");
+        }
     }
     let _ = std::fs::remove_dir_all(out);
 }
 
 #[test]
 fn mlp_capture_matches_the_h100_recording() {
-    check_workload("mlp", 95.0, 1.0);
+    check_workload("mlp", 95.0, 1.0, true);
 }
 
 /// A refused script: exit 2's error names the op and the user's line; no capture.
@@ -221,4 +245,109 @@ fn a_failing_program_leaves_no_capture() {
     let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.iter().all(|n| !n.to_string_lossy().ends_with(".pickle")), "{left:?}");
     let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn transformer_capture_matches_the_h100_recording() {
+    check_workload("transformer", 95.0, 1.0, false);
+}
+
+/// The CNN under `cudnn.benchmark`: every captured allocation matches the recording
+/// in order; what the recording has beyond them is cuDNN's convolution workspaces
+/// (per call, and the benchmark's trials), which no shape rule gives and the capture
+/// says it does not model. Its peaks are then a lower bound of the recorded ones.
+#[test]
+fn cnn_capture_is_a_lower_bound_short_only_of_cudnn_workspaces() {
+    let (result, out) = run("cnn.py", false);
+    let cap = result.unwrap_or_else(|e| panic!("cnn: {e}"));
+    let captured = read_snapshot_file(&cap.files[0]).unwrap();
+    for (setting, conf) in [("default", ""), ("expandable", "expandable_segments:True")] {
+        let rec = recorded(&format!("cnn-{setting}.pickle"));
+        let c = compare(&rec, &captured);
+        let (rec_alloc, rec_reserved) = peaks(&rec, conf);
+        let (cap_alloc, cap_reserved) = peaks(&captured, conf);
+        eprintln!(
+            "cnn-{setting}: {} of {} recorded allocations matched in order ({:.1} %), {} captured; \
+             peak allocated {cap_alloc} vs {rec_alloc}, reserved {cap_reserved} vs {rec_reserved}; \
+             recorded only (size: count): {:?}",
+            c.matched,
+            c.recorded,
+            100.0 * c.matched as f64 / c.recorded as f64,
+            c.captured,
+            c.missing,
+        );
+        assert_eq!(
+            c.matched, c.captured,
+            "cnn-{setting}: every captured allocation is in the recording: {:?}",
+            c.extra
+        );
+        let allocs: Vec<_> = rec.device_traces[0].iter().filter(|e| e.action == Action::Alloc).collect();
+        for &i in &c.missing_at {
+            let cudnn = rec.frames.stack(allocs[i].frames).any(|f| {
+                let n = f.name.to_ascii_lowercase();
+                n.contains("cudnn") || n.contains("conv")
+            });
+            assert!(cudnn, "cnn-{setting}: recorded allocation {i} ({} B) is not cuDNN's", allocs[i].size);
+        }
+        assert!(cap_alloc <= rec_alloc && cap_reserved <= rec_reserved, "cnn-{setting}: a lower bound");
+    }
+    let text = std::fs::read(&cap.files[0]).unwrap();
+    let needle = b"cuDNN convolution workspaces: NOT MODELLED";
+    assert!(text.windows(needle.len()).any(|w| w == needle), "the capture says what it does not model");
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn gradscaler_step_is_refused_at_the_users_line() {
+    check_refusal("refuse_gradscaler.py", "data-dependent", "_local_scalar_dense", 10);
+}
+
+/// A tiny forward pass with stacks: every request in order, the modelled ones
+/// marked as such, the user's frames innermost first; the estimate record beside.
+#[test]
+fn a_tiny_forward_pass_is_captured_with_its_stacks() {
+    let (result, out) = run("tiny.py", true);
+    let cap = result.unwrap();
+    let s = read_snapshot_file(&cap.files[0]).unwrap();
+    let allocs = allocations(&s);
+    let cublas = Some("cuBLAS workspace, 32 MiB per thread".to_owned());
+    let lt = Some("cuBLASLt workspace, 1 MiB at the first addmm".to_owned());
+    // weight, bias, the input, addmm's output, then the workspaces its GEMM takes.
+    let expected = [(8192, None), (128, None), (4096, None), (2048, None), (32 << 20, cublas), (1 << 20, lt)];
+    assert_eq!(allocs, expected);
+    let trace = &s.device_traces[0];
+    assert!(trace.iter().all(|e| e.stream == 0 && e.addr % 512 == 0));
+    let input = trace.iter().find(|e| e.action == Action::Alloc && e.size == 4096).unwrap();
+    let frames: Vec<_> = s.frames.stack(input.frames).filter(|f| f.filename.ends_with("tiny.py")).collect();
+    let at: Vec<_> = frames.iter().map(|f| (f.name.as_ref(), f.line)).collect();
+    assert_eq!(at, [("forward", 7), ("<module>", 11)], "the user's frames, innermost first");
+    let text = std::fs::read(&cap.files[0]).unwrap();
+    for key in ["vramlab_estimate", "startup_s", "capture_s", "sm_count", "2.11.0"] {
+        assert!(text.windows(key.len()).any(|w| w == key.as_bytes()), "{key}");
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
+
+/// A Python that cannot import torch is named, not taken for a failing program.
+#[test]
+fn a_python_without_torch_is_named() {
+    let out = out_dir("no-torch");
+    let opts = CaptureOptions {
+        command: vec![torch_python::torch_python().display().to_string(), data("tiny.py").display().to_string()],
+        out_dir: out.clone(),
+        gpu: AssumedGpu::h100(),
+        stacks: false,
+        // A `torch` that cannot be imported, first on the path.
+        env: vec![("PYTHONPATH".into(), data("no_torch").display().to_string())],
+    };
+    match capture(&opts) {
+        Err(CaptureError::NoTorch { python }) => assert!(python.contains("python"), "{python}"),
+        other => panic!("not NoTorch: {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn a_custom_op_without_a_fake_implementation_is_refused() {
+    check_refusal("refuse_custom_op.py", "custom-op", "vramlab_test::scale", 11);
 }

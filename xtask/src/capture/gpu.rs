@@ -5,7 +5,7 @@
 
 use crate::size::parse_size;
 
-use super::CaptureError;
+use super::error::CaptureError;
 
 /// The GPU a capture assumes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -135,7 +135,9 @@ def _install():
         if rec is not None:
             free(rec[0], rec[1], rec[2], frames())
 
-    def track(t):
+    debug_ops = os.environ.get("VRAMLAB_CAPTURE_DEBUG_OPS") == "1"
+
+    def track(t, func=None):
         if not isinstance(t, ft.FakeTensor) or t.device.type != "cuda":
             return
         st = t.untyped_storage()
@@ -143,8 +145,14 @@ def _install():
         if key in state["live"]:
             return
         size = st.nbytes()
+        if size == 0:
+            # The caching allocator hands out no block for zero bytes and records nothing.
+            return
         stream = current_stream()
-        addr = alloc(size, stream, frames())
+        fr = frames()
+        if debug_ops and func is not None:
+            fr = [{"filename": "<aten>", "line": 0, "name": str(func)}] + fr
+        addr = alloc(size, stream, fr)
         state["live"][key] = (addr, size, stream)
         weakref.finalize(st, storage_died, key)
 
@@ -184,6 +192,262 @@ def _install():
                 1 << 20, False,
             )
 
+    # In-place accumulation. A fake tensor counts as a tensor subclass, for which
+    # PyTorch's C++ takes out-of-place branches a CUDA tensor does not: autograd's
+    # InputBuffer adds gradients in place when it holds the last reference to one
+    # (can_accumulate_inplace), and linear on a non-contiguous 3-D input adds its
+    # bias in place. There the add's output takes over its input's allocation. A
+    # tensor only C++ holds has 3 Python references at the top of dispatch (the
+    # dispatcher's args tuple, getrefcount's argument, its preserved owner);
+    # one a Python name holds has more.
+    temporary_refs = 3
+
+    def inplace_candidate(func, args, kwargs):
+        if len(args) != 2 or (kwargs and kwargs.get("alpha", 1) != 1):
+            return None
+        refs = (sys.getrefcount(args[0]), sys.getrefcount(args[1]))
+        a, b = args
+        if not all(isinstance(t, ft.FakeTensor) and t.device.type == "cuda" for t in (a, b)):
+            return None
+        on_engine = threading.current_thread() is not threading.main_thread()
+        if refs[0] == temporary_refs and (on_engine or (b.dim() == 1 and a.dim() >= 3)):
+            return a
+        if on_engine and refs[1] == temporary_refs:
+            return b
+        return None
+
+    def transfer(src, dst):
+        """The add's output `dst` reuses `src`'s allocation, as in place."""
+        if not isinstance(dst, torch.Tensor) or dst.shape != src.shape or dst.dtype != src.dtype:
+            return False
+        if not src.is_contiguous():
+            return False
+        skey = src.untyped_storage()._cdata
+        rec = state["live"].get(skey)
+        st = dst.untyped_storage()
+        if rec is None or st.nbytes() != rec[1]:
+            return False
+        del state["live"][skey]
+        state["live"][st._cdata] = rec
+        weakref.finalize(st, storage_died, st._cdata)
+        r = state["rules"].setdefault(
+            "in-place accumulation",
+            {"name": "in-place accumulation", "count": 0, "bytes": 0,
+             "why": "autograd accumulates gradients, and linear adds a 3-D input's bias, in place on CUDA "
+                    "tensors (out of place on fake ones): the add's output takes its input's allocation"},
+        )
+        r["count"] += 1
+        return True
+
+    # cuDNN attention's workspaces (cuDNN 9.19 on sm_90, as recorded by the H100
+    # workloads): 256 B in the forward; in the backward a float accumulator for dQ
+    # and the softmax statistics, 4 x B x H x S_q x (D + 1) bytes, + 256.
+    conv_ops = {aten.convolution.default, aten.convolution_backward.default}
+
+    def attention_rules(func, args):
+        if func in conv_ops:
+            # Said, not guessed: cuDNN's convolution workspaces (and, under
+            # cudnn.benchmark, its trial workspaces) depend on the plans the installed
+            # cuDNN picks on the GPU, which no shape rule gives.
+            name = "cuDNN convolution workspaces: NOT MODELLED"
+            r = state["rules"].setdefault(name, {
+                "name": name, "count": 0, "bytes": 0,
+                "why": "each cuDNN convolution call takes a workspace (under cudnn.benchmark, trial "
+                       "workspaces of up to hundreds of MB at a shape's first call) whose size depends on "
+                       "the plans cuDNN picks on the GPU; the capture counts the calls and adds no bytes, "
+                       "so its peaks are a lower bound where convolutions run",
+            })
+            r["count"] += 1
+        elif func is aten._scaled_dot_product_cudnn_attention.default:
+            modelled("cuDNN attention forward workspace",
+                     "cuDNN's SDPA forward plan workspace, 256 B (cuDNN 9.19, sm_90)", 256, True)
+        elif func is aten._scaled_dot_product_cudnn_attention_backward.default:
+            b, h, s, d = args[1].shape
+            modelled("cuDNN attention backward workspace",
+                     "cuDNN's SDPA backward workspace: float dQ accumulator and softmax statistics, "
+                     "4 x B x H x S x (D + 1) + 256 bytes (cuDNN 9.19, sm_90)",
+                     4 * b * h * s * (d + 1) + 256, True)
+
+    # Multi-output kernels allocate in their own order, not the tuple's.
+    output_order = {
+        # the mask, then the output
+        aten.native_dropout.default: (1, 0),
+        # philox seed and offset first (8 B each), then out and logsumexp
+        aten._scaled_dot_product_cudnn_attention.default: (6, 7, 0, 1, 2, 3, 4, 5, 8),
+    }
+
+    def kernel_order(func, out):
+        order = output_order.get(func)
+        if order is None or not isinstance(out, (tuple, list)):
+            return pytree.tree_leaves(out)
+        return [out[i] for i in order if i < len(out)] + list(out[len(order):])
+
+    # Reductions: PyTorch's setReduceConfig (aten/src/ATen/native/cuda/Reduce.cuh)
+    # splits a long reduction over several blocks per output, which stage partial
+    # results in global memory (and count arrivals in semaphores) taken from the
+    # caching allocator for the kernel's duration.
+    reductions = {
+        aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default,
+    }
+
+    def last_pow2(n):
+        n = int(n)
+        for shift in (1, 2, 4, 8, 16):
+            n |= n >> shift
+        return max(1, n - (n >> 1))
+
+    def div_up(a, b):
+        return (a + b - 1) // b
+
+    def iterator_dims(inp, out_t, reduced):
+        """TensorIterator's dims for a reduction of `inp` over `reduced` into `out_t`:
+        reordered (reduced first, then by stride) and coalesced. Entries are
+        [size, output stride, input stride] in bytes."""
+        isz = inp.element_size()
+        osz = out_t.element_size()
+        kept = [d for d in range(inp.dim()) if d not in reduced]
+        ostride = {}
+        acc = osz
+        for d in reversed(kept):
+            ostride[d] = acc
+            acc *= inp.shape[d]
+        dims = [
+            [inp.shape[d], 0 if d in reduced else ostride[d], inp.stride()[d] * isz]
+            for d in reversed(range(inp.dim()))
+            if inp.shape[d] != 1
+        ]
+
+        def should_swap(a, b):
+            for k in (1, 2):
+                s0, s1 = a[k], b[k]
+                if k == 1 and (s0 == 0) != (s1 == 0):
+                    return 1 if s1 == 0 else -1
+                if s0 == 0 or s1 == 0:
+                    continue
+                if s0 < s1:
+                    return -1
+                if s0 > s1:
+                    return 1
+                if a[0] > b[0]:
+                    return 1
+            return 0
+
+        for i in range(1, len(dims)):
+            j = i
+            for i0 in range(i - 1, -1, -1):
+                c = should_swap(dims[i0], dims[j])
+                if c > 0:
+                    dims[i0], dims[j] = dims[j], dims[i0]
+                    j = i0
+                elif c < 0:
+                    break
+        merged = []
+        for d in dims:
+            if merged and all(merged[-1][0] * merged[-1][k] == d[k] for k in (1, 2)):
+                merged[-1][0] *= d[0]
+            else:
+                merged.append(list(d))
+        return merged
+
+    def staging_bytes(inp, out_t, reduced, arg_size):
+        """(staging buffer, semaphores) bytes of setReduceConfig's global reduction, or None."""
+        num_outputs = max(out_t.numel(), 1)
+        numel = inp.numel()
+        if numel == 0:
+            return None
+        inputs_per_output = numel // num_outputs
+        dims = iterator_dims(inp, out_t, reduced)
+        num_reduce = sum(1 for d in dims if d[1] == 0)
+        esize = inp.element_size()
+        vt0 = 4
+        output_vec = 1
+        if dims:
+            on_fastest = num_reduce == len(dims) or dims[0][2] < dims[num_reduce][2]
+            if on_fastest:
+                dim0, dim1, fastest = inputs_per_output, num_outputs, dims[0][2]
+            else:
+                dim0, dim1, fastest = num_outputs, inputs_per_output, dims[num_reduce][2]
+        else:
+            on_fastest, dim0, dim1, fastest = True, 1, 1, esize
+        if fastest == esize:
+            if on_fastest and dim0 > 128 and num_reduce == 1 and vt0 >= 4:
+                dim0 //= 4
+            elif not on_fastest:
+                vec = 4
+                for n in [dims[num_reduce][0]] + [d[2] // esize for i, d in enumerate(dims) if i != num_reduce]:
+                    while n % vec:
+                        vec //= 2
+                output_vec = vec
+                dim0 //= output_vec
+        max_threads = 512 // output_vec
+        d0 = last_pow2(dim0) if dim0 < max_threads else max_threads
+        d1 = last_pow2(dim1) if dim1 < max_threads else max_threads
+        bw = min(d0, 32)
+        bh = min(d1, max_threads // bw)
+        bw = min(d0, max_threads // bh)
+        num_threads = bw * bh
+        step_in, step_out = 1, 1
+        block_x_reduce = False
+        if not dims or on_fastest:
+            block_x_reduce = True
+            step_in *= bw
+        else:
+            step_out *= bw
+        in_mult1 = 0
+        if div_up(inputs_per_output, step_in) >= bh * 16 or div_up(inputs_per_output, step_in) >= 256:
+            in_mult1 = step_in
+            step_in *= bh
+        else:
+            step_out *= bh
+        target = sm_count * (2048 // num_threads)
+        grid_x = div_up(num_outputs // output_vec, step_out)
+        vpt = div_up(inputs_per_output, step_in)
+        if not (in_mult1 and vpt >= 256 and grid_x <= target):
+            return None
+        ctas = max(min(div_up(target, grid_x), div_up(vpt, 16)), div_up(vpt, 256))
+        if ctas <= 1:
+            return None
+        size = arg_size * num_outputs * ctas
+        if not block_x_reduce:
+            size *= bw * output_vec
+        return size, 4 * grid_x
+
+    def reduction_rules(func, args, kwargs, out):
+        if func not in reductions or not isinstance(out, torch.Tensor):
+            return
+        inp = args[0]
+        if not isinstance(inp, torch.Tensor) or inp.dim() == 0:
+            return
+        dims = args[1] if len(args) > 1 else kwargs.get("dim")
+        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+            reduced = set(range(inp.dim()))
+        else:
+            dims = [dims] if isinstance(dims, int) else dims
+            reduced = {d % inp.dim() for d in dims}
+        arg_size = 8 if inp.dtype in (torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+                                      torch.uint8, torch.bool) else 4
+        got = staging_bytes(inp, out, reduced, arg_size)
+        if got is None:
+            return
+        buf, sem = got
+        stream = current_stream()
+        fr = [{"filename": "<vramlab model>", "line": 0, "name": "reduction staging (setReduceConfig)"}]
+        a_buf = alloc(buf, stream, fr)
+        fr_s = [{"filename": "<vramlab model>", "line": 0, "name": "reduction semaphores (setReduceConfig)"}]
+        a_sem = alloc(sem, stream, fr_s)
+        free(a_sem, sem, stream, fr_s)
+        free(a_buf, buf, stream, fr)
+        for name, size, why in (
+            ("reduction staging (setReduceConfig)", buf,
+             "a reduction split over several blocks per output stages partial results in global memory "
+             "for the kernel's duration: arg bytes x outputs x blocks per output (x block width x vector)"),
+            ("reduction semaphores (setReduceConfig)", sem,
+             "the split reduction's arrival counters: 4 bytes per block column"),
+        ):
+            r = state["rules"].setdefault(name, {"name": name, "count": 0, "bytes": 0, "why": why})
+            r["count"] += 1
+            r["bytes"] += size
+
     # -- refusals -------------------------------------------------------------
     def refuse(kind, op, message):
         fn, line = user_frame()
@@ -215,13 +479,20 @@ def _install():
     def is_real_cpu(a):
         return isinstance(a, torch.Tensor) and not isinstance(a, ft.FakeTensor) and a.device.type == "cpu"
 
+    nesting = threading.local()
+
     class CaptureMode(ft.FakeTensorMode):
         @property
         def avoid_device_init(self):
             return True
 
         def dispatch(self, func, types, args=(), kwargs=None):
+            into = inplace_candidate(func, args, kwargs) if func is aten.add.Tensor else None
             kwargs = kwargs or {}
+            if getattr(nesting, "depth", 0):
+                # Inside another op's fake implementation (a decomposition, a meta
+                # function): its temporaries are no kernel's; the op's outputs count.
+                return super().dispatch(func, types, args, kwargs)
             flat = pytree.arg_tree_leaves(*args, **kwargs)
             tensors = [a for a in flat if isinstance(a, torch.Tensor)]
             on_cuda = any(isinstance(a, ft.FakeTensor) and a.device.type == "cuda" for a in tensors)
@@ -234,16 +505,33 @@ def _install():
             if not on_cuda and self.runs_real(func, tensors, kwargs):
                 with ft.unset_fake_temporarily():
                     return func(*args, **kwargs)
+            nesting.depth = 1
             try:
                 out = super().dispatch(func, types, args, kwargs)
             except (ft.DataDependentOutputException, ft.DynamicOutputShapeException) as e:
                 if on_cuda:
                     refuse("data-dependent", str(func.overloadpacket.__name__), f"{type(e).__name__}: {e}")
                 raise
+            except Exception as e:
+                namespace = getattr(func, "namespace", "aten")
+                if on_cuda and namespace not in ("aten", "prims"):
+                    refuse(
+                        "custom-op", f"{namespace}::{func.overloadpacket.__name__}",
+                        "a custom operator (an extension's kernel) without a fake implementation: "
+                        "the capture cannot know what it allocates (register_fake gives it one)",
+                    )
+                if on_cuda and isinstance(e, ft.UnsupportedOperatorException):
+                    refuse("unsupported-op", str(func), f"no fake (meta) implementation in torch: {e}")
+                raise
+            finally:
+                nesting.depth = 0
             if on_cuda:
-                for t in pytree.tree_leaves(out):
-                    track(t)
+                if into is None or not transfer(into, out):
+                    for t in kernel_order(func, out):
+                        track(t, func)
+                attention_rules(func, args)
                 blas_rules(func)
+                reduction_rules(func, args, kwargs, out)
             return out
 
         @staticmethod
@@ -326,5 +614,24 @@ def _install():
     atexit.register(write)
 
 
+def _chain():
+    """Runs the sitecustomize this file hides, as Python would have."""
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+        if spec is None or spec.loader is None:
+            return
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.stderr.write("vramlab estimate: the program's own sitecustomize failed: %r\n" % (e,))
+
+
+_chain()
 if os.environ.get("VRAMLAB_CAPTURE_OUT"):
     _install()

@@ -13,7 +13,9 @@
 //! `torch.compile`) is refused: the hook writes `refused.json`, no capture, exit 2.
 //!
 //! - `gpu.rs` — [`AssumedGpu`]: presets and `PRESET,key=value` specs.
+//! - `error.rs` — [`CaptureError`]: why a capture could not be made.
 
+mod error;
 mod gpu;
 
 use std::io::{BufRead, BufReader, Write as _};
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
+pub use error::CaptureError;
 pub use gpu::AssumedGpu;
 
 /// The Python hook, written as `sitecustomize.py` on the child's `PYTHONPATH`.
@@ -44,7 +47,9 @@ pub struct CaptureOptions {
     pub gpu: AssumedGpu,
     /// Whether each request carries its Python stack (slower).
     pub stacks: bool,
-    /// Extra environment for the child (`PYTORCH_CUDA_ALLOC_CONF`, …).
+    /// Extra environment for the child (`PYTORCH_CUDA_ALLOC_CONF`, …); a
+    /// `PYTHONPATH`, `LD_PRELOAD` or `LD_LIBRARY_PATH` given here comes after the
+    /// capture's own entry.
     pub env: Vec<(String, String)>,
 }
 
@@ -57,44 +62,6 @@ pub struct Capture {
     pub exit_code: i32,
     /// Wall time of the whole run.
     pub wall: Duration,
-}
-
-/// Why a capture could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum CaptureError {
-    /// The program did something that needs real data or real kernels.
-    #[error("refused ({kind}): {message}\n  at {file}:{line} ({op})")]
-    Refused { kind: String, op: String, file: String, line: u32, message: String },
-    /// The program's Python cannot import torch.
-    #[error(
-        "{python} cannot import torch: run the command with a Python that has torch \
-         (the capture runs the user's own torch)"
-    )]
-    NoTorch { python: String },
-    /// The program failed on its own (or on something the capture cannot run).
-    #[error("the program exited with status {code}; no capture was kept. Its last words:\n{stderr_tail}")]
-    ProgramFailed { code: i32, stderr_tail: String },
-    /// The program could not be started.
-    #[error("cannot run `{program}`: {source}")]
-    Spawn { program: String, source: std::io::Error },
-    /// This platform has no fake CUDA runtime.
-    #[error("the capture runs on Linux only (it preloads a fake CUDA runtime); this is {os}")]
-    Unsupported { os: &'static str },
-    /// A bad `--gpu` spec.
-    #[error("bad GPU spec `{spec}`: {reason}")]
-    BadGpu { spec: String, reason: String },
-    /// No command was given.
-    #[error("no command to capture: give one after `--` (python train.py …)")]
-    NoCommand,
-    /// A file of the capture could not be written, read or removed.
-    #[error("{what}: {source}")]
-    Io { what: String, source: Box<dyn std::error::Error + Send + Sync> },
-}
-
-impl CaptureError {
-    fn io(what: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self::Io { what: what.into(), source: Box::new(source) }
-    }
 }
 
 /// How much of the program's stderr a failure keeps.
@@ -129,10 +96,10 @@ pub fn capture(opts: &CaptureOptions) -> Result<Capture, CaptureError> {
         }
         return Err(read_refusal(&refused)?);
     }
-    if exit_code != 0 || files.is_empty() {
-        if let Some(python) = no_torch.into_iter().next() {
-            return Err(CaptureError::NoTorch { python });
-        }
+    if (exit_code != 0 || files.is_empty())
+        && let Some(python) = no_torch.into_iter().next()
+    {
+        return Err(CaptureError::NoTorch { python });
     }
     if exit_code != 0 {
         for f in &files {
@@ -189,10 +156,12 @@ fn captures(dir: &Path) -> Vec<PathBuf> {
     files.into_iter().map(|(_, p)| p).collect()
 }
 
-/// `path` first, then what `var` already holds.
-fn prepend(var: &str, path: &Path, sep: &str) -> String {
-    match std::env::var(var) {
-        Ok(old) if !old.is_empty() => format!("{}{sep}{old}", path.display()),
+/// `path` first, then what `var` already holds (the value `opts.env` gives it, or
+/// this process's).
+fn prepend(opts: &CaptureOptions, var: &str, path: &Path, sep: &str) -> String {
+    let old = opts.env.iter().rev().find(|(k, _)| k == var).map(|(_, v)| v.clone()).or_else(|| std::env::var(var).ok());
+    match old {
+        Some(old) if !old.is_empty() => format!("{}{sep}{old}", path.display()),
         _ => path.display().to_string(),
     }
 }
@@ -202,19 +171,19 @@ fn prepend(var: &str, path: &Path, sep: &str) -> String {
 fn run_child(opts: &CaptureOptions, program: &str, out: &Path, tmp: &Path) -> Result<(i32, String), CaptureError> {
     let t0 = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
     let mut cmd = Command::new(program);
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
     cmd.args(&opts.command[1..])
-        .env("PYTHONPATH", prepend("PYTHONPATH", tmp, ":"))
-        .env("LD_PRELOAD", prepend("LD_PRELOAD", &tmp.join("libvramlab_fakecuda.so"), " "))
-        .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", tmp, ":"))
+        .env("PYTHONPATH", prepend(opts, "PYTHONPATH", tmp, ":"))
+        .env("LD_PRELOAD", prepend(opts, "LD_PRELOAD", &tmp.join("libvramlab_fakecuda.so"), " "))
+        .env("LD_LIBRARY_PATH", prepend(opts, "LD_LIBRARY_PATH", tmp, ":"))
         .env("VRAMLAB_CAPTURE_OUT", out)
         .env("VRAMLAB_CAPTURE_T0", format!("{t0:.6}"))
         .env("VRAMLAB_CAPTURE_STACKS", if opts.stacks { "1" } else { "0" })
         .env("VRAMLAB_FAKECUDA_GPU", opts.gpu.env_value())
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stderr(Stdio::piped());
-    for (k, v) in &opts.env {
-        cmd.env(k, v);
-    }
     let mut child = cmd.spawn().map_err(|source| CaptureError::Spawn { program: program.to_owned(), source })?;
     let mut tail = String::new();
     if let Some(stderr) = child.stderr.take() {
