@@ -1093,7 +1093,7 @@ pub fn doc_view(d: &ReplayDoc, t: &ReplayTimeline) -> DocView {
         answer.lines.insert(0, estimate_lines(e).swap_remove(0));
     }
     DocView {
-        estimate: d.estimate.as_ref().map(|e| estimate_lines(e)),
+        estimate: d.estimate.as_ref().map(estimate_lines),
         answer: Some(answer),
         limit: limit_text(d),
         limit_label: limit_label(d),

@@ -147,7 +147,6 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
             Err(code) => return Ok(code),
         }
     }
-    drop(trial);
     let wall = started.elapsed().as_secs_f64();
     let e = marker.context("no capture was made")?;
     let limit = match args.fraction {
@@ -301,9 +300,9 @@ mod tests {
     #[test]
     fn bisection_finds_the_largest_that_fits_and_captures_the_next() {
         let search = Search { name: "B".into(), lo: 1, hi: 1024 };
-        let mut tried = Vec::new();
+        let tried = std::cell::RefCell::new(Vec::new());
         let mut trial = |v: u64| -> anyhow::Result<Result<Trial, u8>> {
-            tried.push(v);
+            tried.borrow_mut().push(v);
             let o = Outcome {
                 fits: v <= 93,
                 peak_reserved_bytes: v,
@@ -313,7 +312,7 @@ mod tests {
             Ok(Ok(Trial { value: v, settings: vec![o], capture_s: 0.0 }))
         };
         assert_eq!(bisect(&search, 0, &mut trial).unwrap().unwrap(), (Some(93), Some(94)));
-        assert!(tried.contains(&93) && tried.contains(&94));
+        assert!(tried.borrow().contains(&93) && tried.borrow().contains(&94));
         let all = Search { name: "B".into(), lo: 1, hi: 50 };
         assert_eq!(bisect(&all, 0, &mut trial).unwrap().unwrap(), (Some(50), None));
         let none = Search { name: "B".into(), lo: 100, hi: 200 };
