@@ -113,6 +113,7 @@ fn the_json_document_lists_every_changed_call_path_largest_change_first() {
         "largest_free_block_at_peak_bytes",
         "ooms",
         "fidelity_agrees",
+        "estimate",
     ];
     for side in ["before", "after"] {
         let keys: Vec<&str> = d[side].as_object().unwrap().keys().map(String::as_str).collect();
