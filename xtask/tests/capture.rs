@@ -322,7 +322,9 @@ fn a_tiny_forward_pass_is_captured_with_its_stacks() {
     let at: Vec<_> = frames.iter().map(|f| (f.name.as_ref(), f.line)).collect();
     assert_eq!(at, [("forward", 7), ("<module>", 11)], "the user's frames, innermost first");
     let text = std::fs::read(&cap.files[0]).unwrap();
-    for key in ["vramlab_estimate", "startup_s", "capture_s", "sm_count", "2.11.0"] {
+    // torch.cuda.empty_cache() is an entry of its own, which the reader keeps and skips.
+    assert_eq!(trace.iter().filter(|e| e.action == Action::Other).count(), 1);
+    for key in ["vramlab_estimate", "startup_s", "capture_s", "sm_count", "2.11.0", "empty_cache"] {
         assert!(text.windows(key.len()).any(|w| w == key.as_bytes()), "{key}");
     }
     let _ = std::fs::remove_dir_all(out);
@@ -350,4 +352,15 @@ fn a_python_without_torch_is_named() {
 #[test]
 fn a_custom_op_without_a_fake_implementation_is_refused() {
     check_refusal("refuse_custom_op.py", "custom-op", "vramlab_test::scale", 11);
+}
+
+/// cuDNN attention under no_grad: the seed and offset first, the output, the
+/// workspace; no logsumexp (which the fake kernel makes and CUDA's does not).
+#[test]
+fn attention_under_no_grad_takes_no_logsumexp() {
+    let (result, out) = run("attention_no_grad.py", false);
+    let s = read_snapshot_file(&result.unwrap().files[0]).unwrap();
+    let sizes: Vec<u64> = allocations(&s).into_iter().map(|a| a.0).collect();
+    assert_eq!(sizes, [524288, 8, 8, 524288, 256]);
+    let _ = std::fs::remove_dir_all(out);
 }

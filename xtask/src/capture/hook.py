@@ -274,13 +274,19 @@ def _install():
         aten.native_dropout.default: (1, 0),
         # philox seed and offset first (8 B each), then out and logsumexp
         aten._scaled_dot_product_cudnn_attention.default: (6, 7, 0, 1, 2, 3, 4, 5, 8),
+        # efficient attention's philox seed and offset live on the host under CUDA
+        aten._scaled_dot_product_efficient_attention.default: (0, 1),
     }
 
-    def kernel_order(func, out):
+    def kernel_order(func, out, args=()):
         order = output_order.get(func)
         if order is None or not isinstance(out, (tuple, list)):
             return pytree.tree_leaves(out)
-        return [out[i] for i in order if i < len(out)] + list(out[len(order):])
+        skip = set()
+        # cuDNN attention allocates no logsumexp unless asked (the fake kernel always does).
+        if func is aten._scaled_dot_product_cudnn_attention.default and len(args) > 4 and not args[4]:
+            skip.add(1)
+        return [out[i] for i in order if i < len(out) and i not in skip] + list(out[len(order):])
 
     # Reductions: PyTorch's setReduceConfig (aten/src/ATen/native/cuda/Reduce.cuh)
     # splits a long reduction over several blocks per output, which stage partial
@@ -527,7 +533,7 @@ def _install():
                 nesting.depth = 0
             if on_cuda:
                 if into is None or not transfer(into, out):
-                    for t in kernel_order(func, out):
+                    for t in kernel_order(func, out, args):
                         track(t, func)
                 attention_rules(func, args)
                 blas_rules(func)
@@ -562,6 +568,23 @@ def _install():
         "cuda-graph", "torch.cuda.graph",
         "CUDA graph capture records real kernels and a private memory pool; the capture cannot run it",
     )
+    # torch.cuda.empty_cache() releases the cached, unused segments: reserved memory
+    # falls. An entry of its own in the stream (PyTorch writes segment_free entries
+    # there, which a capture without segments cannot), so that a replay can act on it.
+    def empty_cache():
+        with lock:
+            state["trace"].append({
+                "action": "empty_cache", "addr": 0, "size": 0, "stream": current_stream(),
+                "time_us": now_us(), "frames": frames(),
+            })
+        r = state["rules"].setdefault("torch.cuda.empty_cache()", {
+            "name": "torch.cuda.empty_cache()", "count": 0, "bytes": 0,
+            "why": "the program released the cache here; the capture marks it with an `empty_cache` "
+                   "entry (PyTorch's trace has segment_free entries instead)",
+        })
+        r["count"] += 1
+
+    torch.cuda.empty_cache = empty_cache
     torch.compile = refused_api(
         "torch.compile", "torch.compile",
         "torch.compile's Inductor generates and runs real kernels; the capture runs eager code only",
