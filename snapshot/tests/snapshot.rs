@@ -587,3 +587,25 @@ fn a_bad_marker_is_an_error_that_names_its_field() {
     let e = read_snapshot(&out[..]).unwrap_err().to_string();
     assert!(e.contains("vramlab_estimate.version") && e.contains("version 2"), "{e}");
 }
+
+#[test]
+fn a_captures_empty_cache_entry_releases_the_cache_in_the_replay() {
+    let mut s = capture();
+    let entry =
+        |action, addr, size| vramlab_snapshot::TraceEntry { action, addr, size, stream: 0, time_us: 0, frames: 2 };
+    s.device_traces[0].extend([
+        entry(Action::FreeRequested, 1536, 8_000_000),
+        entry(Action::FreeCompleted, 1536, 8_000_000),
+        entry(Action::EmptyCache, 0, 0),
+    ]);
+    let r = replay_snapshot(&s, &SnapshotReplayOptions { record: true, ..Default::default() }).unwrap();
+    // Left: the 32 MiB workspace's segment and the small block's 2 MiB one.
+    assert_eq!(r.final_reserved_bytes, 34 * MIB);
+    let mut out = Vec::new();
+    vramlab_snapshot::write_snapshot(&s, &mut out).unwrap();
+    assert_eq!(read_snapshot(&out[..]).unwrap().device_traces[0].last().unwrap().action, Action::EmptyCache);
+    // The replay's own snapshot shows the release as PyTorch's trace does: segment frees.
+    let rec = r.recording.unwrap();
+    assert!(rec.device_traces[0].iter().any(|e| e.action == Action::SegmentFree));
+    assert!(rec.device_traces[0].iter().all(|e| e.action != Action::EmptyCache));
+}

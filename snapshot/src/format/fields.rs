@@ -132,7 +132,7 @@ impl Fields {
                 problem = Some(ProblemKind::Absurd { field: "size", value: s as i128 });
                 0
             }
-            None if action == Action::Other || action == Action::Snapshot => 0,
+            None if matches!(action, Action::Other | Action::Snapshot | Action::EmptyCache) => 0,
             None => {
                 problem = Some(ProblemKind::Missing { field: "size" });
                 0

@@ -55,6 +55,10 @@ pub enum Action {
     SegmentUnmap,
     Oom,
     Snapshot,
+    /// `torch.cuda.empty_cache()` where the program called it: an entry of
+    /// `vramlab estimate`'s capture, which has no segments to free (PyTorch's
+    /// own trace shows the `segment_free` entries instead).
+    EmptyCache,
     /// An action this reader does not know (a newer PyTorch's); kept and skipped by the replay.
     Other,
 }
@@ -71,6 +75,7 @@ impl Action {
             "segment_unmap" => Action::SegmentUnmap,
             "oom" => Action::Oom,
             "snapshot" => Action::Snapshot,
+            "empty_cache" => Action::EmptyCache,
             _ => Action::Other,
         }
     }
@@ -86,6 +91,7 @@ impl Action {
             Action::SegmentUnmap => "segment_unmap",
             Action::Oom => "oom",
             Action::Snapshot => "snapshot",
+            Action::EmptyCache => "empty_cache",
             Action::Other => "other",
         }
     }

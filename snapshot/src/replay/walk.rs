@@ -286,6 +286,8 @@ impl<'a> Walk<'a> {
             Action::SegmentFree | Action::SegmentUnmap => self.segment_free(feed, i, e),
             Action::SegmentAlloc | Action::SegmentMap => self.check.recorded_alloc(i, e),
             Action::Oom => self.recorded_oom(i, e, track)?,
+            // A capture's mark of the program's `empty_cache()`.
+            Action::EmptyCache => self.allocator.empty_cache(),
             _ => {}
         }
         Ok(ControlFlow::Continue(None))
