@@ -95,6 +95,19 @@ fn a_tiny_mlp_is_estimated_and_every_view_of_its_snapshot_says_so() {
     assert_eq!(w["estimate"]["gpu"]["sm_count"], 132);
     let diff = terminal::fits(vramlab().arg("diff").arg(&out).arg(&out).output().unwrap());
     assert!(text(&diff).contains("A (before), ") && text(&diff).contains("estimated (no GPU ran)"));
+    // The what-if and diff pages: the banner, and the answer card says it.
+    for (command, dir) in [("whatif", dir.join("whatif")), ("diff", dir.join("diff"))] {
+        let mut c = vramlab();
+        c.arg(command).arg(&out);
+        if command == "diff" {
+            c.arg(&out);
+        }
+        assert!(c.arg("--report").arg(&dir).output().unwrap().status.success(), "{command}");
+        let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+        assert!(html.contains("class=\"estimate-banner\""), "{command}'s page");
+    }
+    let html = std::fs::read_to_string(dir.join("whatif/index.html")).unwrap();
+    assert!(html.contains("<strong>Estimated: "), "the what-if page's answer card");
     // The text: what it assumed, the peaks, the modelled rules apart from the program's requests.
     let t = estimate(&["--capacity", "1GiB"], &script, &["--batch", "32"]);
     assert!(t.status.success());

@@ -290,4 +290,15 @@ mod tests {
         let row = c.rows.iter().find(|r| r.metric == "peak_allocated_bytes").unwrap();
         assert_eq!((row.status, row.detail.as_str()), (Status::NotCompared, "not known here: cut"));
     }
+
+    #[test]
+    fn an_estimated_side_is_said_in_the_notes() {
+        let a = figures(vec![rank(100, &[])]);
+        let mut b = a.clone();
+        b.ranks[0].estimate = Some("estimated (no GPU ran): assumed NVIDIA H100, torch 2.11.0".into());
+        let c = compare_memory(&a, &b, &CheckConfig::default(), Labels::default());
+        let note = c.notes.iter().find(|n| n.contains("estimated")).expect("a note");
+        assert!(note.contains("this snapshot x.pickle is estimated (no GPU ran)"), "{note}");
+        assert!(!c.notes.iter().any(|n| n.contains("the baseline's snapshot")), "{:?}", c.notes);
+    }
 }
