@@ -364,3 +364,44 @@ fn attention_under_no_grad_takes_no_logsumexp() {
     assert_eq!(sizes, [524288, 8, 8, 524288, 256]);
     let _ = std::fs::remove_dir_all(out);
 }
+
+/// record_stream: a storage used on another stream is freed in two steps, its
+/// free completing at the next allocation; the last is still pending at the end.
+/// cuBLAS takes a workspace for the side stream's GEMM.
+#[test]
+fn a_record_stream_free_completes_at_the_next_allocation() {
+    let (result, out) = run("record_stream.py", false);
+    let s = read_snapshot_file(&result.unwrap().files[0]).unwrap();
+    let trace = &s.device_traces[0];
+    let side = trace.iter().find(|e| e.stream != 0).map(|e| e.stream).expect("the side stream's requests");
+    // Each x (4 MiB, default stream) is requested free when deleted and completes
+    // at the next allocation.
+    let xs: Vec<u64> = trace
+        .iter()
+        .filter(|e| e.action == Action::Alloc && e.size == 4 << 20 && e.stream == 0)
+        .map(|e| e.addr)
+        .collect();
+    assert_eq!(xs.len(), 4 + 3, "four x and three 4 MiB empties");
+    let mut completed = 0;
+    for (at, req) in trace.iter().enumerate().filter(|(_, e)| e.action == Action::FreeRequested && xs.contains(&e.addr))
+    {
+        if xs[1..].iter().step_by(2).any(|&a| a == req.addr) {
+            continue; // the 4 MiB empties, freed at the end of the program
+        }
+        match trace[at + 1..].iter().position(|e| e.action == Action::FreeCompleted && e.addr == req.addr) {
+            Some(d) => {
+                completed += 1;
+                let next = trace[at + 2 + d..].iter().find(|e| e.action != Action::FreeCompleted).unwrap();
+                assert_eq!(next.action, Action::Alloc, "the free completes at the next allocation");
+            }
+            None => assert_eq!(req.addr, xs[xs.len() - 1], "only the last x is pending at the end"),
+        }
+    }
+    assert_eq!(completed, 3, "the first three x complete, the last does not");
+    assert!(trace.iter().any(|e| e.action == Action::FreeRequested && e.addr == xs[xs.len() - 1]));
+    let cublas =
+        allocations(&s).iter().filter(|a| a.1.as_deref() == Some("cuBLAS workspace, 32 MiB per thread")).count();
+    assert_eq!(cublas, 1, "one GEMM stream, one workspace");
+    assert!(trace.iter().any(|e| e.stream == side && e.size == 32 << 20));
+    let _ = std::fs::remove_dir_all(out);
+}

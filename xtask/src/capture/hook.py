@@ -64,7 +64,8 @@ def _install():
         "rules": {},
         "blas_threads": set(),
         "lt_threads": set(),
-        "cudnn_shapes": set(),
+        "stream_used": set(),
+        "pending": [],
     }
     lock = threading.RLock()
 
@@ -114,6 +115,14 @@ def _install():
 
     def alloc(size, stream, fr):
         with lock:
+            # The caching allocator first completes the frees whose stream uses have
+            # ended (process_events), then serves the request.
+            for addr, psize, pstream, pfr in state["pending"]:
+                state["trace"].append({
+                    "action": "free_completed", "addr": addr, "size": psize, "stream": pstream,
+                    "time_us": now_us(), "frames": pfr,
+                })
+            state["pending"].clear()
             if state["first_request"] is None:
                 state["first_request"] = time.time()
             addr = new_addr(size)
@@ -132,8 +141,21 @@ def _install():
 
     def storage_died(key):
         rec = state["live"].pop(key, None)
-        if rec is not None:
-            free(rec[0], rec[1], rec[2], frames())
+        if rec is None:
+            return
+        if key in state["stream_used"]:
+            # Used on another stream (record_stream): the block is free once that
+            # stream's work is done, which PyTorch sees at a later malloc.
+            state["stream_used"].discard(key)
+            fr = frames()
+            with lock:
+                state["trace"].append({
+                    "action": "free_requested", "addr": rec[0], "size": rec[1], "stream": rec[2],
+                    "time_us": now_us(), "frames": fr,
+                })
+                state["pending"].append((rec[0], rec[1], rec[2], fr))
+            return
+        free(rec[0], rec[1], rec[2], frames())
 
     debug_ops = os.environ.get("VRAMLAB_CAPTURE_DEBUG_OPS") == "1"
 
@@ -176,16 +198,17 @@ def _install():
 
     def blas_rules(func):
         tid = threading.get_ident()
-        if func in blas_ops and tid not in state["blas_threads"]:
-            state["blas_threads"].add(tid)
+        key = (tid, current_stream())
+        if func in blas_ops and key not in state["blas_threads"]:
+            state["blas_threads"].add(key)
             modelled(
                 "cuBLAS workspace, 32 MiB per thread",
-                "cuBLAS takes its workspace from the caching allocator at a thread's first GEMM "
+                "cuBLAS takes its workspace from the caching allocator at the first GEMM of each thread and stream "
                 "(the autograd backward thread has its own); it is never freed",
                 32 << 20, False,
             )
-        if func in lt_ops and tid not in state["lt_threads"]:
-            state["lt_threads"].add(tid)
+        if func in lt_ops and key not in state["lt_threads"]:
+            state["lt_threads"].add(key)
             modelled(
                 "cuBLASLt workspace, 1 MiB at the first addmm",
                 "addmm runs through cuBLASLt, whose workspace is taken at its first call and kept",
@@ -493,6 +516,12 @@ def _install():
             return True
 
         def dispatch(self, func, types, args=(), kwargs=None):
+            if func is aten.record_stream.default:
+                # No kernel: the storage's free waits for the other stream's work.
+                t = args[0]
+                if isinstance(t, ft.FakeTensor) and t.device.type == "cuda":
+                    state["stream_used"].add(t.untyped_storage()._cdata)
+                return None
             into = inplace_candidate(func, args, kwargs) if func is aten.add.Tensor else None
             kwargs = kwargs or {}
             if getattr(nesting, "depth", 0):
