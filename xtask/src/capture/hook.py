@@ -17,6 +17,7 @@ def _install():
     import atexit
     import json
     import pickle
+    import textwrap
     import threading
     import time
     import weakref
@@ -486,7 +487,12 @@ def _install():
             json.dump(doc, f, indent=1)
             f.write("\n")
         os.replace(tmp, os.path.join(out_dir, "refused.json"))
-        sys.stderr.write(f"vramlab estimate: refused: {message} ({op} at {fn}:{line})\n")
+        # Lines of at most 100 columns, as every line vramlab prints.
+        text = textwrap.fill(
+            f"vramlab estimate: refused ({kind}): {message}", width=100, subsequent_indent="  "
+        )
+        where = textwrap.fill(f"at {fn}:{line} ({op})", width=100, initial_indent="  ", subsequent_indent="    ")
+        sys.stderr.write(text + "\n" + where + "\n")
         sys.stderr.flush()
         os._exit(2)
 
