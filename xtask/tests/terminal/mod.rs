@@ -9,20 +9,14 @@
 //! rows of tables (three or more columns apart by runs of two or more spaces:
 //! a row stays whole so its columns line up; the CLI breaks every other line,
 //! `xtask/src/output.rs`). Two messages of `record` stay wider, as its tests
-//! pin each on one line, and the capture hook's one-line refusal, written by the
-//! program's Python itself before `vramlab estimate` says it again, wrapped ([`PINNED`]). Markdown and pages written to files are
+//! pin each on one line ([`PINNED`]). Markdown and pages written to files are
 //! not terminal output and not checked here.
 
 use std::process::Output;
 
 /// Lines the tests pin whole and wider than 100 columns (`record_cli.rs`):
-/// the hook's note that a dump failed, and a `.part` file's reason; the
-/// capture hook's refusal (`estimate_cli.rs`), printed by the captured program.
-const PINNED: [&str; 3] = [
-    "vramlab: the recording hook failed",
-    ": cut short: its process ended while writing it",
-    "vramlab estimate: refused: ",
-];
+/// the hook's note that a dump failed, and a `.part` file's reason.
+const PINNED: [&str; 2] = ["vramlab: the recording hook failed", ": cut short: its process ended while writing it"];
 
 /// The widest line a command may print.
 const WIDTH: usize = 100;
