@@ -203,6 +203,10 @@ pub(crate) fn refused(e: &CaptureError) -> u8 {
 pub(crate) struct Est {
     pub peak_allocated_bytes: u64,
     pub peak_reserved_bytes: u64,
+    /// Peak reserved with the segments placed the other way (fresh addresses
+    /// going down): the capture has no driver addresses, and PyTorch breaks
+    /// ties between equal free blocks by address.
+    pub peak_reserved_downwards_bytes: u64,
     pub results: Vec<WhatIf>,
     pub best: Option<usize>,
     pub attribution: Vec<Attribution>,
@@ -259,6 +263,9 @@ fn estimate(args: &EstimateArgs, setup: &Setup, c: &Captured) -> anyhow::Result<
         ..Default::default()
     };
     let mut r = snapshot::replay_snapshot(&snap, &unlimited).context("cannot replay the capture")?;
+    let downwards = SnapshotReplayOptions { fresh_addresses_downwards: true, record: false, ..unlimited.clone() };
+    let peak_reserved_downwards_bytes =
+        snapshot::replay_snapshot(&snap, &downwards).context("cannot replay the capture")?.peak_reserved_bytes;
     let wargs = whatif_args(args, setup, args.sweep);
     let a = whatif_cmd::analyse(&wargs, "the capture", &snap, false)?;
     let least_capacity_bytes =
@@ -267,6 +274,7 @@ fn estimate(args: &EstimateArgs, setup: &Setup, c: &Captured) -> anyhow::Result<
     Ok(Est {
         peak_allocated_bytes: r.peak_allocated_bytes,
         peak_reserved_bytes: r.peak_reserved_bytes,
+        peak_reserved_downwards_bytes,
         results: a.results,
         best: a.best,
         attribution: a.attribution,
@@ -372,7 +380,7 @@ fn oom_words(snap: &Snapshot, est: &Est) -> String {
                 .and_then(|t| t.get(index as usize))
                 .and_then(|e| user_frame(snap, e.frames))
                 .map(|f| format!(" at {f}"))
-                .unwrap_or_default();
+                .unwrap_or_else(|| " with no Python frames (the autograd backward thread's)".to_string());
             let short = est
                 .least_capacity_bytes
                 .map(|least| {
@@ -413,6 +421,15 @@ fn text(args: &EstimateArgs, setup: &Setup, c: &Captured, est: &Est) -> String {
     let _ = writeln!(s, "  capacity           {}", capacity_words(setup, args.fraction));
     let _ = writeln!(s, "  peak allocated     {}", vramlab_reports::replay_doc::exact(est.peak_allocated_bytes));
     let _ = writeln!(s, "  peak reserved      {}", vramlab_reports::replay_doc::exact(est.peak_reserved_bytes));
+    if est.peak_reserved_downwards_bytes != est.peak_reserved_bytes {
+        let _ = writeln!(
+            s,
+            "                     {} with the segments placed downwards: where the driver puts them,\n\
+             \x20                    which no capture can know, decides which of two equal free blocks\n\
+             \x20                    PyTorch reuses (it breaks ties by address)",
+            vramlab_reports::replay_doc::exact(est.peak_reserved_downwards_bytes)
+        );
+    }
     let _ = writeln!(s, "  out of memory      {}", oom_words(&c.snap, est));
     let _ = writeln!(
         s,
@@ -470,6 +487,8 @@ struct Json<'a> {
     memory_fraction: Option<f64>,
     peak_allocated_bytes: u64,
     peak_reserved_bytes: u64,
+    /// Peak reserved with the segments placed downwards (see the text output).
+    peak_reserved_downwards_bytes: u64,
     /// The program's settings under the capacity: fits, or where it runs out.
     fits: bool,
     headroom_bytes: Option<u64>,
@@ -505,6 +524,7 @@ fn json<'a>(args: &'a EstimateArgs, setup: &Setup, c: &'a Captured, est: &'a Est
         memory_fraction: args.fraction,
         peak_allocated_bytes: est.peak_allocated_bytes,
         peak_reserved_bytes: est.peak_reserved_bytes,
+        peak_reserved_downwards_bytes: est.peak_reserved_downwards_bytes,
         fits: recorded.fits(),
         headroom_bytes: recorded.fits().then(|| limit.saturating_sub(recorded.replay.peak_reserved_bytes)),
         out_of_memory: recorded.first_failure().map(|(index, bytes, _)| JsonOom {

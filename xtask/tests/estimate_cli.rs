@@ -5,7 +5,8 @@
 //! program (exit 2, the op and the line, no file); under `--capacity` around each
 //! peak, the OOM verdict of the H100 workloads (`data/capture/{mlp,transformer}.py`,
 //! default and `expandable_segments:True`) equal to that of the real recording's
-//! replay (`tests/data/torch-snapshots`); and `--search` over the transformer's
+//! replay (`tests/data/torch-snapshots`), and the recorded peaks: allocated
+//! exact, reserved one of the estimate's two segment placements; and `--search` over the transformer's
 //! batch, its answer confirmed by captures at that batch and one more.
 
 mod terminal;
@@ -150,8 +151,8 @@ fn under_a_capacity_around_each_peak_the_oom_verdict_is_the_recordings() {
         let rec = read_snapshot_file(&recording).unwrap();
         let conf = if setting == "expandable" { "expandable_segments:True" } else { "" };
         assert_eq!(rec.allocator_settings.as_ref().unwrap().to_config(), AllocatorConfig::parse(conf).unwrap());
-        let peak =
-            vramlab_snapshot::replay_snapshot(&rec, &SnapshotReplayOptions::default()).unwrap().peak_reserved_bytes;
+        let r = vramlab_snapshot::replay_snapshot(&rec, &SnapshotReplayOptions::default()).unwrap();
+        let peak = r.peak_reserved_bytes;
         let out = dir.join(format!("{workload}-{setting}.pickle"));
         // The estimate itself at the recording's peak: its verdict is its snapshot's.
         let mut args = vec!["--json", "--capacity"];
@@ -163,6 +164,12 @@ fn under_a_capacity_around_each_peak_the_oom_verdict_is_the_recordings() {
         }
         let j = json(&estimate(&args, &capture_script(&format!("{workload}.py")), &[]));
         assert_eq!(j["fits"], fits(&out, peak), "{workload}-{setting}: the command and its snapshot");
+        // The peaks: allocated exact; reserved one of the two segment placements
+        // (upwards for the MLP, downwards for the default transformer: the H100's
+        // driver put its two 64 MiB segments below the others).
+        assert_eq!(j["peak_allocated_bytes"], r.peak_allocated_bytes, "{workload}-{setting}");
+        let placements = [&j["peak_reserved_bytes"], &j["peak_reserved_downwards_bytes"]].map(|v| v.as_u64().unwrap());
+        assert!(placements.contains(&peak), "{workload}-{setting}: recorded {peak}, estimated {placements:?}");
         for percent in [90, 98, 100, 102, 110] {
             let capacity = peak * percent / 100;
             let (real, estimated) = (fits(&recording, capacity), fits(&out, capacity));

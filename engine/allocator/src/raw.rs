@@ -256,6 +256,9 @@ pub struct SimulatedMemory {
     fresh_ranges: AtomicU64,
     events: Mutex<SimEvents>,
     plan: Mutex<AddressPlan>,
+    /// Fresh addresses go down from `next_addr` rather than up
+    /// ([`hand_out_downwards`](SimulatedMemory::hand_out_downwards)).
+    downwards: std::sync::atomic::AtomicBool,
 }
 
 /// Addresses to hand out for the coming segment allocations, in order (a
@@ -298,6 +301,8 @@ const SIM_BASE: u64 = 0x7f00_0000_0000;
 /// Where an open plan's fresh addresses start: above the 57-bit virtual
 /// addresses of any CPU or GPU, so never inside a recorded range.
 const OPEN_PLAN_FRESH_BASE: u64 = 1 << 58;
+/// Where fresh addresses handed out downwards start (they end below it).
+const DOWNWARDS_TOP: u64 = 1 << 57;
 
 impl SimulatedMemory {
     /// A simulated device of `capacity_bytes`.
@@ -308,7 +313,19 @@ impl SimulatedMemory {
             fresh_ranges: AtomicU64::new(0),
             events: Mutex::new(SimEvents::default()),
             plan: Mutex::new(AddressPlan::default()),
+            downwards: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// From now on, hands out each fresh range below the previous one (from
+    /// far above any recorded address down), as a CUDA driver often places new
+    /// segments. A trace without segment addresses (an estimate's capture)
+    /// cannot say where the driver put them, and PyTorch breaks ties between
+    /// free blocks of one size by address: replaying both directions shows
+    /// what placement decides.
+    pub fn hand_out_downwards(&self) {
+        self.downwards.store(true, Ordering::Relaxed);
+        self.next_addr.store(DOWNWARDS_TOP, Ordering::Relaxed);
     }
 
     /// A simulated device of `capacity_bytes` whose segment allocations, once
@@ -411,7 +428,11 @@ impl SimulatedMemory {
         // Keep segments 2 MiB aligned, like the GPU driver does.
         let span = size.div_ceil(2 * MIB) * 2 * MIB;
         self.fresh_ranges.fetch_add(1, Ordering::Relaxed);
-        self.next_addr.fetch_add(span, Ordering::Relaxed)
+        if self.downwards.load(Ordering::Relaxed) {
+            self.next_addr.fetch_sub(span, Ordering::Relaxed) - span
+        } else {
+            self.next_addr.fetch_add(span, Ordering::Relaxed)
+        }
     }
 }
 
@@ -470,6 +491,18 @@ impl RawAllocator for SimulatedMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simulated_memory_hands_out_downwards_when_asked() {
+        let up = SimulatedMemory::unlimited();
+        let (a, b) = (up.malloc(3 * MIB).unwrap(), up.malloc(2 * MIB).unwrap());
+        assert_eq!(b, a + 4 * MIB, "upwards, 2 MiB aligned");
+        let down = SimulatedMemory::unlimited();
+        down.hand_out_downwards();
+        let (a, b) = (down.malloc(3 * MIB).unwrap(), down.malloc(2 * MIB).unwrap());
+        assert_eq!(a, DOWNWARDS_TOP - 4 * MIB);
+        assert_eq!(b, a - 2 * MIB, "each range below the last, never overlapping");
+    }
 
     #[test]
     fn host_memory_enforces_capacity() {

@@ -45,6 +45,11 @@ pub struct SnapshotReplayOptions {
     /// trace (read for `alloc` and `oom` entries): the smaller-batch what-if's
     /// scaled requests (`whatif.rs`). `None` replays the trace's own sizes.
     pub request_sizes: Option<Arc<[u64]>>,
+    /// Segments the trace does not place (no recorded address) take addresses
+    /// going down rather than up. Only a trace without segment events (an
+    /// estimate's capture) is changed by it: where the driver put each segment
+    /// decides which of two equal free blocks PyTorch reuses.
+    pub fresh_addresses_downwards: bool,
 }
 
 /// Where the replay and the recording first disagree on segment events.

@@ -165,6 +165,9 @@ impl<'a> Walk<'a> {
         // were to choose the same block.
         let plan = start.address_plan().collect();
         let raw = feed.memory(setup.device_bytes, plan, setup.marks, &|e| in_window(opts, e));
+        if opts.fresh_addresses_downwards {
+            raw.hand_out_downwards();
+        }
         // Stream events wait for the trace's free_completed (two_step.rs).
         raw.hold_events(true);
         let hooks = Hooks::new();

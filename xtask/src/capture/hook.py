@@ -44,6 +44,12 @@ def _install():
     aten = torch.ops.aten
     hook_file = os.path.abspath(__file__)
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    fake_dispatch_dirs = tuple(
+        os.path.join(torch_dir, *p.split("/"))
+        for p in ("_subclasses/", "_ops.py", "utils/_python_dispatch.py", "_decomp/", "_refs/", "_prims",
+                  "_meta_registrations.py", "_library/", "_higher_order_ops/", "utils/_stats.py",
+                  "_dynamo/eval_frame.py", "_compile.py")
+    )
 
     parts = gpu_spec.split(";")
     gpu = {
@@ -76,10 +82,16 @@ def _install():
             return []
         out = []
         f = sys._getframe(2)
+        # Fake mode's own dispatch frames, innermost, are dropped: on a GPU that
+        # dispatch is C++ and no snapshot shows it. A request with nothing left
+        # (the autograd engine's backward thread) has no Python frames, as on a GPU.
+        inner = True
         while f is not None:
             co = f.f_code
-            if co.co_filename != hook_file:
-                out.append({"filename": co.co_filename, "line": f.f_lineno, "name": co.co_name})
+            fn = co.co_filename
+            if fn != hook_file and not (inner and fn.startswith(fake_dispatch_dirs)):
+                inner = False
+                out.append({"filename": fn, "line": f.f_lineno, "name": co.co_name})
             f = f.f_back
         return out
 
