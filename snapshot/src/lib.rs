@@ -60,6 +60,8 @@
 //! - `src/replay/fidelity.rs` — the fidelity check: segment events and
 //!   placements side by side, final segments and totals.
 //! - `src/replay/recording.rs` — the replay's own events, and the replay as a `Snapshot`.
+//! - `src/replay/states.rs` — the allocator's state at every entry of chosen windows
+//!   (`StateHistory`: keyframes and block changes), for the replay page's state at an entry.
 //! - `src/analysis/mod.rs` — the analyses' modules.
 //! - `src/analysis/attribution.rs` — who holds the memory at a point, by the
 //!   user's call path, with categories.
@@ -115,7 +117,11 @@ pub use replay::report::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
     SnapshotReplayError, SnapshotReplayOptions,
 };
-pub use replay::run::{replay_snapshot, replay_snapshot_timeline};
+pub use replay::run::{replay_snapshot, replay_snapshot_state_at, replay_snapshot_states, replay_snapshot_timeline};
+pub use replay::states::{
+    BlockChange, PIN_WINDOW, SPREAD_WINDOWS, STATE_BUDGET, SegmentAt, StateBlock, StateHistory, StateSegment,
+    StateWindow, state_windows,
+};
 pub use replay::stats_check::{
     MemoryStatsCheck, PytorchStats, StatDifference, StatsFileError, StatsNotCompared, UnderivableValue,
     read_pytorch_stats, stats_file_beside,
