@@ -27,6 +27,8 @@
 //! - `src/replay_page.rs` — the replay and what-if pages (memory charts of the chart model, the segment map)
 //! - `src/replay_doc.rs` — the replay's document model: what `replay` prints, its `--json`, the page's facts
 //!   and its answer card
+//! - `src/state_view.rs` — the replay page's allocator state at a chosen entry: the replay's
+//!   `StateHistory` as compact JSON for `templates/state.js`
 //! - `src/diff_page.rs` — the page of two snapshots compared
 //! - `src/results_diff.rs` — two results files compared case by case, and its page
 //! - `src/peak_table.rs` — the "who holds the memory" tables
@@ -63,6 +65,7 @@ pub mod replay_doc;
 pub mod replay_page;
 pub mod report;
 pub mod results_diff;
+mod state_view;
 mod stores;
 pub mod suite_charts;
 #[cfg(feature = "testing")]

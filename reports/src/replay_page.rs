@@ -23,13 +23,14 @@ use serde::Serialize;
 use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
-use vramlab_snapshot::{Attribution, PathTimeline};
+use vramlab_snapshot::{Attribution, PathTimeline, SPREAD_WINDOWS, STATE_BUDGET, StateHistory, state_windows};
 
 use vramlab_display::chart::{AxisSpec, LabelledPoint, LineSeries, LinesSpec, Marker, Scale, Unit, palette};
 
 use crate::canvas::{self, DrawResult, FAMILY, HEIGHT, WIDTH, register_font};
 use crate::html::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
 use crate::plot::draw_lines;
+use crate::state_view::{StatePin, state_json};
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
 
 /// Segments drawn in the segment map (in address order); the table lists up to
@@ -94,6 +95,47 @@ pub struct ReplayPage<'a> {
     /// card, the limit (given or inferred, with its range), how far short each
     /// recorded OOM was and the releases.
     pub doc: Option<DocView>,
+    /// The allocator's state over the replay (snapshots,
+    /// `vramlab_snapshot::replay_snapshot_states` in the windows of
+    /// [`state_windows_for`]), for the state at a chosen entry; `None`: the
+    /// page shows the segments at the reserved peak alone.
+    pub states: Option<&'a StateHistory>,
+}
+
+/// The windows of states the replay page keeps of a trace of `entries`:
+/// every state of a trace up to [`STATE_BUDGET`] entries, else windows around
+/// the page's marks ([`mark_states`]) and spread over the trace.
+pub fn state_windows_for(t: &ReplayTimeline, entries: u64) -> Vec<(u64, u64)> {
+    state_windows(entries, &mark_states(t), STATE_BUDGET)
+}
+
+/// Out-of-memory errors the state view offers to jump to.
+const STATE_OOM_PINS: usize = 10;
+
+/// The state view's data and what the page says of it.
+fn state_context(page: &ReplayPage<'_>) -> Option<minijinja::Value> {
+    let h = page.states?;
+    let t = page.timeline;
+    let mut pins: Vec<StatePin> = Vec::new();
+    if let Some(p) = allocated_peak(t) {
+        pins.push(StatePin { label: "allocated peak".into(), state: p.ops });
+    }
+    if let Some(p) = &t.peak {
+        pins.push(StatePin { label: "reserved peak".into(), state: p.ops });
+    }
+    for o in t.ooms.iter().take(STATE_OOM_PINS) {
+        pins.push(StatePin { label: format!("OOM at entry {}", o.index), state: o.index + 1 });
+    }
+    let first = t.peak.as_ref().map_or(h.entries, |p| p.ops);
+    let json = script_json(&state_json(h, &pins, first)).ok()?;
+    let held: u64 = h.windows.iter().map(|w| w.end() - w.start + 1).sum();
+    Some(minijinja::context! {
+        json => json,
+        partial => held < h.entries + 1,
+        entries => h.entries,
+        held => held,
+        spread => SPREAD_WINDOWS,
+    })
 }
 
 /// The replay page's parts that come from the replay's document.
@@ -951,6 +993,8 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         answer => page.doc.as_ref().and_then(|d| d.answer.clone()),
         releases => page.doc.as_ref().and_then(|d| d.releases.clone()),
         js => crate::html::JS,
+        states => state_context(page),
+        state_js => crate::html::STATE_JS,
         segments => segments,
         peak => peak,
         ooms => ooms,
@@ -1222,6 +1266,7 @@ mod tests {
             entry_times_us: None,
             paths: None,
             doc: None,
+            states: None,
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -1381,6 +1426,7 @@ mod tests {
             entry_times_us: None,
             paths: None,
             doc: None,
+            states: None,
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

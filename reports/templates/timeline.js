@@ -631,7 +631,12 @@
       }
       self.hover(ev.clientX, ev.clientY);
     });
-    function up(ev) { delete ptr[ev.pointerId]; if (Object.keys(ptr).length < 2) pinch = null; if (!Object.keys(ptr).length) drag = null; }
+    function up(ev) {
+      // A click or tap that did not pan or pinch shows the allocator's state at its column (state.js).
+      var still = drag && Math.abs(ev.clientX - drag.cx) <= 3 && !pinch, c = parseInt(self.fig.getAttribute("data-hover-column"), 10);
+      if (still && window.vramlabStateView && c >= 0) window.vramlabStateView.show(self.d.applied[c], "clicked on the timeline");
+      delete ptr[ev.pointerId]; if (Object.keys(ptr).length < 2) pinch = null; if (!Object.keys(ptr).length) drag = null;
+    }
     box.addEventListener("pointerup", up);
     box.addEventListener("pointercancel", up);
     box.addEventListener("pointerleave", function () { if (self.cursor) self.cursor.setAttribute("visibility", "hidden"); });
