@@ -113,8 +113,8 @@ pub fn state_windows_for(t: &ReplayTimeline, entries: u64) -> Vec<(u64, u64)> {
 const STATE_OOM_PINS: usize = 10;
 
 /// The state view's data and what the page says of it.
-fn state_context(page: &ReplayPage<'_>) -> Option<minijinja::Value> {
-    let h = page.states?;
+fn state_context(page: &ReplayPage<'_>) -> Result<Option<minijinja::Value>, ReportError> {
+    let Some(h) = page.states else { return Ok(None) };
     let t = page.timeline;
     let mut pins: Vec<StatePin> = Vec::new();
     if let Some(p) = allocated_peak(t) {
@@ -127,15 +127,16 @@ fn state_context(page: &ReplayPage<'_>) -> Option<minijinja::Value> {
         pins.push(StatePin { label: format!("OOM at entry {}", o.index), state: o.index + 1 });
     }
     let first = t.peak.as_ref().map_or(h.entries, |p| p.ops);
-    let json = script_json(&state_json(h, &pins, first)).ok()?;
+    let last = t.points.last().map_or(h.entries, |p| p.ops);
+    let json = script_json(&state_json(h, &pins, first, last))?;
     let held: u64 = h.windows.iter().map(|w| w.end() - w.start + 1).sum();
-    Some(minijinja::context! {
+    Ok(Some(minijinja::context! {
         json => json,
         partial => held < h.entries + 1,
         entries => h.entries,
         held => held,
         spread => SPREAD_WINDOWS,
-    })
+    }))
 }
 
 /// The replay page's parts that come from the replay's document.
@@ -993,7 +994,7 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         answer => page.doc.as_ref().and_then(|d| d.answer.clone()),
         releases => page.doc.as_ref().and_then(|d| d.releases.clone()),
         js => crate::html::JS,
-        states => state_context(page),
+        states => state_context(page)?,
         state_js => crate::html::STATE_JS,
         segments => segments,
         peak => peak,

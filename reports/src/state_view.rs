@@ -39,6 +39,8 @@ struct StateData<'a> {
     pins: &'a [StatePin],
     /// The state shown first (the reserved peak, else the last).
     first: u64,
+    /// The last state the replay reached (before the trace's end where it stopped at an out-of-memory).
+    last: u64,
 }
 
 fn code(s: BlockState) -> i64 {
@@ -59,8 +61,9 @@ fn unit(h: &StateHistory) -> u64 {
     if all { 512 } else { 1 }
 }
 
-/// The JSON of `history` for the page (`first`: the state shown first).
-pub fn state_json(history: &StateHistory, pins: &[StatePin], first: u64) -> serde_json::Value {
+/// The JSON of `history` for the page (`first`: the state shown first;
+/// `last`: the last the replay reached).
+pub fn state_json(history: &StateHistory, pins: &[StatePin], first: u64, last: u64) -> serde_json::Value {
     let u = unit(history);
     let windows = history
         .windows
@@ -94,6 +97,7 @@ pub fn state_json(history: &StateHistory, pins: &[StatePin], first: u64) -> serd
         windows,
         pins,
         first,
+        last,
     };
     serde_json::to_value(data).expect("plain numbers and strings")
 }
@@ -120,7 +124,7 @@ mod tests {
                 ],
             }],
         };
-        let v = state_json(&h, &[], 1);
+        let v = state_json(&h, &[], 1, 2);
         assert_eq!(v["unit"], 512);
         assert_eq!(v["segs"][0], serde_json::json!([1u64 << 40, 0, 0, 0]));
         assert_eq!(v["windows"][0]["key"], serde_json::json!([0, 0, 4096, 0]));

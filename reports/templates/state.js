@@ -133,7 +133,9 @@
       });
     });
     var where = s === 0 ? "Before the first entry" : "After entry " + (s - 1).toLocaleString("en") + " of the " + this.d.entries.toLocaleString("en") + " entries";
-    var note = this.asked !== s ? " (entry " + Math.max(0, this.asked - 1).toLocaleString("en") + " is not held in this page; the nearest held is shown)" : "";
+    var note = "", was = "entry " + Math.max(0, this.asked - 1).toLocaleString("en");
+    if (this.asked > this.d.last && s === this.d.last) note = " (" + was + " was never reached: the replay stopped at an out-of-memory)";
+    else if (this.asked !== s) note = " (" + was + " is not held in this page; the nearest held is shown)";
     this.summary.textContent = where + (this.why ? " (" + this.why + ")" : "") + note + ": " + segs.length + " segment" + (segs.length === 1 ? "" : "s") +
       ", " + nblocks + " blocks \u00b7 reserved " + fmtBytes(reserved) + " \u00b7 allocated " + fmtBytes(allocated) +
       (pending ? " \u00b7 waiting on a stream " + fmtBytes(pending) : "") + " \u00b7 free (cached) " + fmtBytes(reserved - allocated - pending) +

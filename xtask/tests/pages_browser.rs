@@ -20,6 +20,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use vramlab_engine::alloc::BlockState;
 use vramlab_reports::testing::{chromium, chromium_run};
 
 mod terminal;
@@ -155,6 +156,8 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             var w=Math.min(window.innerWidth,+/w=(\d+)/.exec(location.hash)[1]);d.style.width=w+'px';
             window.dispatchEvent(new Event('resize'));
             var set=function(k,v){b.setAttribute('data-'+k,v);};
+            var sv0=window.vramlabStateView,rm=document.querySelector('g.mark-reserved');
+            set('state-first',sv0?sv0.state:'');set('reserved-state',rm?rm.getAttribute('data-state'):'');
             var right=0;document.querySelectorAll('body *').forEach(function(e){
             if(e.parentElement.closest('.scroll'))return;right=Math.max(right,e.getBoundingClientRect().right);});
             set('scroll-width',Math.ceil(Math.max(right,b.scrollWidth)));set('inner-width',w);
@@ -209,6 +212,24 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('at-point',Array.prototype.map.call(st.querySelectorAll('table.at-point tr'),function(tr){
             return tr.cells[2].textContent+' '+tr.cells[3].textContent;}).join('|'));
             set('stack-text',st.textContent.slice(0,40000).replace(/"/g,"'"));
+            var sv=window.vramlabStateView,sf=document.querySelector('figure[data-state-view]');
+            if(!sv)return;
+            var S=function(){return +sf.getAttribute('data-state');};
+            var states=[S(),+pk.getAttribute('data-state'),Math.floor(sv.d.entries/3),sv.d.entries],got=[],drawn=[];
+            states.forEach(function(s){sv.show(s);var g=sv.segments(S());got.push([S(),g]);
+            var n=0;g.forEach(function(x){n+=x[5].length;});
+            drawn.push(sf.querySelectorAll('.st-seg').length+'/'+g.length+' '+sf.querySelectorAll('rect.st-block').length+'/'+n);});
+            set('states',JSON.stringify(got));set('state-drawn',drawn.join('|'));
+            sv.show(states[1]);sf.querySelector('button[data-step="1"]').click();var a=S();
+            sf.querySelector('button[data-step="-1"]').click();sf.querySelector('button[data-step="-1"]').click();
+            set('state-steps',states[1]+' '+a+' '+S());
+            var pl=fig.querySelector('.tl-plot'),pb=pl.getBoundingClientRect(),tx0=pb.left+pb.width*0.45;
+            var C=function(t){pl.dispatchEvent(new PointerEvent(t,{pointerId:11,pointerType:'touch',clientX:tx0,clientY:pb.bottom-40,bubbles:true}));};
+            C('pointerdown');C('pointerup');
+            set('state-clicked',fig.getAttribute('data-hover-state')+' '+S()+' '+document.getElementById('state-summary').textContent.replace(/"/g,"'"));
+            var mr=sf.querySelector('rect.st-block').getBoundingClientRect();
+            sf.querySelector('.st-map svg').dispatchEvent(new PointerEvent('pointerdown',{pointerId:12,pointerType:'touch',clientX:mr.left+1,clientY:mr.top+mr.height/2,bubbles:true}));
+            set('state-readout',document.getElementById('state-readout').textContent.replace(/"/g,"'"));
             })();</script></body>"#;
         std::fs::write(dir.join("probe.html"), page.replace("</body>", probe)).unwrap();
         for width in [1280u32, 390] {
@@ -306,6 +327,10 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert!((rows.iter().sum::<f64>() - 100.0).abs() < 0.1 * rows.len() as f64, "shares {rows:?}");
                 assert!(rows.windows(2).all(|w| w[0] >= w[1]), "largest first: {rows:?}");
             }
+            if name.starts_with("replay") {
+                let capacity = (name == "replay-capped").then_some(300u64 << 20);
+                check_states(&dom, &snap, capacity, &format!("{name} at {width} px"));
+            }
             let (scroll, inner): (u32, u32) =
                 (attr(&dom, "scroll-width").parse().unwrap(), attr(&dom, "inner-width").parse().unwrap());
             assert!(scroll <= inner, "{name} at {width} px scrolls sideways: {scroll} px wide in {inner}");
@@ -328,6 +353,63 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The replay page's allocator state at an entry, as the page rebuilds it,
+/// equals the segments of a replay of `snap` stopped at that entry: at the
+/// state a tap on the timeline chose, the allocated peak, a third of the way
+/// and the end (where a replay that stops at an OOM ends); the map draws every segment and block; the step buttons
+/// move one entry; a click on the timeline shows the state at its column; a
+/// tap on a block names it.
+fn check_states(dom: &str, snap: &std::path::Path, capacity: Option<u64>, what: &str) {
+    use vramlab_snapshot::{SnapshotReplayOptions, read_snapshot_file, replay_snapshot_state_at};
+    let snapshot = read_snapshot_file(snap).unwrap();
+    let opts = SnapshotReplayOptions { capacity_bytes: capacity, ..Default::default() };
+    let states: serde_json::Value = serde_json::from_str(attr(dom, "states")).unwrap();
+    let states = states.as_array().unwrap();
+    assert_eq!(states.len(), 4, "{what}");
+    for s in states {
+        let state = s[0].as_u64().unwrap();
+        let replayed = replay_snapshot_state_at(&snapshot, &opts, state).unwrap().expect("the replay reaches it");
+        let replayed: Vec<serde_json::Value> = replayed
+            .iter()
+            .map(|g| {
+                let blocks: Vec<serde_json::Value> = g
+                    .blocks
+                    .iter()
+                    .map(|&(off, size, st)| {
+                        let code = match st {
+                            BlockState::Inactive => 0,
+                            BlockState::ActiveAllocated => 1,
+                            BlockState::ActivePendingFree => 2,
+                        };
+                        serde_json::json!([off, size, code])
+                    })
+                    .collect();
+                serde_json::json!([g.address, g.total_size, g.stream, g.small, g.expandable, blocks])
+            })
+            .collect();
+        assert!(!replayed.is_empty(), "{what}: segments after {state} entries");
+        assert_eq!(s[1], serde_json::Value::Array(replayed), "{what}: the page's state after {state} entries");
+    }
+    for d in attr(dom, "state-drawn").split('|') {
+        let (rows, blocks) = d.split_once(' ').unwrap();
+        let same = |p: &str| p.split_once('/').is_some_and(|(a, b)| a == b);
+        assert!(same(rows) && same(blocks), "{what}: drawn/held rows and blocks: {d}");
+    }
+    // The first state shown is the reserved peak's; a step forward and two back.
+    assert_eq!(attr(dom, "state-first"), attr(dom, "reserved-state"), "{what}");
+    let steps: Vec<u64> = attr(dom, "state-steps").split(' ').map(|v| v.parse().unwrap()).collect();
+    assert_eq!((steps[1], steps[2]), (steps[0] + 1, steps[0] - 1), "{what}: steps {steps:?}");
+    let clicked = attr(dom, "state-clicked");
+    let mut parts = clicked.splitn(3, ' ');
+    let (hovered, shown) = (parts.next().unwrap(), parts.next().unwrap());
+    assert_eq!(hovered, shown, "{what}: a click on the timeline shows the state at its column: {clicked}");
+    assert!(clicked.contains("clicked on the timeline") && clicked.contains(" segment"), "{what}: {clicked}");
+    let readout = attr(dom, "state-readout");
+    assert!(readout.starts_with("block at 0x") && readout.contains("segment 0x"), "{what}: tap on a block: {readout}");
+    let at: Vec<String> = states.iter().map(|s| s[0].to_string()).collect();
+    println!("{what}: the page's state after {} entries is the replay's; {clicked}", at.join(", "));
 }
 
 /// `n` as the page writes an entry number (`toLocaleString("en")`: 12,345).
