@@ -67,6 +67,7 @@
 //!   user's call path, with categories.
 //! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path, and each
 //!   column's block under the cursor.
+//! - `src/analysis/band_split.rs` — a band split by its next frames (the page's drill-down).
 //! - `src/analysis/diff.rs` — two snapshots compared (`diff_snapshots`).
 //! - `src/analysis/gate.rs` — the figures a memory gate judges of a snapshot,
 //!   per device (`snapshot_figures`), as saved in a memory baseline.
@@ -90,6 +91,7 @@ pub use analysis::attribution::{
     Attribution, CallPathGroup, Category, CategoryShare, CategorySource, FailedRequest, FrameKind, FullStack, NoFrames,
     Point, PointKind, StackFrame, attribute, entry_categories, frame_kind, replay_attribution, requested_peak_index,
 };
+pub use analysis::band_split::{BandSplit, MAX_SPLIT_CHANGES, SPLIT_PARTS, SplitPart};
 pub use analysis::diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
 pub use analysis::gate::{
     FIGURES, FIGURES_KIND, FIGURES_VERSION, GateFigure, MemoryFigures, PATHS_KEPT, PathBytes, RankFigures,
