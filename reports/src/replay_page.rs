@@ -23,7 +23,9 @@ use serde::Serialize;
 use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
-use vramlab_snapshot::{Attribution, PathTimeline, SPREAD_WINDOWS, STATE_BUDGET, StateHistory, state_windows};
+use vramlab_snapshot::{
+    Attribution, BandSplit, PathTimeline, SPREAD_WINDOWS, STATE_BUDGET, StateHistory, state_windows,
+};
 
 use vramlab_display::chart::{AxisSpec, LabelledPoint, LineSeries, LinesSpec, Marker, Scale, Unit, palette};
 
@@ -133,10 +135,23 @@ fn state_context(page: &ReplayPage<'_>) -> Result<Option<minijinja::Value>, Repo
     Ok(Some(minijinja::context! {
         json => json,
         partial => held < h.entries + 1,
-        entries => h.entries,
-        held => held,
+        entries => grouped(h.entries),
+        held => grouped(held),
         spread => SPREAD_WINDOWS,
     }))
+}
+
+/// `n` with its thousands grouped, as the page's script writes entries: 12,345.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The replay page's parts that come from the replay's document.
@@ -715,6 +730,9 @@ struct StackedSeries<'a> {
     blocks: Vec<StackedBlock>,
     /// Per column, the band's largest live block there (into `StackedData::live_blocks`), −1 for none.
     live: &'a [i32],
+    /// The band split by its next frames (the drill-down), parts' bytes as (column, bytes) changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split: Option<&'a BandSplit>,
 }
 
 /// A block live at a column (the block under the cursor): bytes, `alloc`
@@ -820,6 +838,7 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
                         })
                         .collect(),
                     live: &s.live_block,
+                    split: s.split.as_ref(),
                 })
                 .collect(),
             p.series.last().is_some_and(|s| s.label.starts_with("other (")),

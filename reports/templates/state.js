@@ -140,7 +140,7 @@
       ", " + nblocks + " blocks \u00b7 reserved " + fmtBytes(reserved) + " \u00b7 allocated " + fmtBytes(allocated) +
       (pending ? " \u00b7 waiting on a stream " + fmtBytes(pending) : "") + " \u00b7 free (cached) " + fmtBytes(reserved - allocated - pending) +
       " \u00b7 largest free block " + fmtBytes(largest);
-    this.readout.textContent = "";
+    this.readout.textContent = "Hover or tap a block for its place, size and state.";
     var box = this.map, W = Math.max(200, box.clientWidth), narrow = W < 500, L = narrow ? 70 : 150, R = 6, rowH = 14;
     var H = Math.max(rowH, segs.length * rowH) + 4, pw = W - L - R, maxSeg = 1;
     segs.forEach(function (g) { if (g[1] > maxSeg) maxSeg = g[1]; });

@@ -212,6 +212,20 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('at-point',Array.prototype.map.call(st.querySelectorAll('table.at-point tr'),function(tr){
             return tr.cells[2].textContent+' '+tr.cells[3].textContent;}).join('|'));
             set('stack-text',st.textContent.slice(0,40000).replace(/"/g,"'"));
+            var tl=window.vramlabTimelines[0],dk=-1;tl.setView(tl.full[0],tl.full[1]);
+            tl.d.series.forEach(function(x,i){if(dk<0&&x.split)dk=i;});
+            if(dk>=0){tl.drillTo(dk,0);var fu=fig.querySelector('.tl-split button[data-split-part]');if(fu)fu.click();
+            var lys=tl.layers(),bad=0,n=tl.d.x.length,bc=0;
+            for(var c=0;c<n;c++){var sm=0;lys.forEach(function(l){sm+=l.v[c];});if(sm!==tl.d.series[dk].v[c])bad++;
+            if(lys[0].v[c]>lys[0].v[bc])bc=c;}
+            var under=0;for(var j=0;j<dk;j++)under+=tl.d.series[j].v[bc];
+            var G=tl.geom,sr2=tl.svg.getBoundingClientRect(),vx=tl.view;
+            var gx=G.L+(tl.d.x[bc]-vx[0])/(vx[1]-vx[0])*G.pw+0.5,gy=G.T+G.ph-(under+lys[0].v[bc]/2)/G.maxB*G.ph;
+            var pl0=fig.querySelector('.tl-plot');
+            pl0.dispatchEvent(new PointerEvent('pointermove',{pointerId:13,clientX:sr2.left+gx*sr2.width/G.W,clientY:sr2.top+gy*sr2.height/G.H,bubbles:true}));
+            set('drill',fig.getAttribute('data-drill')+'|'+fig.querySelectorAll('polygon.part').length+'/'+lys.length+'|'+bad+'|'+
+            (fig.getAttribute('data-hover-part')===lys[0].label)+'|'+fig.querySelector('.tl-split').textContent.replace(/"/g,"'"));
+            tl.drillTo(null);}
             var sv=window.vramlabStateView,sf=document.querySelector('figure[data-state-view]');
             if(!sv)return;
             var S=function(){return +sf.getAttribute('data-state');};
@@ -328,6 +342,18 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert!(rows.windows(2).all(|w| w[0] >= w[1]), "largest first: {rows:?}");
             }
             if name.starts_with("replay") {
+                // A band split by its next frames, then one part split further: its parts
+                // drawn, summing to the band at every column, and the hover names the part.
+                let drill = attr(&dom, "drill");
+                let d: Vec<&str> = drill.splitn(5, '|').collect();
+                let (drawn, layers) = d[1].split_once('/').unwrap();
+                assert!(
+                    d[0].contains(':') && drawn == layers && layers.parse::<u32>().unwrap() >= 2,
+                    "{name}: {drill}"
+                );
+                assert_eq!((d[2], d[3]), ("0", "true"), "{name} at {width} px: parts' sums and the hover: {drill}");
+                assert!(d[4].contains("split by its next frames") && d[4].contains(".py:"), "{name}: {drill}");
+                println!("{name} at {width} px: drilled {drill}");
                 let capacity = (name == "replay-capped").then_some(300u64 << 20);
                 check_states(&dom, &snap, capacity, &format!("{name} at {width} px"));
             }
