@@ -29,6 +29,7 @@
 //!   and its answer card
 //! - `src/state_view.rs` — the replay page's allocator state at a chosen entry: the replay's
 //!   `StateHistory` as compact JSON for `templates/state.js`
+//! - `src/lines_view.rs` — the what-if and diff pages' interactive chart: several replays' lines, marks
 //! - `src/diff_page.rs` — the page of two snapshots compared
 //! - `src/results_diff.rs` — two results files compared case by case, and its page
 //! - `src/peak_table.rs` — the "who holds the memory" tables
@@ -56,6 +57,7 @@ pub mod diff_page;
 mod files;
 pub mod history;
 pub mod html;
+mod lines_view;
 pub mod markdown;
 pub mod memory_snapshot;
 pub mod peak_table;

@@ -31,6 +31,7 @@ use vramlab_display::chart::{AxisSpec, LabelledPoint, LineSeries, LinesSpec, Mar
 
 use crate::canvas::{self, DrawResult, FAMILY, HEIGHT, WIDTH, register_font};
 use crate::html::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
+use crate::lines_view::{LinesMark, Replayed, lines_json, script_json};
 use crate::plot::draw_lines;
 use crate::state_view::{StatePin, state_json};
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
@@ -913,13 +914,6 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
     }
 }
 
-/// JSON for a `<script type="application/json">`: `<`, `>` and `&` escaped so
-/// nothing in a frame's text can end the element.
-fn script_json(value: &impl Serialize) -> Result<String, ReportError> {
-    let json = serde_json::to_string(value).map_err(|e| ReportError::Template { reason: e.to_string() })?;
-    Ok(json.replace('<', "\\u003c").replace('>', "\\u003e").replace('&', "\\u0026"))
-}
-
 fn band_views(paths: Option<&PathTimeline>) -> Vec<BandView> {
     let Some(p) = paths else { return Vec::new() };
     let n = p.series.len();
@@ -1127,6 +1121,46 @@ fn whatif_answer(page: &WhatifPage<'_>, rows: &[SettingRow]) -> Answer {
     answer
 }
 
+/// The what-if page's interactive chart: each group's reserved (solid) and
+/// allocated (dashed) bytes in its colour, its first out-of-memory marked.
+fn whatif_interactive(
+    page: &WhatifPage<'_>,
+    groups: &[Vec<usize>],
+    capacity: Option<(u64, String)>,
+) -> Result<String, ReportError> {
+    let replays: Vec<Replayed<'_>> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, members)| Replayed {
+            name: format!("#{}", g + 1),
+            color: hex(g),
+            timeline: page.settings[members[0]].timeline,
+        })
+        .collect();
+    let marks: Vec<LinesMark> = groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, members)| {
+            let o = page.settings[members[0]].timeline.ooms.first()?;
+            Some(LinesMark {
+                kind: "oom",
+                state: o.index + 1,
+                bytes: o.reserved_bytes,
+                request: Some(o.requested_bytes),
+                label: format!(
+                    "#{}: out of memory at entry {}, {} requested with {} reserved",
+                    g + 1,
+                    o.index,
+                    fmt_bytes(o.requested_bytes),
+                    fmt_bytes(o.reserved_bytes)
+                ),
+                short: format!("#{} OOM", g + 1),
+            })
+        })
+        .collect();
+    lines_json(&replays, &marks, capacity)
+}
+
 /// Writes the what-if page into `dir` (created if needed). Settings with
 /// identical results (every figure and the whole timeline) are one row and one
 /// chart, which names them all.
@@ -1145,6 +1179,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         .capacity_bytes
         .map(|c| (c, page.limit_label.clone().unwrap_or_else(|| format!("capacity {}", fmt_bytes(c)))));
     let ooms = merged_ooms(page, &groups);
+    let interactive = whatif_interactive(page, &groups, capacity.clone())?;
     let title = "Reserved memory under each setting".to_owned();
     let overlay = memory_chart(title, XAxis::Ops.chart_axis(&page.unit), series, ooms, capacity.clone())
         .write(dir, "reserved", &mut files)?;
@@ -1217,6 +1252,8 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         grouped => grouped,
         settings_tried => page.settings.len(),
         overlay => overlay,
+        interactive => interactive,
+        js => crate::html::JS,
         charts => per_setting,
         trace => TRACE_JSON,
         css => crate::html::CSS,

@@ -285,6 +285,7 @@
   // The whole x range of the data, as the view.
   Stacked.prototype.fit = function () {
     var d = this.d, xs = d.x.concat(d.reserved.x, d.allocated.x), lo = Infinity, hi = -Infinity;
+    (d.lines || []).forEach(function (ln) { xs = xs.concat(ln.x); });
     for (var i = 0; i < xs.length; i++) { if (xs[i] < lo) lo = xs[i]; if (xs[i] > hi) hi = xs[i]; }
     if (!isFinite(lo)) { lo = 0; hi = 1; }
     if (hi <= lo) hi = lo + 1;
@@ -341,6 +342,12 @@
     cols.forEach(function (c) { if (self.total[c] > maxB) maxB = self.total[c]; });
     res.forEach(function (i) { if (d.reserved.v[i] > maxB) maxB = d.reserved.v[i]; });
     alc.forEach(function (i) { if (d.allocated.v[i] > maxB) maxB = d.allocated.v[i]; });
+    // The lines of the what-if and diff pages (d.lines: one per setting or side), each its points in view.
+    var extra = (d.lines || []).map(function (ln) {
+      var idx = self.pick(ln.x, function (i) { return ln.v[i]; }, v0, v1, pw, x);
+      idx.forEach(function (i) { if (ln.v[i] > maxB) maxB = ln.v[i]; });
+      return idx;
+    });
     // A failed request's bar reaches at most a quarter above the capacity (it crosses the line either way).
     d.marks.forEach(function (m) {
       var reach = m.bytes + Math.min(m.request || 0, (d.capacity || m.bytes) * 1.25 - m.bytes);
@@ -388,6 +395,10 @@
     }
     line(d.reserved, res, "#b35900", "line-reserved", 2);
     line(d.allocated, alc, "#1d232a", "line-allocated", 1.2);
+    (d.lines || []).forEach(function (ln, i) {
+      line(ln, extra[i], ln.color, "line-extra", ln.dashed ? 1.2 : 2);
+      if (ln.dashed) plot.lastChild.setAttribute("stroke-dasharray", "5 3");
+    });
     // Labels never overlap: each is placed at the first free spot among a few
     // beside its mark (boxes measured as drawn), else left out (its mark keeps
     // its title); the capacity label counts as placed.
@@ -589,7 +600,10 @@
       parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (exact ? "" : " (highest of its " + d.entries_per_column + " entries)"));
       if (d.series.length) parts.push("live " + fmtBytes(this.total[c]));
     }
-    parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
+    if (d.lines) {
+      if (!d.time) parts.push("after " + Math.max(0, Math.round(h.x)).toLocaleString("en") + " entries");
+      d.lines.forEach(function (ln) { parts.push(ln.name + " " + fmtBytes(stepAt(ln, h.x))); });
+    } else parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
     this.readout.textContent = parts.join(" \u00b7 ");
     while (this.stack.firstChild) this.stack.removeChild(this.stack.firstChild);
     if (c < 0 || !d.series.length) return;

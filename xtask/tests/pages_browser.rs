@@ -172,6 +172,19 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('requests',out.length?out.join(' '):'none');
             var fig=document.querySelector('figure[data-stacked]');
             if(!fig)return;
+            var lbl=function(){var bx=Array.prototype.map.call(fig.querySelectorAll('text.label'),function(t){return t.getBoundingClientRect();}),ov=0;
+            for(var i=0;i<bx.length;i++)for(var j=i+1;j<bx.length;j++){var a=bx[i],c=bx[j];
+            if(a.left<c.right&&c.left<a.right&&a.top<c.bottom&&c.top<a.bottom)ov++;}return bx.length+' '+ov;};
+            if(fig.getAttribute('data-stacked')==='overlay'){
+            set('lines',fig.querySelectorAll('polyline.line-extra').length);set('labels',lbl());
+            set('oom-marks',fig.querySelectorAll('.mark-oom').length);
+            set('tick-px',fig.querySelector('text.st-ytick').getBoundingClientRect().height.toFixed(1));
+            var ob=fig.querySelector('.tl-plot'),orr=ob.getBoundingClientRect(),rdo=document.getElementById('overlay-readout');
+            var OT=function(t){ob.dispatchEvent(new PointerEvent(t,{pointerId:5,pointerType:'touch',clientX:orr.left+orr.width*0.4,clientY:orr.top+orr.height/2,bubbles:true}));};
+            OT('pointerdown');OT('pointerup');set('tap-readout',rdo.textContent.replace(/"/g,"'"));
+            var osp=function(){var v=fig.getAttribute('data-view').split(',');return v[1]-v[0];},o0=osp();
+            for(var i=0;i<3;i++)ob.dispatchEvent(new WheelEvent('wheel',{deltaY:-100,clientX:orr.left+orr.width*0.5,clientY:orr.top+40,bubbles:true,cancelable:true}));
+            set('zoom',o0+' '+osp());return;}
             var q=function(s){return fig.querySelectorAll(s).length;};
             set('marks',['mark-allocated','mark-reserved','mark-oom','capacity'].map(function(c){return c+':'+q('.'+c);}).join(' '));
             set('bands',q('polygon.band'));
@@ -340,6 +353,25 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert!(!rows.is_empty(), "{name} at {width} px: no table at the point");
                 assert!((rows.iter().sum::<f64>() - 100.0).abs() < 0.1 * rows.len() as f64, "shares {rows:?}");
                 assert!(rows.windows(2).all(|w| w[0] >= w[1]), "largest first: {rows:?}");
+            }
+            if name == "whatif" || name == "diff" {
+                // The interactive chart: two lines per replay (reserved, allocated), labels apart,
+                // ticks legible at 390 px, a tap shows every line's memory, the wheel zooms.
+                let lines: u32 = attr(&dom, "lines").parse().unwrap();
+                assert!(lines >= 4 && lines % 2 == 0, "{name} at {width} px: {lines} lines");
+                let labels = attr(&dom, "labels");
+                assert!(labels.ends_with(" 0") && !labels.starts_with("0 "), "{name} at {width} px: labels {labels}");
+                let tick: f64 = attr(&dom, "tick-px").parse().unwrap();
+                assert!(tick >= 9.0, "{name} at {width} px: tick text {tick} px high");
+                let tap = attr(&dom, "tap-readout");
+                let first = if name == "diff" { "A reserved " } else { "#1 reserved " };
+                assert!(tap.contains(first) && tap.contains("after "), "{name} at {width} px: tap readout {tap}");
+                let z: Vec<f64> = attr(&dom, "zoom").split(' ').map(|v| v.parse().unwrap()).collect();
+                assert!(z[1] < z[0] * 0.6, "{name} at {width} px: zoom {z:?}");
+                if name == "whatif" {
+                    assert!(attr(&dom, "oom-marks").parse::<u32>().unwrap() > 0, "{name}: the OOM marked");
+                }
+                println!("{name} at {width} px: {lines} lines, labels {labels}, ticks {tick} px, tap: {tap}");
             }
             if name.starts_with("replay") {
                 // A band split by its next frames, then one part split further: its parts
