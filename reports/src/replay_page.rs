@@ -1445,8 +1445,16 @@ mod tests {
         // The capacity line and the OOM point on the charts.
         assert!(html.contains("capacity 1.00 GiB"));
         assert!(html.contains("#1 OOM"));
-        // One chart per group of settings besides the overlay, each as PNG and SVG.
-        assert_eq!(html.matches("<figure class=\"chart static\">").count(), 3);
+        // The overlay interactive (its data: two lines per group, the recorded settings' OOM marked),
+        // and one static chart per group of settings besides, each as PNG and SVG.
+        assert_eq!(html.matches("<figure class=\"chart static\">").count(), 2);
+        let data = html.split("<script type=\"application/json\" id=\"overlay-data\">").nth(1).unwrap();
+        let data: serde_json::Value = serde_json::from_str(&data[..data.find("</script>").unwrap()]).unwrap();
+        let lines: Vec<&str> = data["lines"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+        assert_eq!(lines, ["#1 reserved", "#1 allocated", "#2 reserved", "#2 allocated"]);
+        assert_eq!(data["marks"][0]["short"], "#1 OOM");
+        assert_eq!(data["marks"][0]["state"], 154);
+        assert_eq!(data["capacity"], 1u64 << 30);
         assert_eq!(files.charts.len(), 6);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&files.trace_json).unwrap()).unwrap();
         let names: Vec<&str> = v["traceEvents"]
