@@ -35,6 +35,9 @@ pub struct LinesMark {
     /// The whole label (the mark's title) and the one drawn beside it.
     pub label: String,
     pub short: String,
+    /// Its colour where not its kind's (a replay's own, on the diff page).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub color: Option<String>,
 }
 
 /// One replay on the chart: its name, colour and timeline.
@@ -150,6 +153,7 @@ pub fn peak_marks(replays: &[Replayed<'_>]) -> Vec<LinesMark> {
                     p.reserved_ops
                 ),
                 short: format!("{} peak", r.name),
+                color: Some(r.color.clone()),
             })
         })
         .collect()

@@ -1155,6 +1155,7 @@ fn whatif_interactive(
                     fmt_bytes(o.reserved_bytes)
                 ),
                 short: format!("#{} OOM", g + 1),
+                color: None,
             })
         })
         .collect();

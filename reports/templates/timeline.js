@@ -442,10 +442,10 @@
           el("rect", { x: mx - 3, y: top, width: 6, height: Math.max(1, my - top), fill: "rgba(200,30,30,0.45)", stroke: markColor.oom, "class": "oom-request" }, g);
         }
       }
-      el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[s.kind], stroke: "#fff" }, g);
+      el("circle", { cx: mx, cy: my, r: 4.5, fill: m.color || markColor[s.kind], stroke: "#fff" }, g);
       el("title", {}, g).textContent = s.all.map(function (o) { return o.label; }).join("\n");
       var text = s.all.length > 1 ? (s.kind === "oom" ? s.all.length + " OOMs" : m.short + " (" + s.all.length + ")") : m.short;
-      var right = mx > L + pw * 0.6, label = el("text", { "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[s.kind], "class": "label" }, g);
+      var right = mx > L + pw * 0.6, label = el("text", { "text-anchor": right ? "end" : "start", "font-size": 11, fill: m.color || markColor[s.kind], "class": "label" }, g);
       label.textContent = text;
       var tries = s.kind === "oom" ? [T + 11, T + 24, T + 37, my - 8, my + 16] : s.kind === "allocated" ? [my + 15, my - 7, my + 28, my - 20, my + 41] : [my - 7, my + 15, my - 20, my + 28, my - 33];
       var ok = false;

@@ -119,8 +119,7 @@ impl StateHistory {
     /// does not hold that state.
     pub fn state_at(&self, ops: u64) -> Option<Vec<SegmentAt>> {
         let w = self.windows.iter().find(|w| w.start <= ops && ops <= w.end())?;
-        let mut blocks: HashMap<(u32, u64), (u64, BlockState)> =
-            w.keyframe.iter().map(|b| ((b.segment, b.offset), (b.size, b.state))).collect();
+        let mut blocks: Blocks = w.keyframe.iter().map(|b| ((b.segment, b.offset), (b.size, b.state))).collect();
         for changes in &w.changes[..(ops - w.start) as usize] {
             for c in changes {
                 match c.now {
@@ -180,11 +179,14 @@ pub fn state_windows(entries: u64, pins: &[u64], budget: u64) -> Vec<(u64, u64)>
     merged
 }
 
+/// Blocks by (segment, offset): their size and state.
+type Blocks = HashMap<(u32, u64), (u64, BlockState)>;
+
 /// Takes the allocator's state at the states of chosen windows, while a replay walks.
 pub(crate) struct StateRecorder {
     windows: Vec<(u64, u64)>,
     /// Blocks at the last state taken, by (segment, offset), and that state.
-    prev: Option<(u64, HashMap<(u32, u64), (u64, BlockState)>)>,
+    prev: Option<(u64, Blocks)>,
     ids: HashMap<StateSegment, u32>,
     pub(crate) history: StateHistory,
 }
@@ -209,7 +211,7 @@ impl StateRecorder {
         if !self.windows.iter().any(|&(a, b)| a <= ops && ops <= b) {
             return;
         }
-        let mut now: HashMap<(u32, u64), (u64, BlockState)> = HashMap::default();
+        let mut now: Blocks = HashMap::default();
         for s in allocator.snapshot() {
             let key = StateSegment {
                 address: s.address,
