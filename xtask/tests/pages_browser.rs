@@ -358,7 +358,7 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 // The interactive chart: two lines per replay (reserved, allocated), labels apart,
                 // ticks legible at 390 px, a tap shows every line's memory, the wheel zooms.
                 let lines: u32 = attr(&dom, "lines").parse().unwrap();
-                assert!(lines >= 4 && lines % 2 == 0, "{name} at {width} px: {lines} lines");
+                assert!(lines >= 4 && lines.is_multiple_of(2), "{name} at {width} px: {lines} lines");
                 let labels = attr(&dom, "labels");
                 assert!(labels.ends_with(" 0") && !labels.starts_with("0 "), "{name} at {width} px: labels {labels}");
                 let tick: f64 = attr(&dom, "tick-px").parse().unwrap();
