@@ -63,6 +63,8 @@
       if (!isNaN(v)) self.show(v + 1);
     });
     window.addEventListener("resize", function () { if (self.state !== undefined) self.draw(); });
+    var details = this.table.closest("details");
+    if (details) details.addEventListener("toggle", function () { if (details.open && self.tableStale) { self.tableStale = false; self.drawTable(self.segs); } });
     var firstPin = d.pins.filter(function (p) { return p.state === d.first; })[0];
     this.show(d.first, firstPin ? firstPin.label : "");
   }
@@ -162,7 +164,10 @@
     var pick = function (ev) { self.pick(ev.clientX, ev.clientY); };
     svg.addEventListener("pointermove", pick);
     svg.addEventListener("pointerdown", pick);
-    this.drawTable(segs);
+    // The table only when it is open (built on opening otherwise): stepping stays quick.
+    var details = this.table.closest("details");
+    if (!details || details.open) this.drawTable(segs);
+    else this.tableStale = true;
   };
   // The block under a point of the map, in words.
   StateView.prototype.pick = function (cx, cy) {
