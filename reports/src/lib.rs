@@ -44,7 +44,8 @@
 //!   pipeline's steps), `stats.rs` (bootstrap, t, BH), `config.rs` (`vramlab.toml`), `export.rs` (other
 //!   tools' formats), `memory.rs` (the memory gate of PyTorch programs: snapshot figures per rank and
 //!   device), `tests.rs` (synthetic runs)
-//! - `templates/` — the pages' templates, CSS and the interactive timeline script
+//! - `templates/` — the pages' templates, CSS, the interactive timeline script (`timeline.js`) and the
+//!   replay page's allocator state at an entry (`state.js`)
 //! - `tests/suite_charts.rs` — every suite's charts from a real full CPU run
 //! - `tests/declared_charts.rs` — a suite defined in the test gets its charts with no edit to reports
 //! - `benches/check.rs`, `benches/render.rs` — criterion: the check, and the report's render time
