@@ -1,7 +1,8 @@
 //! The page of `cargo xtask diff A B --report DIR`: a self-contained offline
 //! `index.html` (minijinja with auto-escaping, `templates/diff.html` through
-//! [`crate::html`]'s one environment, the report's CSS inlined, no script and
-//! no chart) from a [`SnapshotDiff`]: the peaks before and after with the
+//! [`crate::html`]'s one environment, the report's CSS inlined) from a
+//! [`SnapshotDiff`]: A's and B's memory overlaid on one interactive chart
+//! (`lines_view.rs`; the script only where the timelines are given), the peaks before and after with the
 //! change, the call paths that gained or lost bytes at the allocated peak
 //! (largest change first), and the segments and fragmentation at each reserved
 //! peak. Its tables turn into labelled blocks on a narrow screen, so nothing
@@ -13,8 +14,10 @@ use serde::Serialize;
 use vramlab_display::format::{fmt_bytes, fmt_change, fmt_count_change, fmt_relative};
 use vramlab_snapshot::{DiffSide, SnapshotDiff};
 
+use crate::lines_view::{Replayed, lines_json, peak_marks};
 use crate::replay_page::Fact;
 use crate::{ReportError, prepare_out_dir};
+use vramlab_replay::timeline::ReplayTimeline;
 
 /// Call-path rows on the page (the rest are counted; `--json` has them all).
 pub const MAX_PATH_ROWS: usize = 50;
@@ -150,7 +153,11 @@ struct SizeRow {
 }
 
 /// Writes the diff page into `dir` (created if needed); returns `index.html`'s path.
-pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, ReportError> {
+pub fn write_diff_report(
+    dir: &Path,
+    d: &SnapshotDiff,
+    timelines: Option<(&ReplayTimeline, &ReplayTimeline)>,
+) -> Result<PathBuf, ReportError> {
     prepare_out_dir(dir)?;
     let paths: Vec<PathRow> = d
         .paths
@@ -212,9 +219,20 @@ pub fn write_diff_report(dir: &Path, d: &SnapshotDiff) -> Result<PathBuf, Report
         paths_unchanged => d.paths_unchanged,
         bytes_unchanged => fmt_bytes(d.bytes_unchanged),
         sizes => sizes,
+        interactive => timelines.map(overlay).transpose()?,
+        js => crate::html::JS,
         css => crate::html::CSS,
     };
     crate::html::write_index(dir, "diff.html", ctx)
+}
+
+/// The chart of A's and B's memory overlaid entry by entry, with each one's reserved peak.
+fn overlay((a, b): (&ReplayTimeline, &ReplayTimeline)) -> Result<String, ReportError> {
+    let replays = [
+        Replayed { name: "A".into(), color: "#1f64b4".into(), timeline: a },
+        Replayed { name: "B".into(), color: "#d0531c".into(), timeline: b },
+    ];
+    lines_json(&replays, &peak_marks(&replays), None)
 }
 
 #[cfg(test)]
@@ -229,7 +247,7 @@ mod tests {
         let d = vramlab_snapshot::diff_snapshots(("<a>.pickle", &snap), ("b.pickle", &snap), &opts).unwrap();
         let dir = std::env::temp_dir().join(format!("vramlab-diff-page-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let index = write_diff_report(&dir, &d).unwrap();
+        let index = write_diff_report(&dir, &d, None).unwrap();
         let html = std::fs::read_to_string(&index).unwrap();
         assert!(html.contains("The peaks did not change"), "{html}");
         assert!(html.contains("No call path gained or lost bytes"));

@@ -38,6 +38,8 @@ const PEAK_TABLE_TEMPLATE: &str = include_str!("../templates/peak_table.html");
 pub(crate) const CSS: &str = include_str!("../templates/report.css");
 /// The timeline script (the bench report's and the replay page's), inlined.
 pub(crate) const JS: &str = include_str!("../templates/timeline.js");
+/// The replay page's allocator state at an entry (`state_view.rs`'s data).
+pub(crate) const STATE_JS: &str = include_str!("../templates/state.js");
 
 /// A chart already drawn, as the page shows it.
 #[derive(Debug, Clone, Serialize)]

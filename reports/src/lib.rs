@@ -27,6 +27,9 @@
 //! - `src/replay_page.rs` — the replay and what-if pages (memory charts of the chart model, the segment map)
 //! - `src/replay_doc.rs` — the replay's document model: what `replay` prints, its `--json`, the page's facts
 //!   and its answer card
+//! - `src/state_view.rs` — the replay page's allocator state at a chosen entry: the replay's
+//!   `StateHistory` as compact JSON for `templates/state.js`
+//! - `src/lines_view.rs` — the what-if and diff pages' interactive chart: several replays' lines, marks
 //! - `src/diff_page.rs` — the page of two snapshots compared
 //! - `src/results_diff.rs` — two results files compared case by case, and its page
 //! - `src/peak_table.rs` — the "who holds the memory" tables
@@ -41,7 +44,8 @@
 //!   pipeline's steps), `stats.rs` (bootstrap, t, BH), `config.rs` (`vramlab.toml`), `export.rs` (other
 //!   tools' formats), `memory.rs` (the memory gate of PyTorch programs: snapshot figures per rank and
 //!   device), `tests.rs` (synthetic runs)
-//! - `templates/` — the pages' templates, CSS and the interactive timeline script
+//! - `templates/` — the pages' templates, CSS, the interactive timeline script (`timeline.js`) and the
+//!   replay page's allocator state at an entry (`state.js`)
 //! - `tests/suite_charts.rs` — every suite's charts from a real full CPU run
 //! - `tests/declared_charts.rs` — a suite defined in the test gets its charts with no edit to reports
 //! - `benches/check.rs`, `benches/render.rs` — criterion: the check, and the report's render time
@@ -54,6 +58,7 @@ pub mod diff_page;
 mod files;
 pub mod history;
 pub mod html;
+mod lines_view;
 pub mod markdown;
 pub mod memory_snapshot;
 pub mod peak_table;
@@ -63,6 +68,7 @@ pub mod replay_doc;
 pub mod replay_page;
 pub mod report;
 pub mod results_diff;
+mod state_view;
 mod stores;
 pub mod suite_charts;
 #[cfg(feature = "testing")]

@@ -23,13 +23,17 @@ use serde::Serialize;
 use vramlab_display::format::fmt_bytes;
 use vramlab_engine::alloc::{BlockState, PoolKind, SegmentInfo};
 use vramlab_replay::timeline::{OomState, ReplayTimeline, TimelinePoint};
-use vramlab_snapshot::{Attribution, PathTimeline};
+use vramlab_snapshot::{
+    Attribution, BandSplit, PathTimeline, SPREAD_WINDOWS, STATE_BUDGET, StateHistory, state_windows,
+};
 
 use vramlab_display::chart::{AxisSpec, LabelledPoint, LineSeries, LinesSpec, Marker, Scale, Unit, palette};
 
 use crate::canvas::{self, DrawResult, FAMILY, HEIGHT, WIDTH, register_font};
 use crate::html::{CHARTS_DIR, INDEX_HTML, TRACE_JSON};
+use crate::lines_view::{LinesMark, Replayed, lines_json, script_json};
 use crate::plot::draw_lines;
+use crate::state_view::{StatePin, state_json};
 use crate::{ReportError, prepare_out_dir, trace, write_unsynced};
 
 /// Segments drawn in the segment map (in address order); the table lists up to
@@ -94,6 +98,61 @@ pub struct ReplayPage<'a> {
     /// card, the limit (given or inferred, with its range), how far short each
     /// recorded OOM was and the releases.
     pub doc: Option<DocView>,
+    /// The allocator's state over the replay (snapshots,
+    /// `vramlab_snapshot::replay_snapshot_states` in the windows of
+    /// [`state_windows_for`]), for the state at a chosen entry; `None`: the
+    /// page shows the segments at the reserved peak alone.
+    pub states: Option<&'a StateHistory>,
+}
+
+/// The windows of states the replay page keeps of a trace of `entries`:
+/// every state of a trace up to [`STATE_BUDGET`] entries, else windows around
+/// the page's marks ([`mark_states`]) and spread over the trace.
+pub fn state_windows_for(t: &ReplayTimeline, entries: u64) -> Vec<(u64, u64)> {
+    state_windows(entries, &mark_states(t), STATE_BUDGET)
+}
+
+/// Out-of-memory errors the state view offers to jump to.
+const STATE_OOM_PINS: usize = 10;
+
+/// The state view's data and what the page says of it.
+fn state_context(page: &ReplayPage<'_>) -> Result<Option<minijinja::Value>, ReportError> {
+    let Some(h) = page.states else { return Ok(None) };
+    let t = page.timeline;
+    let mut pins: Vec<StatePin> = Vec::new();
+    if let Some(p) = allocated_peak(t) {
+        pins.push(StatePin { label: "allocated peak".into(), state: p.ops });
+    }
+    if let Some(p) = &t.peak {
+        pins.push(StatePin { label: "reserved peak".into(), state: p.ops });
+    }
+    for o in t.ooms.iter().take(STATE_OOM_PINS) {
+        pins.push(StatePin { label: format!("OOM at entry {}", o.index), state: o.index + 1 });
+    }
+    let first = t.peak.as_ref().map_or(h.entries, |p| p.ops);
+    let last = t.points.last().map_or(h.entries, |p| p.ops);
+    let json = script_json(&state_json(h, &pins, first, last))?;
+    let held: u64 = h.windows.iter().map(|w| w.end() - w.start + 1).sum();
+    Ok(Some(minijinja::context! {
+        json => json,
+        partial => held < h.entries + 1,
+        entries => grouped(h.entries),
+        held => grouped(held),
+        spread => SPREAD_WINDOWS,
+    }))
+}
+
+/// `n` with its thousands grouped, as the page's script writes entries: 12,345.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The replay page's parts that come from the replay's document.
@@ -676,6 +735,9 @@ struct StackedSeries<'a> {
     blocks: Vec<StackedBlock>,
     /// Per column, the band's largest live block there (into `StackedData::live_blocks`), −1 for none.
     live: &'a [i32],
+    /// The band split by its next frames (the drill-down), parts' bytes as (column, bytes) changes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split: Option<&'a BandSplit>,
 }
 
 /// A block live at a column (the block under the cursor): bytes, `alloc`
@@ -781,6 +843,7 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
                         })
                         .collect(),
                     live: &s.live_block,
+                    split: s.split.as_ref(),
                 })
                 .collect(),
             p.series.last().is_some_and(|s| s.label.starts_with("other (")),
@@ -853,13 +916,6 @@ fn stacked_data<'a>(page: &'a ReplayPage<'a>, x: &XAxis<'_>, marks: &[Mark]) -> 
         x_desc: x.desc(&page.unit),
         entries_per_column: per,
     }
-}
-
-/// JSON for a `<script type="application/json">`: `<`, `>` and `&` escaped so
-/// nothing in a frame's text can end the element.
-fn script_json(value: &impl Serialize) -> Result<String, ReportError> {
-    let json = serde_json::to_string(value).map_err(|e| ReportError::Template { reason: e.to_string() })?;
-    Ok(json.replace('<', "\\u003c").replace('>', "\\u003e").replace('&', "\\u0026"))
 }
 
 fn band_views(paths: Option<&PathTimeline>) -> Vec<BandView> {
@@ -956,6 +1012,8 @@ pub fn write_replay_report(dir: &Path, page: &ReplayPage<'_>) -> Result<PageFile
         estimate => page.doc.as_ref().and_then(|d| d.estimate.clone()),
         releases => page.doc.as_ref().and_then(|d| d.releases.clone()),
         js => crate::html::JS,
+        states => state_context(page)?,
+        state_js => crate::html::STATE_JS,
         segments => segments,
         peak => peak,
         ooms => ooms,
@@ -1071,6 +1129,47 @@ fn whatif_answer(page: &WhatifPage<'_>, rows: &[SettingRow]) -> Answer {
     answer
 }
 
+/// The what-if page's interactive chart: each group's reserved (solid) and
+/// allocated (dashed) bytes in its colour, its first out-of-memory marked.
+fn whatif_interactive(
+    page: &WhatifPage<'_>,
+    groups: &[Vec<usize>],
+    capacity: Option<(u64, String)>,
+) -> Result<String, ReportError> {
+    let replays: Vec<Replayed<'_>> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, members)| Replayed {
+            name: format!("#{}", g + 1),
+            color: hex(g),
+            timeline: page.settings[members[0]].timeline,
+        })
+        .collect();
+    let marks: Vec<LinesMark> = groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, members)| {
+            let o = page.settings[members[0]].timeline.ooms.first()?;
+            Some(LinesMark {
+                kind: "oom",
+                state: o.index + 1,
+                bytes: o.reserved_bytes,
+                request: Some(o.requested_bytes),
+                label: format!(
+                    "#{}: out of memory at entry {}, {} requested with {} reserved",
+                    g + 1,
+                    o.index,
+                    fmt_bytes(o.requested_bytes),
+                    fmt_bytes(o.reserved_bytes)
+                ),
+                short: format!("#{} OOM", g + 1),
+                color: None,
+            })
+        })
+        .collect();
+    lines_json(&replays, &marks, capacity)
+}
+
 /// Writes the what-if page into `dir` (created if needed). Settings with
 /// identical results (every figure and the whole timeline) are one row and one
 /// chart, which names them all.
@@ -1089,6 +1188,7 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         .capacity_bytes
         .map(|c| (c, page.limit_label.clone().unwrap_or_else(|| format!("capacity {}", fmt_bytes(c)))));
     let ooms = merged_ooms(page, &groups);
+    let interactive = whatif_interactive(page, &groups, capacity.clone())?;
     let title = "Reserved memory under each setting".to_owned();
     let overlay = memory_chart(title, XAxis::Ops.chart_axis(&page.unit), series, ooms, capacity.clone())
         .write(dir, "reserved", &mut files)?;
@@ -1162,6 +1262,8 @@ pub fn write_whatif_report(dir: &Path, page: &WhatifPage<'_>) -> Result<PageFile
         grouped => grouped,
         settings_tried => page.settings.len(),
         overlay => overlay,
+        interactive => interactive,
+        js => crate::html::JS,
         charts => per_setting,
         trace => TRACE_JSON,
         css => crate::html::CSS,
@@ -1231,6 +1333,7 @@ mod tests {
             entry_times_us: None,
             paths: None,
             doc: None,
+            states: None,
         };
         let files = write_replay_report(&dir, &page).unwrap();
         let html = std::fs::read_to_string(&files.index_html).unwrap();
@@ -1353,8 +1456,16 @@ mod tests {
         // The capacity line and the OOM point on the charts.
         assert!(html.contains("capacity 1.00 GiB"));
         assert!(html.contains("#1 OOM"));
-        // One chart per group of settings besides the overlay, each as PNG and SVG.
-        assert_eq!(html.matches("<figure class=\"chart static\">").count(), 3);
+        // The overlay interactive (its data: two lines per group, the recorded settings' OOM marked),
+        // and one static chart per group of settings besides, each as PNG and SVG.
+        assert_eq!(html.matches("<figure class=\"chart static\">").count(), 2);
+        let data = html.split("<script type=\"application/json\" id=\"overlay-data\">").nth(1).unwrap();
+        let data: serde_json::Value = serde_json::from_str(&data[..data.find("</script>").unwrap()]).unwrap();
+        let lines: Vec<&str> = data["lines"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+        assert_eq!(lines, ["#1 reserved", "#1 allocated", "#2 reserved", "#2 allocated"]);
+        assert_eq!(data["marks"][0]["short"], "#1 OOM");
+        assert_eq!(data["marks"][0]["state"], 154);
+        assert_eq!(data["capacity"], 1u64 << 30);
         assert_eq!(files.charts.len(), 6);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&files.trace_json).unwrap()).unwrap();
         let names: Vec<&str> = v["traceEvents"]
@@ -1391,6 +1502,7 @@ mod tests {
             entry_times_us: None,
             paths: None,
             doc: None,
+            states: None,
         };
         let err = write_replay_report(&dir.join("report"), &page).unwrap_err();
         assert!(matches!(err, ReportError::Io { .. }), "{err}");

@@ -285,6 +285,7 @@
   // The whole x range of the data, as the view.
   Stacked.prototype.fit = function () {
     var d = this.d, xs = d.x.concat(d.reserved.x, d.allocated.x), lo = Infinity, hi = -Infinity;
+    (d.lines || []).forEach(function (ln) { xs = xs.concat(ln.x); });
     for (var i = 0; i < xs.length; i++) { if (xs[i] < lo) lo = xs[i]; if (xs[i] > hi) hi = xs[i]; }
     if (!isFinite(lo)) { lo = 0; hi = 1; }
     if (hi <= lo) hi = lo + 1;
@@ -341,6 +342,12 @@
     cols.forEach(function (c) { if (self.total[c] > maxB) maxB = self.total[c]; });
     res.forEach(function (i) { if (d.reserved.v[i] > maxB) maxB = d.reserved.v[i]; });
     alc.forEach(function (i) { if (d.allocated.v[i] > maxB) maxB = d.allocated.v[i]; });
+    // The lines of the what-if and diff pages (d.lines: one per setting or side), each its points in view.
+    var extra = (d.lines || []).map(function (ln) {
+      var idx = self.pick(ln.x, function (i) { return ln.v[i]; }, v0, v1, pw, x);
+      idx.forEach(function (i) { if (ln.v[i] > maxB) maxB = ln.v[i]; });
+      return idx;
+    });
     // A failed request's bar reaches at most a quarter above the capacity (it crosses the line either way).
     d.marks.forEach(function (m) {
       var reach = m.bytes + Math.min(m.request || 0, (d.capacity || m.bytes) * 1.25 - m.bytes);
@@ -355,19 +362,26 @@
     el("rect", { x: L, y: T, width: pw, height: ph }, el("clipPath", { id: clipId }, el("defs", {}, svg)));
     var plot = el("g", { "clip-path": "url(#" + clipId + ")" }, svg);
     var n = d.series.length, xEnd = x(v1) + 1;
-    // Bands: each a step area between the cumulative sums below and with it.
+    // Bands: each a step area between the cumulative sums below and with it; a
+    // drilled band (this.drill) as its parts, each a step area of its own.
     var below = cols.map(function () { return 0; });
-    for (var k = 0; k < n; k++) {
-      var s = d.series[k], top = [], bottom = [];
+    function area(v, fill, attrs) {
+      var top = [], bottom = [];
       for (var j = 0; j < cols.length; j++) {
         var c = cols[j], x0 = Math.max(L - 1, x(d.x[c])), x1 = j + 1 < cols.length ? x(d.x[cols[j + 1]]) : xEnd;
-        var lo = below[j], hi = lo + s.v[c];
+        var lo = below[j], hi = lo + v[c];
         below[j] = hi;
         top.push(x0.toFixed(1) + "," + y(hi).toFixed(1), x1.toFixed(1) + "," + y(hi).toFixed(1));
         bottom.push(x0.toFixed(1) + "," + y(lo).toFixed(1), x1.toFixed(1) + "," + y(lo).toFixed(1));
       }
-      if (!top.length) continue;
-      el("polygon", { points: top.concat(bottom.reverse()).join(" "), fill: bandColor(k, n, d.other), "class": "band", "data-band": k }, plot);
+      if (!top.length) return;
+      attrs.points = top.concat(bottom.reverse()).join(" "); attrs.fill = fill;
+      el("polygon", attrs, plot);
+    }
+    for (var k = 0; k < n; k++) {
+      if (this.drill && this.drill.band === k) {
+        this.layers().forEach(function (ly, i) { area(ly.v, ly.color, { "class": "band part", "data-band": k, "data-part": i }); });
+      } else area(d.series[k].v, bandColor(k, n, d.other), { "class": "band", "data-band": k });
     }
     function line(series, idx, color, cls, w) {
       var pts = [], last = null;
@@ -381,6 +395,10 @@
     }
     line(d.reserved, res, "#b35900", "line-reserved", 2);
     line(d.allocated, alc, "#1d232a", "line-allocated", 1.2);
+    (d.lines || []).forEach(function (ln, i) {
+      line(ln, extra[i], ln.color, "line-extra", ln.dashed ? 1.2 : 2);
+      if (ln.dashed) plot.lastChild.setAttribute("stroke-dasharray", "5 3");
+    });
     // Labels never overlap: each is placed at the first free spot among a few
     // beside its mark (boxes measured as drawn), else left out (its mark keeps
     // its title); the capacity label counts as placed.
@@ -424,10 +442,10 @@
           el("rect", { x: mx - 3, y: top, width: 6, height: Math.max(1, my - top), fill: "rgba(200,30,30,0.45)", stroke: markColor.oom, "class": "oom-request" }, g);
         }
       }
-      el("circle", { cx: mx, cy: my, r: 4.5, fill: markColor[s.kind], stroke: "#fff" }, g);
+      el("circle", { cx: mx, cy: my, r: 4.5, fill: m.color || markColor[s.kind], stroke: "#fff" }, g);
       el("title", {}, g).textContent = s.all.map(function (o) { return o.label; }).join("\n");
       var text = s.all.length > 1 ? (s.kind === "oom" ? s.all.length + " OOMs" : m.short + " (" + s.all.length + ")") : m.short;
-      var right = mx > L + pw * 0.6, label = el("text", { "text-anchor": right ? "end" : "start", "font-size": 11, fill: markColor[s.kind], "class": "label" }, g);
+      var right = mx > L + pw * 0.6, label = el("text", { "text-anchor": right ? "end" : "start", "font-size": 11, fill: m.color || markColor[s.kind], "class": "label" }, g);
       label.textContent = text;
       var tries = s.kind === "oom" ? [T + 11, T + 24, T + 37, my - 8, my + 16] : s.kind === "allocated" ? [my + 15, my - 7, my + 28, my - 20, my + 41] : [my - 7, my + 15, my - 20, my + 28, my - 33];
       var ok = false;
@@ -479,9 +497,88 @@
     px = Math.min(g.L + g.pw, Math.max(g.L, px));
     return { px: px, py: py, x: this.view[0] + (px - g.L) / g.pw * (this.view[1] - this.view[0]), bytes: (g.T + g.ph - py) / g.ph * g.maxB };
   };
+  // ----- A band split by its next frames (band_split.rs): the drill-down -----
+  var PARTS = ["#2f4b7c", "#a05195", "#f95d6a", "#ffa600", "#665191", "#d45087", "#ff7c43"];
+  // A part's live bytes per column, from its (column, bytes) changes; kept on the part.
+  function partValues(p, n) {
+    if (p.v) return p.v;
+    var v = new Array(n), at = 0, now = 0;
+    for (var c = 0; c < n; c++) {
+      while (at < p.changes.length && p.changes[at][0] === c) { now = p.changes[at][1]; at++; }
+      v[c] = now;
+    }
+    return (p.v = v);
+  }
+  // A frame's text without the install prefix (…/site-packages/).
+  function shortFrame(f) { return f.replace(/^.*\/(site|dist)-packages\//, ""); }
+  // The drilled band's split node (the parts shown) and the part it focuses on.
+  Stacked.prototype.node = function () {
+    var dr = this.drill, split = this.d.series[dr.band].split, focus = null;
+    dr.path.forEach(function (i) { focus = split.parts[i]; split = focus.split; });
+    return { split: split, focus: focus };
+  };
+  // The drilled band's layers, bottom up: the focused node's parts, then the rest of the band.
+  Stacked.prototype.layers = function () {
+    var d = this.d, n = d.x.length, s = d.series[this.drill.band], nd = this.node(), out = [];
+    nd.split.parts.forEach(function (p, i) { out.push({ v: partValues(p, n), color: PARTS[i % PARTS.length], label: p.label, part: p }); });
+    if (nd.focus) {
+      var f = partValues(nd.focus, n), rest = s.v.map(function (b, c) { return b - f[c]; });
+      out.push({ v: rest, color: bandColor(this.drill.band, d.series.length, d.other), label: "the rest of the band", part: null });
+    }
+    return out;
+  };
+  // Drills: into band k's split, into part i of the node shown, or back up (i = -1).
+  Stacked.prototype.drillTo = function (k, i) {
+    if (k === null) this.drill = null;
+    else if (!this.drill || this.drill.band !== k) this.drill = { band: k, path: [] };
+    else if (i < 0) { if (!this.drill.path.length) this.drill = null; else this.drill.path.pop(); }
+    else this.drill.path.push(i);
+    this.fig.setAttribute("data-drill", this.drill ? this.drill.band + ":" + this.drill.path.join(",") : "");
+    this.draw();
+    this.splitLegend();
+    if (this.lastHover) this.hover(this.lastHover[0], this.lastHover[1]);
+  };
+  // The legend of a drilled band: where its blocks part, and each part (a click splits it further).
+  Stacked.prototype.splitLegend = function () {
+    var self = this, box = this.splitBox;
+    if (!box) {
+      box = this.splitBox = document.createElement("div");
+      box.className = "tl-split";
+      this.readout.parentNode.insertBefore(box, this.readout.nextSibling);
+    }
+    while (box.firstChild) box.removeChild(box.firstChild);
+    if (!this.drill) return;
+    var s = this.d.series[this.drill.band], nd = this.node(), head = document.createElement("p");
+    var via = nd.split.common.map(shortFrame);
+    head.textContent = "Band \u201c" + s.label + "\u201d split by its next frames" +
+      (via.length ? ", inside " + via.join(" \u2192 ") + " (every block shown goes through it)" : "") + ":";
+    box.appendChild(head);
+    var ul = document.createElement("ul");
+    ul.className = "legend";
+    this.layers().forEach(function (ly, i) {
+      var li = document.createElement("li"), sw = document.createElement("span"), code = document.createElement("code");
+      sw.className = "swatch"; sw.style.background = ly.color;
+      code.textContent = ly.part ? shortFrame(ly.label) : ly.label; code.title = ly.label;
+      li.appendChild(sw); li.appendChild(code);
+      li.appendChild(document.createTextNode(ly.part ? " (up to " + fmtBytes(ly.part.peak_bytes) + ")" : ""));
+      if (ly.part && ly.part.split) {
+        var b = document.createElement("button");
+        b.type = "button"; b.textContent = "split further"; b.setAttribute("data-split-part", i);
+        b.addEventListener("click", function () { self.drillTo(self.drill.band, i); });
+        li.appendChild(document.createTextNode(" ")); li.appendChild(b);
+      }
+      ul.appendChild(li);
+    });
+    box.appendChild(ul);
+    var up = document.createElement("button");
+    up.type = "button"; up.textContent = this.drill.path.length ? "up one level" : "merge the band back"; up.setAttribute("data-split-up", "");
+    up.addEventListener("click", function () { self.drillTo(self.drill.band, -1); });
+    box.appendChild(up);
+  };
   function stepAt(series, t) { var i = upperBound(series.x, t) - 1; return i < 0 ? 0 : series.v[i]; }
   Stacked.prototype.hover = function (cx, cy) {
     var d = this.d, h = this.at(cx, cy), self = this;
+    this.lastHover = [cx, cy];
     // Within 6 px of a mark the hover is at the mark's entry: its own column (the page pins it);
     // of marks that close, the nearest to the pointer (its circle).
     var near = null, py = h.py, dist = function (s) { return Math.pow(s.px - h.px, 2) + Math.pow(s.py - py, 2); };
@@ -503,7 +600,10 @@
       parts.push(entry < 0 ? "before the first entry" : "entry " + entry.toLocaleString("en") + (exact ? "" : " (highest of its " + d.entries_per_column + " entries)"));
       if (d.series.length) parts.push("live " + fmtBytes(this.total[c]));
     }
-    parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
+    if (d.lines) {
+      if (!d.time) parts.push("after " + Math.max(0, Math.round(h.x)).toLocaleString("en") + " entries");
+      d.lines.forEach(function (ln) { parts.push(ln.name + " " + fmtBytes(stepAt(ln, h.x))); });
+    } else parts.push("allocated " + fmtBytes(stepAt(d.allocated, h.x)), "reserved " + fmtBytes(stepAt(d.reserved, h.x)));
     this.readout.textContent = parts.join(" \u00b7 ");
     while (this.stack.firstChild) this.stack.removeChild(this.stack.firstChild);
     if (c < 0 || !d.series.length) return;
@@ -524,7 +624,28 @@
     p.childNodes[1].textContent = s.label;
     p.childNodes[3].textContent = fmtBytes(s.v[c]) + " live here" + (guessed ? " (the largest band here; point at a band to pick another)" : "") +
       (s.frames.length > 1 ? " \u00b7 called from " + s.frames.slice(1).join(" \u2190 ") : "");
+    if (s.split && !(this.drill && this.drill.band === k)) {
+      var sb = document.createElement("button");
+      sb.type = "button"; sb.textContent = "split this band by its next frames"; sb.setAttribute("data-split-band", k);
+      sb.addEventListener("click", function () { self.drillTo(k, 0); });
+      p.appendChild(document.createTextNode(" ")); p.appendChild(sb);
+    }
     this.stack.appendChild(p);
+    this.fig.setAttribute("data-hover-part", "");
+    if (this.drill && this.drill.band === k && !guessed) {
+      // The part under the cursor: its frame and bytes here.
+      var at = h.bytes, under = 0;
+      for (var j0 = 0; j0 < k; j0++) under += d.series[j0].v[c];
+      var lys = this.layers(), ly = null;
+      for (var li = 0; li < lys.length; li++) { if (at >= under && at < under + lys[li].v[c]) { ly = lys[li]; break; } under += lys[li].v[c]; }
+      if (ly) {
+        var pp = document.createElement("p");
+        pp.className = "part";
+        pp.textContent = "Part: " + shortFrame(ly.label) + ", " + fmtBytes(ly.v[c]) + " live here";
+        this.stack.appendChild(pp);
+        this.fig.setAttribute("data-hover-part", ly.label);
+      }
+    }
     // Who holds the memory at this point: every band's live bytes and share, largest first.
     var rows = [];
     for (var r = 0; r < d.series.length; r++) if (d.series[r].v[c] > 0) rows.push(r);
@@ -631,7 +752,12 @@
       }
       self.hover(ev.clientX, ev.clientY);
     });
-    function up(ev) { delete ptr[ev.pointerId]; if (Object.keys(ptr).length < 2) pinch = null; if (!Object.keys(ptr).length) drag = null; }
+    function up(ev) {
+      // A click or tap that did not pan or pinch shows the allocator's state at its column (state.js).
+      var still = drag && Math.abs(ev.clientX - drag.cx) <= 3 && !pinch, c = parseInt(self.fig.getAttribute("data-hover-column"), 10);
+      if (still && window.vramlabStateView && c >= 0) window.vramlabStateView.show(self.d.applied[c], "clicked on the timeline");
+      delete ptr[ev.pointerId]; if (Object.keys(ptr).length < 2) pinch = null; if (!Object.keys(ptr).length) drag = null;
+    }
     box.addEventListener("pointerup", up);
     box.addEventListener("pointercancel", up);
     box.addEventListener("pointerleave", function () { if (self.cursor) self.cursor.setAttribute("visibility", "hidden"); });
@@ -642,6 +768,8 @@
   var hq = /hover=([0-9.]+)(?:,([0-9.]+))?/.exec(location.search + location.hash);
   for (var si = 0; si < stackedFigs.length; si++) {
     var st = new Stacked(stackedFigs[si]);
+    // For the browser test and the console: the page's timelines.
+    (window.vramlabTimelines = window.vramlabTimelines || []).push(st);
     if (/axis=order/.test(location.search + location.hash)) st.useAxis("order");
     if (zq) { var f = st.full, sp = f[1] - f[0]; st.setView(f[0] + sp * parseFloat(zq[1]), f[0] + sp * parseFloat(zq[2])); }
     if (hq) {

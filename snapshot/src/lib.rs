@@ -62,11 +62,14 @@
 //! - `src/replay/fidelity.rs` — the fidelity check: segment events and
 //!   placements side by side, final segments and totals.
 //! - `src/replay/recording.rs` — the replay's own events, and the replay as a `Snapshot`.
+//! - `src/replay/states.rs` — the allocator's state at every entry of chosen windows
+//!   (`StateHistory`: keyframes and block changes), for the replay page's state at an entry.
 //! - `src/analysis/mod.rs` — the analyses' modules.
 //! - `src/analysis/attribution.rs` — who holds the memory at a point, by the
 //!   user's call path, with categories.
 //! - `src/analysis/path_timeline.rs` — live memory over the trace stacked by call path, and each
 //!   column's block under the cursor.
+//! - `src/analysis/band_split.rs` — a band split by its next frames (the page's drill-down).
 //! - `src/analysis/diff.rs` — two snapshots compared (`diff_snapshots`).
 //! - `src/analysis/gate.rs` — the figures a memory gate judges of a snapshot,
 //!   per device (`snapshot_figures`), as saved in a memory baseline.
@@ -90,6 +93,7 @@ pub use analysis::attribution::{
     Attribution, CallPathGroup, Category, CategoryShare, CategorySource, FailedRequest, FrameKind, FullStack, NoFrames,
     Point, PointKind, StackFrame, attribute, entry_categories, frame_kind, replay_attribution, requested_peak_index,
 };
+pub use analysis::band_split::{BandSplit, MAX_SPLIT_CHANGES, SPLIT_PARTS, SplitPart};
 pub use analysis::diff::{DiffSide, PathChange, SegmentSizeCount, SnapshotDiff, diff_snapshots};
 pub use analysis::gate::{
     FIGURES, FIGURES_KIND, FIGURES_VERSION, GateFigure, MemoryFigures, PATHS_KEPT, PathBytes, RankFigures,
@@ -118,7 +122,11 @@ pub use replay::report::{
     FidelityReport, LiveAtStart, Misplacement, Placement, ReplayOom, SegmentDisagreement, SnapshotReplay,
     SnapshotReplayError, SnapshotReplayOptions,
 };
-pub use replay::run::{replay_snapshot, replay_snapshot_timeline};
+pub use replay::run::{replay_snapshot, replay_snapshot_state_at, replay_snapshot_states, replay_snapshot_timeline};
+pub use replay::states::{
+    BlockChange, PIN_WINDOW, SPREAD_WINDOWS, STATE_BUDGET, SegmentAt, StateBlock, StateHistory, StateSegment,
+    StateWindow, state_windows,
+};
 pub use replay::stats_check::{
     MemoryStatsCheck, PytorchStats, StatDifference, StatsFileError, StatsNotCompared, UnderivableValue,
     read_pytorch_stats, stats_file_beside,

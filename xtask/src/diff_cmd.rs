@@ -185,10 +185,20 @@ pub(crate) fn snapshots_output(
         anyhow::Error::new(e).context(format!("cannot replay {}", if side == 0 { a_name } else { b_name }))
     })?;
     let written = match &args.report {
-        Some(dir) => Some(
-            diff_page::write_diff_report(dir, &d)
-                .with_context(|| format!("cannot write the report into {}", dir.display()))?,
-        ),
+        Some(dir) => {
+            // Each side's memory over its replay (its own settings, as the diff replays it), for the page's chart.
+            let own = SnapshotReplayOptions { config: None, record: false, ..opts.clone() };
+            let timeline = |name: &str, s: &Snapshot| {
+                snapshot::replay_snapshot_timeline(s, &own, false)
+                    .map(|(_, t)| t)
+                    .with_context(|| format!("cannot replay {name}"))
+            };
+            let (ta, tb) = (timeline(a_name, a)?, timeline(b_name, b)?);
+            Some(
+                diff_page::write_diff_report(dir, &d, Some((&ta, &tb)))
+                    .with_context(|| format!("cannot write the report into {}", dir.display()))?,
+            )
+        }
         None => None,
     };
     diff_output(args.json, &DiffDoc { schema_version: SCHEMA_VERSION, diff: &d }, || text(&d), written.as_deref())

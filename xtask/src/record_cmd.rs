@@ -434,6 +434,12 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
         // The chart's x axis in time where the entries have times.
         let times: Vec<i64> = snap.device_traces[r.device].iter().map(|e| e.time_us).collect();
         let paths = vramlab_snapshot::path_timeline(&snap, r.device, &replay_page::mark_states(&timeline));
+        let entries = snap.device_traces[r.device].len() as u64;
+        let windows = replay_page::state_windows_for(&timeline, entries);
+        let states = Some(
+            snapshot::replay_snapshot_states(&snap, &opts, windows)
+                .context("cannot replay it for the allocator states")?,
+        );
         let page = ReplayPage {
             source: file.clone(),
             unit: "trace entries".into(),
@@ -442,6 +448,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             attribution: &doc.attribution,
             entry_times_us: Some(&times),
             paths: paths.as_ref(),
+            states: states.as_ref(),
             doc: Some(replay_doc::doc_view(&doc, &timeline)),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline: &timeline,

@@ -89,6 +89,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
             attribution: &doc.attribution,
             entry_times_us: None,
             paths: None,
+            states: None,
             doc: Some(replay_doc::doc_view(&doc, timeline)),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,

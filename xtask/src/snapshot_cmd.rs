@@ -109,6 +109,12 @@ pub fn replay(
         // The chart's x axis in time where the entries have times.
         let times: Vec<i64> = snap.device_traces[r.device].iter().map(|e| e.time_us).collect();
         let paths = snapshot::path_timeline(&snap, r.device, &replay_page::mark_states(timeline));
+        let entries = snap.device_traces[r.device].len() as u64;
+        let windows = replay_page::state_windows_for(timeline, entries);
+        let states = Some(
+            snapshot::replay_snapshot_states(&snap, &opts, windows)
+                .context("cannot replay it for the allocator states")?,
+        );
         let page = ReplayPage {
             source: name.to_owned(),
             unit: "trace entries".into(),
@@ -117,6 +123,7 @@ pub fn replay(
             attribution: &doc.attribution,
             entry_times_us: Some(&times),
             paths: paths.as_ref(),
+            states: states.as_ref(),
             doc: Some(replay_doc::doc_view(&doc, timeline)),
             capacity_bytes: doc.memory_limit_bytes.or(doc.capacity_bytes),
             timeline,

@@ -20,6 +20,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use vramlab_engine::alloc::BlockState;
 use vramlab_reports::testing::{chromium, chromium_run};
 
 mod terminal;
@@ -155,6 +156,8 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             var w=Math.min(window.innerWidth,+/w=(\d+)/.exec(location.hash)[1]);d.style.width=w+'px';
             window.dispatchEvent(new Event('resize'));
             var set=function(k,v){b.setAttribute('data-'+k,v);};
+            var sv0=window.vramlabStateView,rm=document.querySelector('g.mark-reserved');
+            set('state-first',sv0?sv0.state:'');set('reserved-state',rm?rm.getAttribute('data-state'):'');
             var right=0;document.querySelectorAll('body *').forEach(function(e){
             if(e.parentElement.closest('.scroll'))return;right=Math.max(right,e.getBoundingClientRect().right);});
             set('scroll-width',Math.ceil(Math.max(right,b.scrollWidth)));set('inner-width',w);
@@ -169,6 +172,19 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('requests',out.length?out.join(' '):'none');
             var fig=document.querySelector('figure[data-stacked]');
             if(!fig)return;
+            var lbl=function(){var bx=Array.prototype.map.call(fig.querySelectorAll('text.label'),function(t){return t.getBoundingClientRect();}),ov=0;
+            for(var i=0;i<bx.length;i++)for(var j=i+1;j<bx.length;j++){var a=bx[i],c=bx[j];
+            if(a.left<c.right&&c.left<a.right&&a.top<c.bottom&&c.top<a.bottom)ov++;}return bx.length+' '+ov;};
+            if(fig.getAttribute('data-stacked')==='overlay'){
+            set('lines',fig.querySelectorAll('polyline.line-extra').length);set('labels',lbl());
+            set('oom-marks',fig.querySelectorAll('.mark-oom').length);
+            set('tick-px',fig.querySelector('text.st-ytick').getBoundingClientRect().height.toFixed(1));
+            var ob=fig.querySelector('.tl-plot'),orr=ob.getBoundingClientRect(),rdo=document.getElementById('overlay-readout');
+            var OT=function(t){ob.dispatchEvent(new PointerEvent(t,{pointerId:5,pointerType:'touch',clientX:orr.left+orr.width*0.4,clientY:orr.top+orr.height/2,bubbles:true}));};
+            OT('pointerdown');OT('pointerup');set('tap-readout',rdo.textContent.replace(/"/g,"'"));
+            var osp=function(){var v=fig.getAttribute('data-view').split(',');return v[1]-v[0];},o0=osp();
+            for(var i=0;i<3;i++)ob.dispatchEvent(new WheelEvent('wheel',{deltaY:-100,clientX:orr.left+orr.width*0.5,clientY:orr.top+40,bubbles:true,cancelable:true}));
+            set('zoom',o0+' '+osp());return;}
             var q=function(s){return fig.querySelectorAll(s).length;};
             set('marks',['mark-allocated','mark-reserved','mark-oom','capacity'].map(function(c){return c+':'+q('.'+c);}).join(' '));
             set('bands',q('polygon.band'));
@@ -209,6 +225,38 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
             set('at-point',Array.prototype.map.call(st.querySelectorAll('table.at-point tr'),function(tr){
             return tr.cells[2].textContent+' '+tr.cells[3].textContent;}).join('|'));
             set('stack-text',st.textContent.slice(0,40000).replace(/"/g,"'"));
+            var tl=window.vramlabTimelines[0],dk=-1;tl.setView(tl.full[0],tl.full[1]);
+            tl.d.series.forEach(function(x,i){if(dk<0&&x.split)dk=i;});
+            if(dk>=0){tl.drillTo(dk,0);var fu=fig.querySelector('.tl-split button[data-split-part]');if(fu)fu.click();
+            var lys=tl.layers(),bad=0,n=tl.d.x.length,bc=0;
+            for(var c=0;c<n;c++){var sm=0;lys.forEach(function(l){sm+=l.v[c];});if(sm!==tl.d.series[dk].v[c])bad++;
+            if(lys[0].v[c]>lys[0].v[bc])bc=c;}
+            var under=0;for(var j=0;j<dk;j++)under+=tl.d.series[j].v[bc];
+            var G=tl.geom,sr2=tl.svg.getBoundingClientRect(),vx=tl.view;
+            var gx=G.L+(tl.d.x[bc]-vx[0])/(vx[1]-vx[0])*G.pw+0.5,gy=G.T+G.ph-(under+lys[0].v[bc]/2)/G.maxB*G.ph;
+            var pl0=fig.querySelector('.tl-plot');
+            pl0.dispatchEvent(new PointerEvent('pointermove',{pointerId:13,clientX:sr2.left+gx*sr2.width/G.W,clientY:sr2.top+gy*sr2.height/G.H,bubbles:true}));
+            set('drill',fig.getAttribute('data-drill')+'|'+fig.querySelectorAll('polygon.part').length+'/'+lys.length+'|'+bad+'|'+
+            (fig.getAttribute('data-hover-part')===lys[0].label)+'|'+fig.querySelector('.tl-split').textContent.replace(/"/g,"'"));
+            tl.drillTo(null);}
+            var sv=window.vramlabStateView,sf=document.querySelector('figure[data-state-view]');
+            if(!sv)return;
+            var S=function(){return +sf.getAttribute('data-state');};
+            var states=[S(),+pk.getAttribute('data-state'),Math.floor(sv.d.entries/3),sv.d.entries],got=[],drawn=[];
+            states.forEach(function(s){sv.show(s);var g=sv.segments(S());got.push([S(),g]);
+            var n=0;g.forEach(function(x){n+=x[5].length;});
+            drawn.push(sf.querySelectorAll('.st-seg').length+'/'+g.length+' '+sf.querySelectorAll('rect.st-block').length+'/'+n);});
+            set('states',JSON.stringify(got));set('state-drawn',drawn.join('|'));
+            sv.show(states[1]);sf.querySelector('button[data-step="1"]').click();var a=S();
+            sf.querySelector('button[data-step="-1"]').click();sf.querySelector('button[data-step="-1"]').click();
+            set('state-steps',states[1]+' '+a+' '+S());
+            var pl=fig.querySelector('.tl-plot'),pb=pl.getBoundingClientRect(),tx0=pb.left+pb.width*0.45;
+            var C=function(t){pl.dispatchEvent(new PointerEvent(t,{pointerId:11,pointerType:'touch',clientX:tx0,clientY:pb.bottom-40,bubbles:true}));};
+            C('pointerdown');C('pointerup');
+            set('state-clicked',fig.getAttribute('data-hover-state')+' '+S()+' '+document.getElementById('state-summary').textContent.replace(/"/g,"'"));
+            var mr=sf.querySelector('rect.st-block').getBoundingClientRect();
+            sf.querySelector('.st-map svg').dispatchEvent(new PointerEvent('pointerdown',{pointerId:12,pointerType:'touch',clientX:mr.left+1,clientY:mr.top+mr.height/2,bubbles:true}));
+            set('state-readout',document.getElementById('state-readout').textContent.replace(/"/g,"'"));
             })();</script></body>"#;
         std::fs::write(dir.join("probe.html"), page.replace("</body>", probe)).unwrap();
         for width in [1280u32, 390] {
@@ -306,6 +354,41 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
                 assert!((rows.iter().sum::<f64>() - 100.0).abs() < 0.1 * rows.len() as f64, "shares {rows:?}");
                 assert!(rows.windows(2).all(|w| w[0] >= w[1]), "largest first: {rows:?}");
             }
+            if name == "whatif" || name == "diff" {
+                // The interactive chart: two lines per replay (reserved, allocated), labels apart,
+                // ticks legible at 390 px, a tap shows every line's memory, the wheel zooms.
+                let lines: u32 = attr(&dom, "lines").parse().unwrap();
+                assert!(lines >= 4 && lines.is_multiple_of(2), "{name} at {width} px: {lines} lines");
+                let labels = attr(&dom, "labels");
+                assert!(labels.ends_with(" 0") && !labels.starts_with("0 "), "{name} at {width} px: labels {labels}");
+                let tick: f64 = attr(&dom, "tick-px").parse().unwrap();
+                assert!(tick >= 9.0, "{name} at {width} px: tick text {tick} px high");
+                let tap = attr(&dom, "tap-readout");
+                let first = if name == "diff" { "A reserved " } else { "#1 reserved " };
+                assert!(tap.contains(first) && tap.contains("after "), "{name} at {width} px: tap readout {tap}");
+                let z: Vec<f64> = attr(&dom, "zoom").split(' ').map(|v| v.parse().unwrap()).collect();
+                assert!(z[1] < z[0] * 0.6, "{name} at {width} px: zoom {z:?}");
+                if name == "whatif" {
+                    assert!(attr(&dom, "oom-marks").parse::<u32>().unwrap() > 0, "{name}: the OOM marked");
+                }
+                println!("{name} at {width} px: {lines} lines, labels {labels}, ticks {tick} px, tap: {tap}");
+            }
+            if name.starts_with("replay") {
+                // A band split by its next frames, then one part split further: its parts
+                // drawn, summing to the band at every column, and the hover names the part.
+                let drill = attr(&dom, "drill");
+                let d: Vec<&str> = drill.splitn(5, '|').collect();
+                let (drawn, layers) = d[1].split_once('/').unwrap();
+                assert!(
+                    d[0].contains(':') && drawn == layers && layers.parse::<u32>().unwrap() >= 2,
+                    "{name}: {drill}"
+                );
+                assert_eq!((d[2], d[3]), ("0", "true"), "{name} at {width} px: parts' sums and the hover: {drill}");
+                assert!(d[4].contains("split by its next frames") && d[4].contains(".py:"), "{name}: {drill}");
+                println!("{name} at {width} px: drilled {drill}");
+                let capacity = (name == "replay-capped").then_some(300u64 << 20);
+                check_states(&dom, &snap, capacity, &format!("{name} at {width} px"));
+            }
             let (scroll, inner): (u32, u32) =
                 (attr(&dom, "scroll-width").parse().unwrap(), attr(&dom, "inner-width").parse().unwrap());
             assert!(scroll <= inner, "{name} at {width} px scrolls sideways: {scroll} px wide in {inner}");
@@ -328,6 +411,63 @@ fn replay_whatif_and_diff_pages_name_the_users_code_and_fit_a_phone() {
         }
     }
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The replay page's allocator state at an entry, as the page rebuilds it,
+/// equals the segments of a replay of `snap` stopped at that entry: at the
+/// state a tap on the timeline chose, the allocated peak, a third of the way
+/// and the end (where a replay that stops at an OOM ends); the map draws every segment and block; the step buttons
+/// move one entry; a click on the timeline shows the state at its column; a
+/// tap on a block names it.
+fn check_states(dom: &str, snap: &std::path::Path, capacity: Option<u64>, what: &str) {
+    use vramlab_snapshot::{SnapshotReplayOptions, read_snapshot_file, replay_snapshot_state_at};
+    let snapshot = read_snapshot_file(snap).unwrap();
+    let opts = SnapshotReplayOptions { capacity_bytes: capacity, ..Default::default() };
+    let states: serde_json::Value = serde_json::from_str(attr(dom, "states")).unwrap();
+    let states = states.as_array().unwrap();
+    assert_eq!(states.len(), 4, "{what}");
+    for s in states {
+        let state = s[0].as_u64().unwrap();
+        let replayed = replay_snapshot_state_at(&snapshot, &opts, state).unwrap().expect("the replay reaches it");
+        let replayed: Vec<serde_json::Value> = replayed
+            .iter()
+            .map(|g| {
+                let blocks: Vec<serde_json::Value> = g
+                    .blocks
+                    .iter()
+                    .map(|&(off, size, st)| {
+                        let code = match st {
+                            BlockState::Inactive => 0,
+                            BlockState::ActiveAllocated => 1,
+                            BlockState::ActivePendingFree => 2,
+                        };
+                        serde_json::json!([off, size, code])
+                    })
+                    .collect();
+                serde_json::json!([g.address, g.total_size, g.stream, g.small, g.expandable, blocks])
+            })
+            .collect();
+        assert!(!replayed.is_empty(), "{what}: segments after {state} entries");
+        assert_eq!(s[1], serde_json::Value::Array(replayed), "{what}: the page's state after {state} entries");
+    }
+    for d in attr(dom, "state-drawn").split('|') {
+        let (rows, blocks) = d.split_once(' ').unwrap();
+        let same = |p: &str| p.split_once('/').is_some_and(|(a, b)| a == b);
+        assert!(same(rows) && same(blocks), "{what}: drawn/held rows and blocks: {d}");
+    }
+    // The first state shown is the reserved peak's; a step forward and two back.
+    assert_eq!(attr(dom, "state-first"), attr(dom, "reserved-state"), "{what}");
+    let steps: Vec<u64> = attr(dom, "state-steps").split(' ').map(|v| v.parse().unwrap()).collect();
+    assert_eq!((steps[1], steps[2]), (steps[0] + 1, steps[0] - 1), "{what}: steps {steps:?}");
+    let clicked = attr(dom, "state-clicked");
+    let mut parts = clicked.splitn(3, ' ');
+    let (hovered, shown) = (parts.next().unwrap(), parts.next().unwrap());
+    assert_eq!(hovered, shown, "{what}: a click on the timeline shows the state at its column: {clicked}");
+    assert!(clicked.contains("clicked on the timeline") && clicked.contains(" segment"), "{what}: {clicked}");
+    let readout = attr(dom, "state-readout");
+    assert!(readout.starts_with("block at 0x") && readout.contains("segment 0x"), "{what}: tap on a block: {readout}");
+    let at: Vec<String> = states.iter().map(|s| s[0].to_string()).collect();
+    println!("{what}: the page's state after {} entries is the replay's; {clicked}", at.join(", "));
 }
 
 /// `n` as the page writes an entry number (`toLocaleString("en")`: 12,345).

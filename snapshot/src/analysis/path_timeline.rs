@@ -23,6 +23,7 @@ use serde::Serialize;
 use super::attribution::{
     Classifier, GroupKey, Live, NoFrames, StackFrame, describe_key, frame_kind, frame_text, free_action, live_at_start,
 };
+use super::band_split::{BandSplit, SplitInput, split_bands};
 use crate::format::model::{Action, Snapshot, StackId, TraceEntry};
 
 /// Columns kept at most (the page draws one or more per pixel at full width
@@ -70,6 +71,9 @@ pub struct PathSeries {
     /// index into [`PathTimeline::blocks`]; −1 where none is live, −2 where
     /// [`MAX_LIVE_BLOCKS`] others were kept first.
     pub live_block: Vec<i32>,
+    /// The band split by its next frames (the page's drill-down); `None`
+    /// where its blocks never part, or the page's budget of changes is spent.
+    pub split: Option<BandSplit>,
 }
 
 /// A block live at some column, for the hover: the block under the cursor.
@@ -140,9 +144,23 @@ pub fn path_timeline(snapshot: &Snapshot, device: usize, pins: &[u64]) -> Option
     let columns = Columns::of(trace, free, &start_blocks, &paths, &bands, &pins);
     let time_of = |applied: usize| trace.get(applied.saturating_sub(1)).map_or(0, |e| e.time_us);
     let time_us = columns.applied.iter().map(|&a| time_of(a as usize)).collect();
+    let splits = split_bands(&SplitInput {
+        snapshot,
+        trace,
+        free,
+        start_blocks: &start_blocks,
+        start_keys: &paths.start_keys,
+        keys: &paths.keys,
+        band_of: &bands.band_of,
+        key_of: &c.keys,
+        bands: bands.count,
+        other: bands.other,
+        applied: &columns.applied,
+    });
     let mut series = bands.series(snapshot, &c, &paths, columns.bytes);
-    for (s, top) in series.iter_mut().zip(columns.tops.top) {
+    for ((s, top), split) in series.iter_mut().zip(columns.tops.top).zip(splits) {
         s.live_block = top;
+        s.split = split;
     }
     let mut stack_index: HashMap<StackId, u32> = HashMap::default();
     let mut stacks = Vec::new();
@@ -289,6 +307,7 @@ impl Bands {
                     largest_blocks: paths.largest[k].iter().map(block).collect(),
                     bytes: std::mem::take(b),
                     live_block: Vec::new(),
+                    split: None,
                 }
             })
             .collect();
@@ -305,6 +324,7 @@ impl Bands {
                 largest_blocks: blocks.iter().map(block).collect(),
                 bytes: b,
                 live_block: Vec::new(),
+                split: None,
             });
         }
         series

@@ -12,6 +12,7 @@ pub(crate) mod recording;
 pub(crate) mod report;
 pub(crate) mod rewind;
 pub(crate) mod run;
+pub(crate) mod states;
 pub(crate) mod stats_check;
 pub(crate) mod two_step;
 pub(crate) mod underivable;

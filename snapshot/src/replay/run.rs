@@ -38,6 +38,7 @@ use super::oom::{self, InferredCapacity};
 use super::pools::PoolPlan;
 use super::report::{SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions};
 use super::rewind::{self, StartState};
+use super::states::{SegmentAt, StateHistory, StateRecorder};
 use super::walk::{Run, Setup, Track, in_window, replay_from};
 use crate::format::model::{Action, Snapshot, TraceEntry};
 use vramlab_replay::MAX_BYTES;
@@ -62,18 +63,49 @@ pub fn replay_snapshot_timeline(
     opts: &SnapshotReplayOptions,
     peak_segments: bool,
 ) -> Result<(SnapshotReplay, ReplayTimeline), SnapshotReplayError> {
-    let mut track = Track { recorder: None, stop_after_ops: None, peak: None };
+    let mut track = Track::new(None);
     let r = replay(snapshot, opts, Some(&mut track), Start::AssumeWhereSegmentsSay)?;
     let recorder = track.recorder.take().expect("the replay starts it");
     let peak_ops = recorder.peak_ops;
     let mut timeline = recorder.finish();
     if let (true, Some(ops)) = (peak_segments, peak_ops) {
-        let mut again = Track { recorder: None, stop_after_ops: Some(ops), peak: None };
+        let mut again = Track::new(Some(ops));
         let quiet = SnapshotReplayOptions { record: false, ..opts.clone() };
         replay(snapshot, &quiet, Some(&mut again), Start::AssumeWhereSegmentsSay)?;
         timeline.peak = again.peak;
     }
     Ok((r, timeline))
+}
+
+/// Replays `snapshot` as [`replay_snapshot`] does and keeps the allocator's
+/// state at every state of `windows` (entries applied, first and last
+/// inclusive; see [`state_windows`](super::states::state_windows)).
+pub fn replay_snapshot_states(
+    snapshot: &Snapshot,
+    opts: &SnapshotReplayOptions,
+    windows: Vec<(u64, u64)>,
+) -> Result<StateHistory, SnapshotReplayError> {
+    let (device, _) = choose_device(snapshot, opts)?;
+    let entries = snapshot.device_traces[device].len() as u64;
+    let mut track = Track::new(None);
+    track.states = Some(StateRecorder::new(entries, windows));
+    let quiet = SnapshotReplayOptions { record: false, ..opts.clone() };
+    replay(snapshot, &quiet, Some(&mut track), Start::AssumeWhereSegmentsSay)?;
+    Ok(track.states.take().expect("set above").history)
+}
+
+/// The allocator's segments after `ops` entries of the replay (a replay
+/// stopped there), in the form [`StateHistory::state_at`] gives; `None` when
+/// the replay never reaches that state.
+pub fn replay_snapshot_state_at(
+    snapshot: &Snapshot,
+    opts: &SnapshotReplayOptions,
+    ops: u64,
+) -> Result<Option<Vec<SegmentAt>>, SnapshotReplayError> {
+    let mut track = Track::new(Some(ops));
+    let quiet = SnapshotReplayOptions { record: false, ..opts.clone() };
+    replay(snapshot, &quiet, Some(&mut track), Start::AssumeWhereSegmentsSay)?;
+    Ok(track.peak.map(|p| SegmentAt::of(&p.segments)))
 }
 
 /// How [`replay`] finds the state at the first entry.
@@ -140,6 +172,9 @@ fn replay(
         if let Some(t) = track.as_deref_mut() {
             t.recorder = None;
             t.peak = None;
+            if let Some(states) = t.states.as_mut() {
+                states.restart();
+            }
         }
     }
     let start = rewound_start(snapshot, opts, &setup);
@@ -292,7 +327,7 @@ mod tests {
     /// Both starts, with the timeline stopping at `stop` entries when given.
     fn both(s: &Snapshot, opts: &SnapshotReplayOptions, stop: Option<u64>) {
         let run = |how| {
-            let mut track = Track { recorder: None, stop_after_ops: stop, peak: None };
+            let mut track = Track::new(stop);
             let r = replay(s, opts, Some(&mut track), how);
             let timeline = track.recorder.map(|t| t.finish());
             (r.map_err(|e| e.to_string()), timeline, track.peak)

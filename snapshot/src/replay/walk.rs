@@ -18,6 +18,7 @@ use super::pools::{PoolPlan, malloc_in};
 use super::recording::{Recorder, SegmentLog, recording};
 use super::report::{ReplayOom, SnapshotReplay, SnapshotReplayError, SnapshotReplayOptions};
 use super::rewind::{self, StartState};
+use super::states::StateRecorder;
 use super::two_step::PendingFrees;
 use super::underivable::{TraceStart, underivable_stats};
 use crate::format::model::{Action, Snapshot, TraceEntry};
@@ -33,6 +34,15 @@ pub(crate) struct Track {
     /// keep the state then in `peak`.
     pub(crate) stop_after_ops: Option<u64>,
     pub(crate) peak: Option<PeakState>,
+    /// The allocator's state at chosen states (the replay page's state at an entry).
+    pub(crate) states: Option<StateRecorder>,
+}
+
+impl Track {
+    /// A track of the timeline, stopping after `stop_after_ops` entries when given.
+    pub(crate) fn new(stop_after_ops: Option<u64>) -> Track {
+        Track { recorder: None, stop_after_ops, peak: None, states: None }
+    }
 }
 
 /// What the replay works out before the walk.
@@ -237,6 +247,9 @@ impl<'a> Walk<'a> {
     fn start_track<F: Feed>(&self, feed: &mut F, track: Option<&mut Track>) {
         let Some(t) = track else { return };
         let start = feed.whole().iter().position(|e| in_window(self.opts, e)).unwrap_or(0) as u64;
+        if let Some(states) = t.states.as_mut() {
+            states.at(start, &self.allocator);
+        }
         if t.stop_after_ops == Some(start) {
             t.peak = Some(peak_state(&self.allocator, start));
         }
@@ -475,6 +488,9 @@ impl<'a> Walk<'a> {
         if let Some(t) = track {
             if let Some(rec) = t.recorder.as_mut() {
                 rec.op(i + 1, allocated, reserved);
+            }
+            if let Some(states) = t.states.as_mut() {
+                states.at(i + 1, &self.allocator);
             }
             if t.stop_after_ops == Some(i + 1) {
                 t.peak = Some(peak_state(&self.allocator, i + 1));
