@@ -106,7 +106,7 @@ fn whatif_report_with_a_sweep() {
     assert!(html.contains(&format!("<strong>Recommended: PYTORCH_CUDA_ALLOC_CONF={recommended}</strong>")));
     let results = v["results"].as_array().unwrap();
     // One row per group of settings with identical results, which names them
-    // all; one chart per row besides the overlay.
+    // all; one static chart per row, and the overlay an interactive one.
     let table = &html[html.find("<table class=\"settings\">").unwrap()..];
     let table = &table[..table.find("</table>").unwrap()];
     let rows: Vec<&str> = table.split("<tr").skip(2).collect();
@@ -120,7 +120,8 @@ fn whatif_report_with_a_sweep() {
     }
     let grouped = rows.iter().filter(|r| r.contains("identical results")).count();
     assert!(rows.len() < results.len() && grouped > 0, "the sweep's identical settings are grouped");
-    assert_eq!(html.matches("<figure class=\"chart static\">").count(), rows.len() + 1);
+    assert_eq!(html.matches("<figure class=\"chart static\">").count(), rows.len());
+    assert_eq!(html.matches("<figure class=\"chart stacked\" data-stacked=\"overlay\">").count(), 1);
     assert!(html.contains("capacity 1.00 GiB"), "the capacity line");
     for r in results {
         let peak = r["replay"]["peak_reserved_bytes"].as_u64().unwrap();
