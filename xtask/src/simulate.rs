@@ -119,14 +119,20 @@ pub fn run(args: &BenchArgs, device: &str, suites: &[String]) -> Result<Pass> {
             .map(|_| {
                 scope.spawn(|| {
                     let mut figures = Vec::new();
-                    while let Some(suite) = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+                    loop {
+                        // The lock is let go before the suite runs (a `while let` would hold it).
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                        let Some(suite) = next else { break };
                         figures.extend(run_suite(args, &exe, suite, &dir.join(suite))?);
                     }
                     Ok(figures)
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a simulated run's thread panicked")))).collect()
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a simulated run's thread panicked"))))
+            .collect()
     });
     let mut figures = Vec::new();
     for c in counted {

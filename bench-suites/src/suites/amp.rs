@@ -305,8 +305,11 @@ fn train_case(ctx: &Context, p: Precision, w: &Workload, reference: &Shared) -> 
     // run around it costs minutes (valgrind emulates the GEMMs' fused
     // multiply-adds lane by lane): one warm-up step (the allocator's blocks and
     // the optimizer's state made), then the counted step, and no more.
-    let (warmup_steps, steps) =
-        if ctx.harness.simulated { (SIMULATED_WARMUP_STEPS, SIMULATED_WARMUP_STEPS + 1) } else { (w.warmup_steps, w.steps()) };
+    let (warmup_steps, steps) = if ctx.harness.simulated {
+        (SIMULATED_WARMUP_STEPS, SIMULATED_WARMUP_STEPS + 1)
+    } else {
+        (w.warmup_steps, w.steps())
+    };
     let mut records = Vec::with_capacity(steps);
     let mut input_bytes = 0;
     let trained = (|| -> Result<(), nn::NnError> {
