@@ -1,18 +1,21 @@
 //! `bench --simulate` end to end, the simulated A/A check CI runs: the quick
-//! CPU suites below (every suite of the quick run that times a case, but
-//! amp) twice under callgrind through the release binary, the first saved as
-//! a baseline, the second compared with it. Every counted case gets simulated
-//! figures (instructions counted in its measured region, the functions that
-//! executed them), and the two runs' figures agree within the tolerance: no
-//! simulated regression, and the check says the simulated figures gate those
-//! cases. Without valgrind the test says it skipped, except in CI (`CI`
-//! set), where it fails.
+//! CPU suites below twice under callgrind through the release binary, the
+//! first saved as a baseline, the second compared with it. Every timed case
+//! gets simulated figures (instructions counted in its measured region, the
+//! functions that executed them), and the two runs' figures agree within the
+//! tolerance: no simulated regression, and the check says the simulated
+//! figures gate those cases. Without valgrind the test says it skipped,
+//! except in CI (`CI` set), where it fails.
 //!
-//! amp is left out for the time it costs, not for its figures: its large
-//! batch trains a 2048-sample step of matrix products, and valgrind emulates
-//! each fused multiply-add lane by lane, so one amp pass takes about as long
-//! as all the suites here together (docs/src/check.md, "Simulated sittings");
-//! a pair of them would overrun CI's 30 minutes on two cores.
+//! Five of the eight suites of the quick run that time a case, 41 cases. The
+//! other three are left out for the time they cost, not for their figures:
+//! valgrind emulates each fused multiply-add of the matrix products lane by
+//! lane, and amp's large batch (a 2048-sample training step), autotune's
+//! benchmark mode (every algorithm of every shape tried) and input-pipeline's
+//! training epochs are matrix products. A simulated pass of amp or of autotune
+//! alone took several times as long as all five suites here together
+//! (docs/src/check.md, "Simulated sittings"; input-pipeline's was not
+//! measured), and a pair of them would overrun CI's 30 minutes on two cores.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -25,8 +28,8 @@ fn xtask(bin: &Path, dir: &Path, args: &[&str]) -> Output {
 }
 
 /// The suites of the CI's A/A pair, and how many cases they count.
-const SUITES: [&str; 1] = ["cpu-vs-gpu"];
-const COUNTED: usize = 11;
+const SUITES: [&str; 5] = ["cpu-vs-gpu", "devices", "transfer", "async", "allocator"];
+const COUNTED: usize = 41;
 
 #[test]
 fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
