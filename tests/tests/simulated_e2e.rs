@@ -60,7 +60,7 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     let results = vramlab_reports::read_results_json(&dir.join("a").join(vramlab_reports::RESULTS_JSON)).unwrap();
     for c in results.suites.iter().flat_map(|s| &s.cases).filter(|c| c.outcome.is_ok() && c.timing.is_some()) {
         let s = c.simulated.as_ref().unwrap_or_else(|| panic!("{} has no simulated figures", c.name));
-        assert!(s.instructions > 1000 && s.estimated_cycles >= s.instructions, "{}: {s:?}", c.name);
+        assert!(s.instructions > 0 && s.estimated_cycles >= s.instructions, "{}: {s:?}", c.name);
         assert!(s.regions.is_none(), "the regions stay in the simulated process's results");
         assert!(!s.functions.is_empty() && s.functions.windows(2).all(|w| w[0].instructions >= w[1].instructions));
     }

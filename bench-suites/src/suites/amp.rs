@@ -866,6 +866,25 @@ mod tests {
         assert!(r.findings[1].evidence.contains("large_batch"), "{}", r.findings[1].evidence);
     }
 
+    #[test]
+    fn a_simulated_run_counts_one_step_after_one_warm_up_and_stops() {
+        let _tuner = crate::suite::testing::tuner_lock();
+        let mut ctx = quick_context();
+        ctx.harness.simulated = true;
+        let before = crate::harness::regions_entered();
+        let r = run_suite(&TinyAmp, &ctx, &NoProgress);
+        for c in &r.cases {
+            assert!(c.outcome.is_ok(), "{}: {:?}", c.name, c.outcome);
+            let t = c.timing.as_ref().unwrap();
+            assert_eq!((t.samples_ns.len(), t.clock.as_str()), (1, "simulated"), "{}", c.name);
+            assert!(!c.metrics.contains_key("eval_loss_nats"), "{}: no evaluation under simulation", c.name);
+            let (first, last) = c.simulated.as_ref().and_then(|s| s.regions).expect("the case's region is recorded");
+            assert!(first > before && first <= last, "{}: regions {first}..={last}", c.name);
+        }
+        // The case's name and parameters are the timed run's (the figures are matched by them).
+        assert_eq!(r.cases[0].params["steps"], serde_json::json!(4 + 3));
+    }
+
     fn result(workload: &str, p: Precision, median_ns: f64, peak: f64, act: f64) -> CaseResult {
         let mut params = BTreeMap::new();
         params.insert("workload".into(), workload.into());
