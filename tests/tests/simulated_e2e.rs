@@ -7,8 +7,8 @@
 //! figures gate those cases. Without valgrind the test says it skipped,
 //! except in CI (`CI` set), where it fails.
 //!
-//! Five of the eight suites of the quick run that time a case, 41 cases. The
-//! other three are left out for the time they cost, not for their figures:
+//! Four of the eight suites of the quick run that time a case, 31 cases
+//! (allocator: see [`SUITES`]). The other three are left out for the time they cost, not for their figures:
 //! valgrind emulates each fused multiply-add of the matrix products lane by
 //! lane, and amp's large batch (a 2048-sample training step), autotune's
 //! benchmark mode (every algorithm of every shape tried) and input-pipeline's
@@ -28,8 +28,11 @@ fn xtask(bin: &Path, dir: &Path, args: &[&str]) -> Output {
 }
 
 /// The suites of the CI's A/A pair, and how many cases they count.
-const SUITES: [&str; 5] = ["cpu-vs-gpu", "devices", "transfer", "async", "allocator"];
-const COUNTED: usize = 41;
+/// allocator is left out: its raw cases count glibc's malloc (about a thousand
+/// instructions), whose path moves with the heap's state (1 008 then 1 002 in
+/// one A/A pair: 0.6 %, past the tolerance).
+const SUITES: [&str; 4] = ["cpu-vs-gpu", "devices", "transfer", "async"];
+const COUNTED: usize = 31;
 
 #[test]
 fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
