@@ -8,12 +8,13 @@
 //! except in CI (`CI` set), where it fails.
 //!
 //! Four of the eight suites of the quick run that time a case, 31 cases
-//! (allocator: see [`SUITES`]). The other three are left out for the time they cost, not for their figures:
+//! (allocator: see [`SUITES`]). The other three are left out for the time
+//! they cost, not for their figures:
 //! valgrind emulates each fused multiply-add of the matrix products lane by
 //! lane, and amp's large batch (a 2048-sample training step), autotune's
 //! benchmark mode (every algorithm of every shape tried) and input-pipeline's
 //! training epochs are matrix products. A simulated pass of amp or of autotune
-//! alone took several times as long as all five suites here together
+//! alone took several times as long as all the suites here together
 //! (docs/src/check.md, "Simulated sittings"; input-pipeline's was not
 //! measured), and a pair of them would overrun CI's 30 minutes on two cores.
 
