@@ -1,11 +1,22 @@
 //! `bench --simulate` end to end, the simulated A/A check CI runs: the quick
-//! cpu-vs-gpu suite (the CPU kernels' cases) twice under callgrind through the
-//! release binary, the first saved as a baseline, the second compared with
-//! it. Every CPU case that times its work gets simulated figures (instructions
-//! counted in its measured region, the functions that executed them), and the
-//! two runs' figures agree within the tolerance: no simulated regression, and
-//! the check says the simulated figures gate those cases. Without valgrind the
-//! test says it skipped, except in CI (`CI` set), where it fails.
+//! CPU suites below twice under callgrind through the release binary, the
+//! first saved as a baseline, the second compared with it. Every timed case
+//! gets simulated figures (instructions counted in its measured region, the
+//! functions that executed them), and the two runs' figures agree within the
+//! tolerance: no simulated regression, and the check says the simulated
+//! figures gate those cases. Without valgrind the test says it skipped,
+//! except in CI (`CI` set), where it fails.
+//!
+//! Four of the eight suites of the quick run that time a case, 31 cases
+//! (allocator: see [`SUITES`]). The other three are left out for the time
+//! they cost, not for their figures:
+//! valgrind emulates each fused multiply-add of the matrix products lane by
+//! lane, and amp's large batch (a 2048-sample training step), autotune's
+//! benchmark mode (every algorithm of every shape tried) and input-pipeline's
+//! training epochs are matrix products. A simulated pass of amp or of autotune
+//! alone took several times as long as all the suites here together
+//! (docs/src/check.md, "Simulated sittings"; input-pipeline's was not
+//! measured), and a pair of them would overrun CI's 30 minutes on two cores.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -16,6 +27,13 @@ use serde_json::Value;
 fn xtask(bin: &Path, dir: &Path, args: &[&str]) -> Output {
     Command::new(bin).args(args).current_dir(dir).env_remove("GITHUB_ACTIONS").output().expect("xtask runs")
 }
+
+/// The suites of the CI's A/A pair, and how many cases they count.
+/// allocator is left out: its raw cases count glibc's malloc (about a thousand
+/// instructions), whose path moves with the heap's state (1 008 then 1 002 in
+/// one A/A pair: 0.6 %, past the tolerance).
+const SUITES: [&str; 4] = ["cpu-vs-gpu", "devices", "transfer", "async"];
+const COUNTED: usize = 31;
 
 #[test]
 fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
@@ -29,7 +47,10 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let d = |p: &str| dir.join(p).to_str().unwrap().to_owned();
-    let bench = ["bench", "--quick", "--device", "cpu", "--suite", "cpu-vs-gpu", "--simulate", "--samples", "5"];
+    let mut bench = vec!["bench", "--quick", "--device", "cpu", "--simulate", "--samples", "5"];
+    for suite in SUITES {
+        bench.extend(["--suite", suite]);
+    }
 
     let started = std::time::Instant::now();
     let first = xtask(
@@ -39,16 +60,16 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     );
     let stderr = String::from_utf8_lossy(&first.stderr);
     assert_eq!(first.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("simulated pass: 11 cases counted"), "{stderr}");
+    assert!(stderr.contains(&format!("simulated pass: {COUNTED} cases counted")), "{stderr}");
     let results = vramlab_reports::read_results_json(&dir.join("a").join(vramlab_reports::RESULTS_JSON)).unwrap();
-    let suite = &results.suites[0];
-    for c in suite.cases.iter().filter(|c| c.outcome.is_ok() && c.timing.is_some()) {
+    for c in results.suites.iter().flat_map(|s| &s.cases).filter(|c| c.outcome.is_ok() && c.timing.is_some()) {
         let s = c.simulated.as_ref().unwrap_or_else(|| panic!("{} has no simulated figures", c.name));
-        assert!(s.instructions > 1000 && s.estimated_cycles >= s.instructions, "{}: {s:?}", c.name);
+        assert!(s.instructions > 0 && s.estimated_cycles >= s.instructions, "{}: {s:?}", c.name);
         assert!(s.regions.is_none(), "the regions stay in the simulated process's results");
         assert!(!s.functions.is_empty() && s.functions.windows(2).all(|w| w[0].instructions >= w[1].instructions));
     }
     // The add kernel's own instructions are named in its cases' profiles.
+    let suite = results.suites.iter().find(|s| s.name == "cpu-vs-gpu").expect("the cpu-vs-gpu suite ran");
     let add = suite.cases.iter().find(|c| c.name == "add/cpu/1024").and_then(|c| c.simulated.as_ref()).unwrap();
     assert!(add.functions.iter().any(|f| f.name == "vramlab_cpu_kernels::elementwise::add"), "{:?}", add.functions);
 
@@ -63,7 +84,7 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     let json: Value = serde_json::from_slice(&second.stdout).expect("the comparison as JSON");
     let rows = json["rows"].as_array().unwrap();
     let simulated: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "simulated").collect();
-    assert_eq!(simulated.len(), 22, "instructions and estimated cycles of 11 cases");
+    assert_eq!(simulated.len(), 2 * COUNTED, "instructions and estimated cycles of each counted case");
     for r in &simulated {
         assert_ne!(r["status"], "regression", "an A/A pair: {r}");
     }

@@ -254,12 +254,11 @@ fn select_suites(names: &[String]) -> Result<Vec<Box<dyn Suite>>> {
 /// `--simulate`: the suites of `results` that timed a case run again under
 /// callgrind; each case's figures go into `results`, written again.
 fn simulated_pass(args: &BenchArgs, results: &mut RunResults) -> Result<()> {
-    let timed: Vec<String> = results
-        .suites
-        .iter()
-        .filter(|s| s.cases.iter().any(|c| c.outcome.is_ok() && c.timing.is_some()))
-        .map(|s| s.name.clone())
-        .collect();
+    let mut suites: Vec<&vramlab_suites::SuiteResult> =
+        results.suites.iter().filter(|s| s.cases.iter().any(|c| c.outcome.is_ok() && c.timing.is_some())).collect();
+    // The longest first, so that the simulated processes running side by side end together.
+    suites.sort_by_key(|s| std::cmp::Reverse(s.duration_ns));
+    let timed: Vec<String> = suites.iter().map(|s| s.name.clone()).collect();
     if timed.is_empty() {
         crate::output::eprint_line("simulated pass: no suite of this run times a case; nothing to count");
         return Ok(());

@@ -4,17 +4,27 @@
 //! load, so it gates a change of a few percent where a shared runner's wall
 //! time cannot.
 //!
-//! This process starts the simulated one (this binary, `bench
-//! --simulated-process`) under callgrind, instrumenting nothing until asked;
-//! the simulated process runs every case's work once more after a warm-up
-//! call, on one thread, inside the harness's measured region — instrumented,
-//! its counts zeroed before and dumped after, one profile per call (see
-//! `vramlab_suites::valgrind`) — and records which regions were each case's; this process then reads the dumps and puts each case's
-//! figures into the run's results.
+//! This process starts the simulated ones (this binary, `bench
+//! --simulated-process`, one per suite, as many at once as there are cores)
+//! under callgrind, instrumenting nothing until asked; a simulated process
+//! runs every case's work once more after a warm-up call, on one thread,
+//! inside the harness's measured region — instrumented, its counts zeroed
+//! before and dumped after, one profile per call (see
+//! `vramlab_suites::valgrind`) — and records which regions were each case's;
+//! this process then reads the dumps and puts each case's figures into the
+//! run's results.
+//!
+//! What costs the time is not callgrind's counting but valgrind itself: it
+//! emulates each fused multiply-add (the GEMM kernels' inner loop) lane by
+//! lane in a helper call, so an uninstrumented matrix product runs some
+//! hundred times slower than on the CPU. A suite under simulation therefore
+//! runs no more of its work outside the measured region than the region
+//! needs (amp: one warm-up step, no evaluation).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
@@ -27,9 +37,9 @@ use crate::cli::BenchArgs;
 #[derive(Debug)]
 pub struct Pass {
     /// Suite, case name, parameters and the case's figures.
-    figures: Vec<(String, String, BTreeMap<String, serde_json::Value>, SimulatedCpu)>,
+    figures: Vec<Figures>,
     pub seconds: f64,
-    /// Where the dumps and the simulated process's log are.
+    /// Where the dumps and the simulated processes' logs are (a folder per suite).
     pub dir: PathBuf,
 }
 
@@ -54,19 +64,35 @@ impl Pass {
     }
 }
 
-/// valgrind's options: callgrind, the cache model on, instrumenting only
-/// where the process asks (`--instr-atstart=no`: each measured call, which
-/// the process zeroes before and dumps after, one profile per call).
+/// The simulated caches (size, associativity, line size in bytes), fixed
+/// rather than read from the machine (valgrind would take the host's L3 as
+/// its last level, 8 MiB on one runner and 256 MiB on another): the same build
+/// counts the same misses, and so the same estimated cycles, on every machine.
+const CACHES: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64"];
+
+/// valgrind's options: callgrind, the cache model on ([`CACHES`]),
+/// instrumenting only where the process asks (`--instr-atstart=no`: each
+/// measured call, which the process zeroes before and dumps after, one
+/// profile per call).
 fn valgrind_args(dir: &Path) -> Vec<String> {
     vec![
         "--tool=callgrind".into(),
         "--cache-sim=yes".into(),
+        CACHES[0].into(),
+        CACHES[1].into(),
+        CACHES[2].into(),
         "--instr-atstart=no".into(),
         format!("--callgrind-out-file={}", dir.join(callgrind::DUMP_STEM).display()),
     ]
 }
 
-/// Runs the simulated pass of `suites` with `args`'s settings on `device` (the run's).
+/// Runs the simulated pass of `suites` (longest first: they are started in
+/// this order) with `args`'s settings on `device` (the run's).
+///
+/// Each suite runs in a simulated process of its own, as many at once as the
+/// machine has cores: valgrind runs a process's threads one at a time, so one
+/// process uses one core, and the counts of a case do not depend on what runs
+/// beside it (each process counts only its own measured regions).
 pub fn run(args: &BenchArgs, device: &str, suites: &[String]) -> Result<Pass> {
     if !device.starts_with("cpu") {
         bail!(
@@ -84,28 +110,64 @@ pub fn run(args: &BenchArgs, device: &str, suites: &[String]) -> Result<Pass> {
     }
     let dir = args.out.join("simulated");
     vramlab_reports::prepare_out_dir(&dir).with_context(|| format!("cannot write into {}", dir.display()))?;
-    callgrind::clear_dumps(&dir)?;
-    let log_path = dir.join("simulated.log");
-    let log = vramlab_reports::create_log(&dir, "simulated.log")?;
     let exe = std::env::current_exe().context("finding this program to run it under callgrind")?;
-    let mut cmd = Command::new("valgrind");
-    cmd.args(valgrind_args(&dir)).arg(&exe).args(process_args(args, suites, &dir));
-    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     let started = Instant::now();
+    let queue = Mutex::new(suites.iter().collect::<VecDeque<_>>());
+    let at_once = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, suites.len().max(1));
+    let counted: Vec<Result<Vec<Figures>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..at_once)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut figures = Vec::new();
+                    loop {
+                        // The lock is let go before the suite runs (a `while let` would hold it).
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                        let Some(suite) = next else { break };
+                        figures.extend(run_suite(args, &exe, suite, &dir.join(suite))?);
+                    }
+                    Ok(figures)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a simulated run's thread panicked"))))
+            .collect()
+    });
+    let mut figures = Vec::new();
+    for c in counted {
+        figures.extend(c?);
+    }
+    Ok(Pass { figures, seconds: started.elapsed().as_secs_f64(), dir })
+}
+
+/// One case's figures: suite, case name, parameters and what was counted.
+type Figures = (String, String, BTreeMap<String, serde_json::Value>, SimulatedCpu);
+
+/// One suite's simulated process, under callgrind, its dumps, log and results
+/// in `dir`; each case's figures.
+fn run_suite(args: &BenchArgs, exe: &Path, suite: &str, dir: &Path) -> Result<Vec<Figures>> {
+    vramlab_reports::prepare_out_dir(dir).with_context(|| format!("cannot write into {}", dir.display()))?;
+    callgrind::clear_dumps(dir)?;
+    let log_path = dir.join("simulated.log");
+    let log = vramlab_reports::create_log(dir, "simulated.log")?;
+    let mut cmd = Command::new("valgrind");
+    cmd.args(valgrind_args(dir)).arg(exe).args(process_args(args, &[suite.to_owned()], dir));
+    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     let status = cmd.status().context("starting valgrind")?;
     if !status.success() {
-        bail!("the simulated run failed ({status}); its log is {}", log_path.display());
+        bail!("the simulated run of {suite} failed ({status}); its log is {}", log_path.display());
     }
     let simulated = vramlab_reports::check::load_results(&dir.join(vramlab_reports::RESULTS_JSON), "simulated run")?;
     let mut figures = Vec::new();
     for suite in &simulated.suites {
         for case in suite.cases.iter().filter(|c| c.outcome.is_ok()) {
             let Some(regions) = case.simulated.as_ref().and_then(|s| s.regions) else { continue };
-            let counted = callgrind::read_case(&dir, regions, &log_path)?;
+            let counted = callgrind::read_case(dir, regions, &log_path)?;
             figures.push((suite.name.clone(), case.name.clone(), case.params.clone(), counted));
         }
     }
-    Ok(Pass { figures, seconds: started.elapsed().as_secs_f64(), dir })
+    Ok(figures)
 }
 
 /// The simulated process's command line: `suites`, the same seed, capacity
@@ -120,7 +182,13 @@ fn process_args(args: &BenchArgs, suites: &[String], dir: &Path) -> Vec<String> 
     }
     out.extend(["--seed".to_owned(), args.seed.to_string()]);
     out.extend(["--capacity".to_owned(), args.capacity.bytes.to_string()]);
-    out.extend(["--samples".to_owned(), "1".to_owned(), "--out".to_owned(), dir.display().to_string()]);
+    // The run's own --samples, though a simulated case counts one call: a suite
+    // may name its cases by it (amp's steps), and the figures go to the case of
+    // the same name and parameters.
+    if let Some(n) = args.samples {
+        out.extend(["--samples".to_owned(), n.to_string()]);
+    }
+    out.extend(["--out".to_owned(), dir.display().to_string()]);
     out
 }
 

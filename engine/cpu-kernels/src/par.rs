@@ -25,6 +25,11 @@ where
     }
 }
 
+// Never inlined: the loop is one function of its own in every build and
+// for every size (rayon's chunk closures would take it in otherwise, under a
+// name that changes with the caller's inlining), so a simulated run's
+// differential profile puts a kernel's change in the kernel.
+#[inline(never)]
 fn map1_serial<T: Element, F: Fn(f32) -> f32>(x: &[T], y: &mut [T], f: &F) {
     if let Some(xf) = T::as_f32(x) {
         let yf = T::as_f32_mut(y).expect("f32 input implies f32 output");
@@ -60,6 +65,11 @@ where
     }
 }
 
+// Never inlined: the loop is one function of its own in every build and
+// for every size (rayon's chunk closures would take it in otherwise, under a
+// name that changes with the caller's inlining), so a simulated run's
+// differential profile puts a kernel's change in the kernel.
+#[inline(never)]
 fn map2_serial<T: Element, F: Fn(f32, f32) -> f32>(a: &[T], b: &[T], y: &mut [T], f: &F) {
     if let (Some(af), Some(bf)) = (T::as_f32(a), T::as_f32(b)) {
         let yf = T::as_f32_mut(y).expect("f32 input implies f32 output");
