@@ -25,6 +25,7 @@
 //!   `TraceEntry`, `Action`, `FrameTable`, `AllocatorSettings`.
 //! - `src/format/estimate.rs` — the `vramlab_estimate` marker of a snapshot
 //!   captured with no GPU (`Estimate`: the assumed GPU and torch, the modelled rules).
+//! - `src/format/estimate_import.rs` — the marker read from the pickle's values.
 //! - `src/format/value.rs` — the pickle machine's 16-byte value handles.
 //! - `src/format/fields.rs` — a trace entry's fields as the pickle holds them:
 //!   the keys, how each value is taken, the checks that make a `TraceEntry`.
@@ -78,6 +79,8 @@
 //! - `tests/snapshot.rs` — the fixtures at every protocol and layout, the
 //!   fidelity check, bad files, export round trips.
 //! - `tests/partial_traces.rs` — recordings cut short: the rewound start, windows.
+//! - `tests/states.rs` — the allocator's state at chosen entries, rebuilt from the
+//!   kept history, equal to a replay stopped there on real recordings.
 //! - `tests/torch_snapshots.rs` — six real PyTorch 2.11 snapshots replayed exactly.
 //! - `tests/h200_recordings.rs` — the H200 snapshots: every stat equal.
 //! - `tests/common/mod.rs` — the H200 recordings' folder and PyTorch's stats.

@@ -14,7 +14,7 @@ use vramlab_display::format::fmt_bytes;
 use vramlab_snapshot::{Estimate, SnapshotReplayOptions, what_if};
 
 use crate::cli::{EstimateArgs, Search};
-use crate::estimate_cmd::{Setup, head_lines, refused, whatif_args, with_settings};
+use crate::estimate_setup::{Setup, head_lines, refused, whatif_args, with_settings};
 use crate::output::write_stdout;
 
 /// One value's capture under every setting.
@@ -101,7 +101,8 @@ pub fn run(args: &EstimateArgs, setup: &Setup, search: &Search) -> anyhow::Resul
         let unlimited =
             replay(&SnapshotReplayOptions { capacity_bytes: None, no_capacity_inference: true, ..base.clone() })?;
         if names.is_empty() {
-            names = results.iter().map(|w| crate::whatif_cmd::setting_name(w, crate::estimate_cmd::PROGRAMS)).collect();
+            names =
+                results.iter().map(|w| crate::whatif_cmd::setting_name(w, crate::estimate_setup::PROGRAMS)).collect();
         }
         let t = Trial {
             value,

@@ -36,6 +36,7 @@
 //! - `src/estimate_cmd.rs` — `estimate -- CMD`: the program captured with no GPU
 //!   (`src/capture/`), replayed: peaks, the OOM point, the modelled requests, `--out`;
 //!   `src/estimate_search.rs` — its `--search`, bisection over captures.
+//!   `src/estimate_setup.rs` — what the two share: the set-up, a capture read, the head lines.
 //! - `src/record_cmd.rs` — `record -- CMD`: runs CMD with `src/record_hook.py`, then
 //!   replays and reports every snapshot written.
 //! - `src/check_cmd.rs` — `check --baseline`; `src/ab_cmd.rs` — `check --ab`, the A/B
@@ -61,6 +62,7 @@ mod compare;
 mod diff_cmd;
 mod estimate_cmd;
 mod estimate_search;
+mod estimate_setup;
 mod gpu_check;
 mod history_cmd;
 mod memory_gate;

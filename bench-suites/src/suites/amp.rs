@@ -401,34 +401,47 @@ fn train_case(ctx: &Context, p: Precision, w: &Workload, reference: &Shared) -> 
             ));
     }
 
+    let mine = Reference {
+        losses,
+        eval_loss: eval.loss,
+        median_step_ns: timing.median_ns,
+        peak_allocated_bytes: peak_allocated,
+        activation_bytes,
+        saved_bytes,
+    };
+    Ok(compare_with_f32(out, reference, p, w.name, mine))
+}
+
+/// The f32 case keeps its figures for the workload's other precisions; each
+/// of those adds its differences and ratios against them.
+fn compare_with_f32(
+    out: CaseOutput,
+    reference: &Shared,
+    p: Precision,
+    workload: &'static str,
+    mine: Reference,
+) -> CaseOutput {
     let mut shared = reference.lock().unwrap_or_else(|e| e.into_inner());
     if p == Precision::F32 {
-        shared.insert(
-            w.name,
-            Reference {
-                losses,
-                eval_loss: eval.loss,
-                median_step_ns: timing.median_ns,
-                peak_allocated_bytes: peak_allocated,
-                activation_bytes,
-                saved_bytes,
-            },
-        );
-    } else if let Some(r) = shared.get(w.name) {
-        let max_diff = losses.iter().zip(&r.losses).map(|(a, b)| (a - b).abs()).fold(0.0f64, f64::max);
+        shared.insert(workload, mine);
+        out
+    } else if let Some(r) = shared.get(workload) {
+        let final_loss = mine.losses.last().copied().unwrap_or(f64::NAN);
+        let max_diff = mine.losses.iter().zip(&r.losses).map(|(a, b)| (a - b).abs()).fold(0.0f64, f64::max);
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-        out = out
-            .metric("final_loss_diff_vs_f32_nats", final_loss - r.losses.last().copied().unwrap_or(f64::NAN))
+        out.metric("final_loss_diff_vs_f32_nats", final_loss - r.losses.last().copied().unwrap_or(f64::NAN))
             .metric("max_loss_diff_vs_f32_nats", max_diff)
-            .metric("eval_loss_diff_vs_f32_nats", eval.loss - r.eval_loss)
-            .metric("speedup_vs_f32_ratio", ratio(r.median_step_ns, timing.median_ns))
-            .metric("max_memory_allocated_vs_f32_ratio", ratio(peak_allocated as f64, r.peak_allocated_bytes as f64))
-            .metric("activation_vs_f32_ratio", ratio(activation_bytes as f64, r.activation_bytes as f64))
-            .metric("saved_for_backward_vs_f32_ratio", ratio(saved_bytes as f64, r.saved_bytes as f64));
+            .metric("eval_loss_diff_vs_f32_nats", mine.eval_loss - r.eval_loss)
+            .metric("speedup_vs_f32_ratio", ratio(r.median_step_ns, mine.median_step_ns))
+            .metric(
+                "max_memory_allocated_vs_f32_ratio",
+                ratio(mine.peak_allocated_bytes as f64, r.peak_allocated_bytes as f64),
+            )
+            .metric("activation_vs_f32_ratio", ratio(mine.activation_bytes as f64, r.activation_bytes as f64))
+            .metric("saved_for_backward_vs_f32_ratio", ratio(mine.saved_bytes as f64, r.saved_bytes as f64))
     } else {
-        out = out.note("no f32 result to compare with (the f32 case of this workload did not finish)");
+        out.note("no f32 result to compare with (the f32 case of this workload did not finish)")
     }
-    Ok(out)
 }
 
 /// One case's numbers, as the findings read them.

@@ -9,7 +9,8 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::error::SnapshotError;
-use super::estimate::{ESTIMATE_KEY, estimate};
+use super::estimate::ESTIMATE_KEY;
+use super::estimate_import::estimate;
 use super::fields::ProblemKind;
 use super::model::{AllocatorSettings, Block, FrameTable, Segment, SegmentType, Snapshot, TraceEntry};
 use super::pickle::{self, Heap, Pickle, ReadOptions};

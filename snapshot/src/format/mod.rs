@@ -4,6 +4,7 @@
 
 pub(crate) mod error;
 pub(crate) mod estimate;
+mod estimate_import;
 pub(crate) mod export;
 pub(crate) mod fields;
 pub(crate) mod heap;
