@@ -52,6 +52,8 @@ TIMEOUTS_S = {"compiled": 600, "resnet50": 300}
 # The exit status of a workload whose library is missing (skipped, not failed).
 SKIPPED = 4
 OOM_LIMIT_BYTES = 3 << 30
+# The transformer's batch (vramlab's estimate tests vary it: xtask/tests/data/capture/).
+TRANSFORMER_BATCH = 32
 
 
 def log(msg):
@@ -121,7 +123,7 @@ def transformer(torch):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     g = torch.Generator(device="cuda").manual_seed(0)
     for _ in range(STEPS):
-        x = torch.randn(32, 128, 512, device="cuda", generator=g)
+        x = torch.randn(TRANSFORMER_BATCH, 128, 512, device="cuda", generator=g)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x).float().pow(2).mean()
         loss.backward()

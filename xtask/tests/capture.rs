@@ -1,6 +1,6 @@
 //! `vramlab estimate`'s capture against real torch (found by `torch_python/`; a
 //! missing torch fails): the H100 workloads of `gpu-check/record_snapshots.py`
-//! (`data/capture/{mlp,cnn,transformer}.py`, the same code) run with no GPU, their
+//! (`data/capture/{mlp,cnn,transformer}.py` import and run them) run with no GPU, their
 //! request streams matched in order against the H100 recordings in
 //! `tests/data/torch-snapshots`, and the captures replayed through
 //! `vramlab_snapshot` under the recordings' settings (default and
