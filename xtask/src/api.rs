@@ -76,7 +76,7 @@ impl ApiError {
 
     /// A command's error, its kind told by what is at its root.
     fn of(e: &anyhow::Error) -> ApiError {
-        let message = format!("{e:#}");
+        let message = crate::output::error_text(e);
         let kind = if e.chain().any(|c| c.is::<vramlab_reports::ReportError>()) {
             ErrorKind::Report
         } else if e.chain().any(|c| c.is::<SnapshotReplayError>()) {

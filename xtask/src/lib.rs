@@ -159,9 +159,9 @@ where
         Err(e) => {
             // Nothing sensible is left to do if stderr is gone too.
             if e.downcast_ref::<output::Located>().is_some() {
-                let _ = writeln!(std::io::stderr(), "error: {e:#}");
+                let _ = writeln!(std::io::stderr(), "error: {}", output::error_text(&e));
             } else {
-                output::eprint_line(&format!("error: {e:#}"));
+                output::eprint_line(&format!("error: {}", output::error_text(&e)));
             }
             1
         }

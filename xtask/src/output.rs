@@ -106,6 +106,23 @@ impl std::fmt::Display for Located {
 
 impl std::error::Error for Located {}
 
+/// An error and its causes, as `{e:#}` writes them but without a cause its
+/// message already ends with (a `thiserror` message that shows its `source`,
+/// which the chain then gives again).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.is_empty() {
+            text = cause;
+        } else if !text.ends_with(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 /// Writes `line` and a newline to stderr, fitted to [`WIDTH`] ([`fit_lines`]);
 /// nothing sensible is left to do if stderr is gone.
 pub fn eprint_line(line: &str) {
@@ -193,6 +210,20 @@ pub fn paragraph(text: &str, indent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_shows_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot run `x`: {source}")]
+        struct Spawn {
+            source: std::io::Error,
+        }
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(Spawn { source: io() }).context("cannot capture");
+        assert_eq!(error_text(&e), "cannot capture: cannot run `x`: no such file");
+        let e = anyhow::Error::new(io()).context("cannot read a.pickle");
+        assert_eq!(error_text(&e), format!("{e:#}"), "a cause not shown yet is kept");
+    }
 
     #[test]
     fn long_lines_break_between_clauses_or_words_and_rows_stay_whole() {

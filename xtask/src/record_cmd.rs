@@ -460,7 +460,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
         Ok(())
     })();
     if let Err(e) = result {
-        let why = format!("{e:#}");
+        let why = crate::output::error_text(&e);
         let _ = writeln!(text, "  {file}: {why}");
         row.whatif = vec![why];
     }
