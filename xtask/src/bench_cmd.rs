@@ -70,7 +70,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
     };
     if args.simulated_process {
         let results = skeleton(environment.clone());
-        return crate::simulate::process(&suites, ctx.clone(), results, &args.out);
+        return crate::simulate::process(&suites, ctx.clone(), results, &args.out, args.tuned_choices.as_deref());
     }
     announce(args, &ctx, suites.len());
     let history = args.out.join(HISTORY_FILE);

@@ -12,7 +12,9 @@
 //! before and dumped after, one profile per call (see
 //! `vramlab_suites::valgrind`) — and records which regions were each case's;
 //! this process then reads the dumps and puts each case's figures into the
-//! run's results.
+//! run's results. The timed run's autotuner choices go to the simulated
+//! processes (`tuned-choices.json`), so that a benchmark-mode case counts the
+//! algorithm the timed run chose.
 //!
 //! What costs the time is not callgrind's counting but valgrind itself: it
 //! emulates each fused multiply-add (the GEMM kernels' inner loop) lane by
@@ -28,7 +30,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use vramlab_reports::callgrind;
+use vramlab_reports::{FileTuningStore, callgrind};
 use vramlab_suites::{Context, NoProgress, RunResults, SimulatedCpu, Suite};
 
 use crate::cli::BenchArgs;
@@ -63,6 +65,9 @@ impl Pass {
         attached
     }
 }
+
+/// The timed run's autotuner choices, in the simulated pass's folder.
+const TUNED_CHOICES: &str = "tuned-choices.json";
 
 /// The simulated caches (size, associativity, line size in bytes), fixed
 /// rather than read from the machine (valgrind would take the host's L3 as
@@ -111,6 +116,13 @@ pub fn run(args: &BenchArgs, device: &str, suites: &[String]) -> Result<Pass> {
     let dir = args.out.join("simulated");
     vramlab_reports::prepare_out_dir(&dir).with_context(|| format!("cannot write into {}", dir.display()))?;
     let exe = std::env::current_exe().context("finding this program to run it under callgrind")?;
+    // The timed run's autotuner choices, for the simulated processes to count
+    // what benchmark mode chose there (tuning again under the simulator would
+    // time every candidate at its speed, and choose by its clock).
+    let choices = dir.join(TUNED_CHOICES);
+    vramlab_engine::autotune::global()
+        .export(&FileTuningStore::new(&choices))
+        .with_context(|| format!("writing the timed run's autotuner choices to {}", choices.display()))?;
     let started = Instant::now();
     let queue = Mutex::new(suites.iter().collect::<VecDeque<_>>());
     let at_once = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, suites.len().max(1));
@@ -123,7 +135,7 @@ pub fn run(args: &BenchArgs, device: &str, suites: &[String]) -> Result<Pass> {
                         // The lock is let go before the suite runs (a `while let` would hold it).
                         let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                         let Some(suite) = next else { break };
-                        figures.extend(run_suite(args, &exe, suite, &dir.join(suite))?);
+                        figures.extend(run_suite(args, &exe, suite, &dir.join(suite), &choices)?);
                     }
                     Ok(figures)
                 })
@@ -146,13 +158,13 @@ type Figures = (String, String, BTreeMap<String, serde_json::Value>, SimulatedCp
 
 /// One suite's simulated process, under callgrind, its dumps, log and results
 /// in `dir`; each case's figures.
-fn run_suite(args: &BenchArgs, exe: &Path, suite: &str, dir: &Path) -> Result<Vec<Figures>> {
+fn run_suite(args: &BenchArgs, exe: &Path, suite: &str, dir: &Path, choices: &Path) -> Result<Vec<Figures>> {
     vramlab_reports::prepare_out_dir(dir).with_context(|| format!("cannot write into {}", dir.display()))?;
     callgrind::clear_dumps(dir)?;
     let log_path = dir.join("simulated.log");
     let log = vramlab_reports::create_log(dir, "simulated.log")?;
     let mut cmd = Command::new("valgrind");
-    cmd.args(valgrind_args(dir)).arg(exe).args(process_args(args, &[suite.to_owned()], dir));
+    cmd.args(valgrind_args(dir)).arg(exe).args(process_args(args, &[suite.to_owned()], dir, choices));
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     let status = cmd.status().context("starting valgrind")?;
     if !status.success() {
@@ -171,8 +183,9 @@ fn run_suite(args: &BenchArgs, exe: &Path, suite: &str, dir: &Path) -> Result<Ve
 }
 
 /// The simulated process's command line: `suites`, the same seed, capacity
-/// and kind of run, on the CPU, its results into `dir`.
-fn process_args(args: &BenchArgs, suites: &[String], dir: &Path) -> Vec<String> {
+/// and kind of run, on the CPU, the timed run's autotuner `choices`, its
+/// results into `dir`.
+fn process_args(args: &BenchArgs, suites: &[String], dir: &Path, choices: &Path) -> Vec<String> {
     let mut out = vec!["bench".to_owned(), "--simulated-process".to_owned(), "--device".to_owned(), "cpu".to_owned()];
     if args.quick {
         out.push("--quick".into());
@@ -188,6 +201,7 @@ fn process_args(args: &BenchArgs, suites: &[String], dir: &Path) -> Vec<String> 
     if let Some(n) = args.samples {
         out.extend(["--samples".to_owned(), n.to_string()]);
     }
+    out.extend(["--tuned-choices".to_owned(), choices.display().to_string()]);
     out.extend(["--out".to_owned(), dir.display().to_string()]);
     out
 }
@@ -197,8 +211,19 @@ fn process_args(args: &BenchArgs, suites: &[String], dir: &Path) -> Vec<String> 
 /// of one, so the kernels' parallel loops run on the thread that entered the
 /// region, whose counting callgrind toggles — then its results, with each
 /// case's regions, into `out`.
-pub fn process(suites: &[Box<dyn Suite>], mut ctx: Context, mut results: RunResults, out: &Path) -> Result<u8> {
+pub fn process(
+    suites: &[Box<dyn Suite>],
+    mut ctx: Context,
+    mut results: RunResults,
+    out: &Path,
+    tuned_choices: Option<&Path>,
+) -> Result<u8> {
     ctx.harness.simulated = true;
+    if let Some(path) = tuned_choices {
+        vramlab_engine::autotune::global()
+            .preload(&FileTuningStore::new(path))
+            .with_context(|| format!("reading the timed run's autotuner choices from {}", path.display()))?;
+    }
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().context("a rayon pool of one thread")?;
     pool.install(|| {
         for suite in suites {

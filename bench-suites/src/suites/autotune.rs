@@ -16,6 +16,9 @@
 //! Cases of one shape run in order (off, benchmark, deterministic) and share
 //! their medians, so the benchmark case can compute the payback against the off
 //! case and the deterministic case its cost against both.
+//!
+//! Under a CPU simulator (`bench --simulate`) each case counts its own call and
+//! benchmark mode does not tune: it counts the algorithm the timed run chose.
 
 mod charts;
 
@@ -24,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use vramlab_display::format::fmt_ns;
-use vramlab_engine::autotune::{self, TuneMode, TuningRecord};
+use vramlab_engine::autotune::{self, TuneMode, TuningKey, TuningRecord};
 use vramlab_engine::cpu_kernels::{Algorithm, Conv2dShape, ConvAlgo, ConvPass, ConvProblem, MatmulAlgo, MatmulShape};
 use vramlab_engine::device::Device;
 use vramlab_engine::hooks::{Event, EventLog, now_ns};
@@ -350,9 +353,14 @@ impl Operands {
 
     /// Whether `record` is this problem's tuning (f32, this op and shape).
     fn is_tuning_of(&self, record: &TuningRecord) -> bool {
-        record.op == self.problem.tuner_op()
-            && record.key.dtype == DType::F32.as_str()
-            && record.key.problem.contains(&self.problem.key_problem())
+        self.is_choice_for(&record.key)
+    }
+
+    /// Whether the autotuner's `key` is this problem's (f32, this op and shape).
+    fn is_choice_for(&self, key: &TuningKey) -> bool {
+        key.op == self.problem.tuner_op()
+            && key.dtype == DType::F32.as_str()
+            && key.problem.contains(&self.problem.key_problem())
     }
 }
 
@@ -433,6 +441,9 @@ fn run_case(ctx: &Context, shape: Shape, mode: TuneMode, shared: &Shared) -> Res
              cudnn.benchmark has no choice to make for it",
         ));
     }
+    if ctx.harness.simulated {
+        return simulated_case(ctx, shape, mode);
+    }
     let _mode = ModeGuard::set(mode);
     let ops = Operands::new(shape.problem, &ctx.device, ctx.seed())?;
     let tuned = if mode == TuneMode::Benchmark { Some(tune(&ops)?) } else { None };
@@ -493,6 +504,35 @@ fn run_case(ctx: &Context, shape: Shape, mode: TuneMode, shared: &Shared) -> Res
         (TuneMode::Benchmark, None) => unreachable!("benchmark cases always tune"),
     };
     Ok(out)
+}
+
+/// A case of a simulated run (`bench --simulate`): the call its mode runs,
+/// counted, and nothing compared (the comparisons are the timed run's). Each
+/// mode counts its own call, none shared, so every case has its figure.
+/// Benchmark mode does not tune: it counts the algorithm the timed run chose,
+/// which the simulated process preloaded into the autotuner's cache. Tuning
+/// under the simulator would time every candidate at the simulator's speed
+/// (a quarter of an hour for one shape) and choose by the simulator's clock;
+/// without the timed run's choice the case fails rather than count another.
+fn simulated_case(ctx: &Context, shape: Shape, mode: TuneMode) -> Result<CaseOutput, CaseError> {
+    let _mode = ModeGuard::set(mode);
+    let ops = Operands::new(shape.problem, &ctx.device, ctx.seed())?;
+    if mode == TuneMode::Benchmark {
+        let pinned = autotune::global().cached_choices().into_iter().any(|(key, _)| ops.is_choice_for(&key));
+        if !pinned {
+            return Err(format!(
+                "no benchmark-mode choice of the timed run for {} to count (its benchmark case did not complete)",
+                shape.name
+            )
+            .into());
+        }
+    }
+    let algorithm = ops.probe_algorithm(&ctx.device)?;
+    let timing = measure(&ctx.harness, || {
+        ops.call()?;
+        Ok::<(), CaseError>(())
+    })?;
+    Ok(CaseOutput::timed(timing).note(format!("{ALGORITHM_NOTE}{algorithm}")))
 }
 
 /// What a case ran: its algorithm, its median time per call and its timing.
@@ -959,6 +999,37 @@ mod tests {
         let err = run_case(&quick_cpu_context(), shape, TuneMode::Benchmark, &shared).unwrap_err();
         assert!(!err.to_string().is_empty());
         assert_eq!(autotune::global().mode(), before);
+    }
+
+    #[test]
+    fn a_simulated_benchmark_case_counts_the_timed_runs_choice_and_never_tunes() {
+        let _tuner = crate::suite::testing::tuner_lock();
+        let _serial = serial();
+        let shape = Shape {
+            name: "pinned",
+            problem: Problem::Matmul(MatmulShape::new(8, 8, 2_048)),
+            about: "a product no other test tunes",
+        };
+        let mut simulated = quick_cpu_context();
+        simulated.harness.simulated = true;
+        let is_this = |r: &TuningRecord| r.key.problem.contains(&shape.problem.key_problem());
+        let tunings = || autotune::global().records().iter().filter(|r| is_this(r)).count();
+
+        // Before any timed run chose: the case fails, naming why, and tunes nothing.
+        let before = tunings();
+        let err = run_case(&simulated, shape, TuneMode::Benchmark, &Shared::default()).unwrap_err();
+        assert!(err.to_string().contains("no benchmark-mode choice of the timed run for pinned"), "{err}");
+        assert_eq!(tunings(), before);
+
+        // The timed run tunes; the simulated case then counts that choice, one call, without tuning.
+        let timed = run_case(&quick_cpu_context(), shape, TuneMode::Benchmark, &Shared::default()).unwrap();
+        let tuned = tunings();
+        let out = run_case(&simulated, shape, TuneMode::Benchmark, &Shared::default()).unwrap();
+        assert_eq!(tunings(), tuned, "a simulated case never tunes");
+        let algorithm = |notes: &[String]| notes.iter().find(|n| n.starts_with(ALGORITHM_NOTE)).cloned();
+        assert_eq!(algorithm(&out.notes), algorithm(&timed.notes));
+        let timing = out.timing.expect("timed");
+        assert_eq!((timing.samples_ns.len(), timing.clock.as_str()), (1, "simulated"));
     }
 
     #[test]

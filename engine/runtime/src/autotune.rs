@@ -268,8 +268,17 @@ impl Autotuner {
     /// after every new tuning. A cache of another [`CACHE_VERSION`] is not an
     /// error: it is ignored and the reason returned.
     pub fn persist(&self, store: Arc<dyn TuningStore>) -> Result<CacheLoad, AutotuneError> {
+        let loaded = self.preload(store.as_ref())?;
+        self.lock().store = Some(store);
+        Ok(loaded)
+    }
+
+    /// Adds the choices `store` holds to the cache, without keeping the store
+    /// (new tunings are not saved to it): how a run starts from another run's
+    /// choices. A cache of another [`CACHE_VERSION`] is ignored, with the reason.
+    pub fn preload(&self, store: &dyn TuningStore) -> Result<CacheLoad, AutotuneError> {
         let location = store.location();
-        let loaded = match store.load().map_err(|source| AutotuneError::Io { location: location.clone(), source })? {
+        Ok(match store.load().map_err(|source| AutotuneError::Io { location: location.clone(), source })? {
             None => CacheLoad::Empty,
             Some(bytes) => {
                 #[derive(Deserialize)]
@@ -290,13 +299,30 @@ impl Autotuner {
                     ))
                 }
             }
-        };
-        self.lock().store = Some(store);
-        Ok(loaded)
+        })
+    }
+
+    /// Writes the cache's choices to `store` now (in the form [`preload`](Self::preload)
+    /// and [`persist`](Self::persist) read); returns how many.
+    pub fn export(&self, store: &dyn TuningStore) -> Result<usize, AutotuneError> {
+        let st = self.lock();
+        Autotuner::save_to(&st, store)?;
+        Ok(st.cache.len())
+    }
+
+    /// The cached choices: each key and the algorithm chosen for it.
+    pub fn cached_choices(&self) -> Vec<(TuningKey, String)> {
+        self.lock().cache.values().map(|e| (e.key.clone(), e.choice.clone())).collect()
     }
 
     fn save(st: &State) -> Result<(), AutotuneError> {
-        let Some(store) = &st.store else { return Ok(()) };
+        match &st.store {
+            Some(store) => Autotuner::save_to(st, store.as_ref()),
+            None => Ok(()),
+        }
+    }
+
+    fn save_to(st: &State, store: &dyn TuningStore) -> Result<(), AutotuneError> {
         let mut entries: Vec<CacheEntry> = st.cache.values().cloned().collect();
         entries.sort_by(|a, b| {
             (&a.key.op, &a.key.dtype, &a.key.problem, &a.key.device).cmp(&(
@@ -779,5 +805,34 @@ mod tests {
         store.set("not json");
         let err = Autotuner::default().persist(store).unwrap_err();
         assert!(err.to_string().contains("memory is not a vramlab autotuner cache"), "{err}");
+    }
+
+    #[test]
+    fn exported_choices_preload_into_another_tuner_without_tuning_or_saving() {
+        let t = Autotuner::default();
+        t.set_mode(TuneMode::Benchmark);
+        // Im2colGemm is 10× faster here, so benchmark mode picks it over the heuristic.
+        let fake = |a: ConvAlgo| if a == ConvAlgo::Im2colGemm { 5 } else { 50 };
+        let chosen: ConvAlgo = t.choose(&Device::cpu(), &problem(), FloatDType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
+        let store = MemoryStore::default();
+        assert_eq!(t.export(&store).unwrap(), 1);
+        assert_eq!(t.cached_choices().len(), 1);
+        assert_eq!(t.cached_choices()[0].1, chosen.name());
+
+        let t2 = Autotuner::default();
+        t2.set_mode(TuneMode::Benchmark);
+        assert_eq!(t2.preload(&store).unwrap(), CacheLoad::Loaded(1));
+        let again: ConvAlgo = t2
+            .choose(&Device::cpu(), &problem(), FloatDType::F32, |_| -> Result<u64, ()> {
+                panic!("the preloaded choice is used, not tuned again")
+            })
+            .unwrap();
+        assert_eq!(again, chosen);
+        assert!(t2.records().is_empty(), "a preloaded choice is not a tuning");
+        // preload does not keep the store: a new tuning leaves it as it was.
+        let before = store.text();
+        t2.clear();
+        let _: ConvAlgo = t2.choose(&Device::cpu(), &problem(), FloatDType::F32, |a| Ok::<_, ()>(fake(a))).unwrap();
+        assert_eq!(store.text(), before);
     }
 }

@@ -111,6 +111,11 @@ pub struct BenchArgs {
     #[arg(long, hide = true)]
     pub simulated_process: bool,
 
+    /// Internal, with --simulated-process: the timed run's autotuner choices, preloaded, so that
+    /// benchmark mode counts the algorithm the timed run chose rather than tuning again
+    #[arg(long, hide = true, value_name = "FILE", requires = "simulated_process")]
+    pub tuned_choices: Option<PathBuf>,
+
     #[command(flatten)]
     pub check: CheckOptions,
 }
