@@ -341,6 +341,11 @@ impl Operands {
         let called = self.call();
         hub.unsubscribe(id);
         called?;
+        self.algorithm_in(&log)
+    }
+
+    /// The algorithm of the last of this op's kernel events in `log`.
+    fn algorithm_in(&self, log: &EventLog) -> Result<&'static str, CaseError> {
         log.events()
             .iter()
             .rev()
@@ -527,12 +532,18 @@ fn simulated_case(ctx: &Context, shape: Shape, mode: TuneMode) -> Result<CaseOut
             .into());
         }
     }
-    let algorithm = ops.probe_algorithm(&ctx.device)?;
+    // The algorithm from the calls' own kernel events (a probe call would be
+    // one more call at the simulator's speed).
+    let hub = ctx.device.allocator().hooks();
+    let log = EventLog::new();
+    let id = hub.subscribe(log.clone());
     let timing = measure(&ctx.harness, || {
         ops.call()?;
         Ok::<(), CaseError>(())
-    })?;
-    Ok(CaseOutput::timed(timing).note(format!("{ALGORITHM_NOTE}{algorithm}")))
+    });
+    hub.unsubscribe(id);
+    let algorithm = ops.algorithm_in(&log)?;
+    Ok(CaseOutput::timed(timing?).note(format!("{ALGORITHM_NOTE}{algorithm}")))
 }
 
 /// What a case ran: its algorithm, its median time per call and its timing.
