@@ -188,7 +188,7 @@ fn conv(pass: ConvPass, n: usize, c: usize, hw: usize, k: usize, r: usize, strid
 /// ResNet-50's convolutions at half of ImageNet's resolution (batch 1 in quick
 /// mode, 2 otherwise), the weight gradient of one of them (where the fastest
 /// algorithm is not reproducible), and matrix products of the kinds where the
-/// algorithms differ. Quick mode keeps fewer shapes.
+/// algorithms differ. Quick mode keeps fewer shapes, and a smaller square product.
 fn builtin_shapes(quick: bool) -> Vec<Shape> {
     use ConvPass::{BackwardWeight, Forward};
     let n = if quick { 1 } else { 2 };
@@ -213,10 +213,20 @@ fn builtin_shapes(quick: bool) -> Vec<Shape> {
             problem: conv(BackwardWeight, 2 * n, 64, 28, 64, 3, 1, 1),
             about: "the weight gradient of the layer1 3×3 in training (batch-split is fastest but not reproducible)",
         },
-        Shape {
-            name: "matmul_square_512",
-            problem: Problem::Matmul(MatmulShape::new(512, 512, 512)),
-            about: "a square product, the case GEMM libraries are tuned for",
+        // 256 in quick mode: under `bench --simulate` each 512³ call costs
+        // half a minute (valgrind emulates the GEMM's fused multiply-adds).
+        if quick {
+            Shape {
+                name: "matmul_square_256",
+                problem: Problem::Matmul(MatmulShape::new(256, 256, 256)),
+                about: "a square product, the case GEMM libraries are tuned for",
+            }
+        } else {
+            Shape {
+                name: "matmul_square_512",
+                problem: Problem::Matmul(MatmulShape::new(512, 512, 512)),
+                about: "a square product, the case GEMM libraries are tuned for",
+            }
         },
         Shape {
             name: "matmul_skinny_k16384",
