@@ -75,11 +75,24 @@ pub struct ModelledRule {
     pub bytes: u64,
     /// Why a GPU makes these requests (the source it follows).
     pub why: String,
+    /// Set when the rule only counts requests a GPU makes and adds no bytes
+    /// for them (cuDNN's convolution workspaces): the peaks are then a lower
+    /// bound, and this says, naming PyTorch's function, why the memory the
+    /// allocator may reserve bounds them above.
+    pub bound: Option<String>,
 }
 
 impl Estimate {
     /// One line: "estimated (no GPU ran): assumed NVIDIA H100 ..., torch 2.11.0".
     pub fn headline(&self) -> String {
         format!("estimated (no GPU ran): assumed {}, torch {}", self.gpu.describe(), self.torch)
+    }
+
+    /// When some requests a GPU makes were counted but not sized (a rule
+    /// with a [`ModelledRule::bound`] that fired): the reasons the peaks are
+    /// bounded above only by the memory the allocator may reserve. Empty when
+    /// every such request is modelled, and the peaks are the estimate's own.
+    pub fn unsized_reasons(&self) -> Vec<&str> {
+        self.rules.iter().filter(|r| r.count > 0).filter_map(|r| r.bound.as_deref()).collect()
     }
 }

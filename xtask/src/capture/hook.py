@@ -292,6 +292,17 @@ def _install():
                        "workspaces of up to hundreds of MB at a shape's first call) whose size depends on "
                        "the plans cuDNN picks on the GPU; the capture counts the calls and adds no bytes, "
                        "so its peaks are a lower bound where convolutions run",
+                # PyTorch 2.11, aten/src/ATen/native/cudnn/Conv_v8.cpp: generate_and_filter_plans
+                # keeps the plans whose workspace is at most get_available_workspace() (cacheInfo's
+                # largest block, which starts from cudaMemGetInfo's free bytes) and halves the
+                # largest until allocate() succeeds; run_conv_plan and try_configs allocate a
+                # plan's workspace and move on to another plan on OutOfMemoryError.
+                "bound": "PyTorch's generate_and_filter_plans (cuDNN's Conv_v8.cpp) sizes a benchmark "
+                         "trial workspace up to CUDACachingAllocator::cacheInfo's largest block, which "
+                         "starts from the GPU's free memory, and halves it until it is allocated; each "
+                         "call allocates its plan's workspace and takes another plan when that runs "
+                         "out of memory. So the workspaces can take whatever the allocator may still "
+                         "reserve, and only that limit bounds the peaks from above.",
             })
             r["count"] += 1
         elif func is aten._scaled_dot_product_cudnn_attention.default:
