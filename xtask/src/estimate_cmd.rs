@@ -175,11 +175,7 @@ pub(crate) fn upper_bound_lines(s: &mut String, b: &UpperBound, peak_reserved: u
             b.limit
         );
     } else {
-        let _ = writeln!(
-            s,
-            "                     upper bound {}: the estimate's bound, not a PyTorch figure",
-            b.limit
-        );
+        let _ = writeln!(s, "                     upper bound {}: the estimate's bound, not a PyTorch figure", b.limit);
     }
     for r in &b.reasons {
         let _ = writeln!(s, "                     {r}");

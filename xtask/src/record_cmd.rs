@@ -30,7 +30,7 @@ use vramlab_reports::record::{
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
-use crate::cli::{CheckOptions, RecordArgs, WhatifArgs};
+use crate::cli::{CheckOptions, RecordArgs, SnapshotWindow, WhatifArgs};
 use crate::memory_gate;
 use crate::ranks_cmd::{is_oom_dump, is_part};
 use crate::whatif_cmd;
@@ -404,9 +404,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             fraction: None,
             sweep: false,
             alloc_conf: oom_settings().into_iter().flatten().collect(),
-            device: Some(doc.device as usize),
-            from_us: None,
-            to_us: None,
+            window: SnapshotWindow { device: Some(doc.device as usize), ..Default::default() },
             top: replay_doc::ATTRIBUTION_ROWS,
             json: false,
             report: None,
