@@ -40,7 +40,7 @@ const PART_REASON: &str = "cut short: its process ended while writing it (left a
 use vramlab_reports::replay_doc;
 
 /// The hook, written as `sitecustomize.py` into the child's `PYTHONPATH`.
-pub const HOOK: &str = include_str!("record_hook.py");
+pub const HOOK: &str = concat!(include_str!("sitecustomize_chain.py"), include_str!("record_hook.py"));
 /// The exit status for a command that cannot be found, as a shell gives it.
 pub const NOT_FOUND: u8 = 127;
 /// The exit status for a command found but not runnable (permissions, format).

@@ -695,24 +695,11 @@ def _install():
     atexit.register(write)
 
 
-def _chain():
-    """Runs the sitecustomize this file hides, as Python would have."""
-    try:
-        import importlib.machinery
-        import importlib.util
-
-        here = os.path.dirname(os.path.abspath(__file__))
-        path = [p for p in sys.path if os.path.abspath(p or ".") != here]
-        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
-        if spec is None or spec.loader is None:
-            return
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["sitecustomize"] = module
-        spec.loader.exec_module(module)
-    except Exception as e:
-        sys.stderr.write("vramlab estimate: the program's own sitecustomize failed: %r\n" % (e,))
+def _chain_failed(e):
+    sys.stderr.write("vramlab estimate: the program's own sitecustomize failed: %r\n" % (e,))
 
 
-_chain()
+# `_chain_sitecustomize` is `sitecustomize_chain.py`'s, written before this file.
+_chain_sitecustomize(os.path.dirname(os.path.abspath(__file__)), _chain_failed)
 if os.environ.get("VRAMLAB_CAPTURE_OUT"):
     _install()
