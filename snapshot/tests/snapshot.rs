@@ -559,7 +559,9 @@ fn the_estimate_marker_survives_write_and_read() {
     vramlab_snapshot::write_snapshot(&s, &mut out).unwrap();
     let back = read_snapshot(&out[..]).unwrap();
     assert_eq!(back.estimate, s.estimate);
-    assert_eq!(back.estimate.unwrap().unsized_reasons(), ["cuDNN may take what is free"]);
+    let e = back.estimate.unwrap();
+    assert_eq!(e.unsized_reasons(), ["cuDNN may take what is free"]);
+    assert!(e.headline().ends_with("lower bounds (requests counted, not sized), at most 79.19 GiB (the assumed GPU's memory: an estimate's bound)"), "{}", e.headline());
     assert!(back.other_keys.is_empty(), "{:?}", back.other_keys);
     // A recording has none.
     assert_eq!(load("small_p5.pickle").estimate, None);

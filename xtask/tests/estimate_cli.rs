@@ -195,6 +195,8 @@ fn the_cnn_under_cudnn_benchmark_is_bounded_and_its_recorded_peaks_lie_inside() 
     assert!(text(&replay).contains("peaks: lower bounds; each is at most"), "{}", text(&replay));
     let html = std::fs::read_to_string(page.join("index.html")).unwrap();
     assert!(html.contains("peaks: lower bounds") && html.contains("generate_and_filter_plans"), "the page says it");
+    let diff = terminal::fits(vramlab().arg("diff").arg(&out).arg(&out).output().unwrap());
+    assert!(text(&diff).contains("its peaks are lower bounds (requests counted, not sized), at most"), "diff");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -4,6 +4,7 @@
 //! `estimate_import.rs` reads it from the pickle's values, `export.rs` writes it back.
 
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 
 /// The marker's key at the top of the snapshot dict.
 pub const ESTIMATE_KEY: &str = "vramlab_estimate";
@@ -83,9 +84,18 @@ pub struct ModelledRule {
 }
 
 impl Estimate {
-    /// One line: "estimated (no GPU ran): assumed NVIDIA H100 ..., torch 2.11.0".
+    /// One line: "estimated (no GPU ran): assumed NVIDIA H100 ..., torch 2.11.0",
+    /// and where some requests were counted but not sized, the peaks' bounds.
     pub fn headline(&self) -> String {
-        format!("estimated (no GPU ran): assumed {}, torch {}", self.gpu.describe(), self.torch)
+        let mut s = format!("estimated (no GPU ran): assumed {}, torch {}", self.gpu.describe(), self.torch);
+        if !self.unsized_reasons().is_empty() {
+            s += &format!(
+                "; its peaks are lower bounds (requests counted, not sized), at most {} (the assumed GPU's \
+                 memory: an estimate's bound)",
+                fmt_bytes(self.gpu.total_memory)
+            );
+        }
+        s
     }
 
     /// When some requests a GPU makes were counted but not sized (a rule
