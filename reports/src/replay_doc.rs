@@ -374,6 +374,15 @@ pub fn estimate_lines(e: &Estimate) -> Vec<String> {
     for r in &e.rules {
         lines.push(format!("modelled: {} x {} ({}): {}", r.count, r.name, fmt_bytes(r.bytes), r.why));
     }
+    let reasons = e.unsized_reasons();
+    if !reasons.is_empty() {
+        lines.push(format!(
+            "peaks: lower bounds; each is at most {} (the assumed GPU's memory; the estimate's upper bound, \
+             not a PyTorch figure): {}",
+            exact(e.gpu.total_memory),
+            reasons.join(" ")
+        ));
+    }
     lines
 }
 

@@ -529,12 +529,22 @@ fn capture() -> Snapshot {
             minor: 0,
             other: vec![("cudnn_version".into(), Scalar::Int(91_002)), ("l2".into(), Scalar::Float(0.5))],
         },
-        rules: vec![ModelledRule {
-            name: "cuBLAS workspace".into(),
-            count: 1,
-            bytes: 32 * MIB,
-            why: "32 MiB per thread at its first GEMM".into(),
-        }],
+        rules: vec![
+            ModelledRule {
+                name: "cuBLAS workspace".into(),
+                count: 1,
+                bytes: 32 * MIB,
+                why: "32 MiB per thread at its first GEMM".into(),
+                bound: None,
+            },
+            ModelledRule {
+                name: "cuDNN convolution workspaces: NOT MODELLED".into(),
+                count: 3,
+                bytes: 0,
+                why: "counted, not sized".into(),
+                bound: Some("cuDNN may take what is free".into()),
+            },
+        ],
         capture_s: 2.5,
         startup_s: 1.25,
         argv: vec!["python".into(), "train.py".into()],
@@ -549,6 +559,9 @@ fn the_estimate_marker_survives_write_and_read() {
     vramlab_snapshot::write_snapshot(&s, &mut out).unwrap();
     let back = read_snapshot(&out[..]).unwrap();
     assert_eq!(back.estimate, s.estimate);
+    let e = back.estimate.unwrap();
+    assert_eq!(e.unsized_reasons(), ["cuDNN may take what is free"]);
+    assert!(e.headline().ends_with("lower bounds (requests counted, not sized), at most 79.19 GiB (the assumed GPU's memory: an estimate's bound)"), "{}", e.headline());
     assert!(back.other_keys.is_empty(), "{:?}", back.other_keys);
     // A recording has none.
     assert_eq!(load("small_p5.pickle").estimate, None);

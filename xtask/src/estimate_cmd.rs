@@ -91,6 +91,21 @@ pub(crate) struct Est {
     /// Requests of the program's own, and those the capture modelled.
     pub own: Requests,
     pub modelled: Requests,
+    /// Where the capture counted requests it could not size (cuDNN's
+    /// convolution workspaces): the peaks are lower bounds, and this is the
+    /// upper one.
+    pub upper_bound: Option<UpperBound>,
+}
+
+/// The upper bound of an estimate's peaks when some requests a GPU makes were
+/// counted but not sized: the memory limit the allocator works under, for
+/// the reasons the capture's rules give (PyTorch's functions named).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct UpperBound {
+    pub bytes: u64,
+    /// What the limit is: the assumed GPU's memory, or `--capacity` (under `--fraction`).
+    pub limit: String,
+    pub reasons: Vec<String>,
 }
 
 /// A count of requests and their bytes: over the run, and live at the allocated peak.
@@ -118,6 +133,7 @@ fn estimate(args: &EstimateArgs, setup: &Setup, c: &Captured) -> anyhow::Result<
     let least_capacity_bytes =
         if a.results[0].fits() { None } else { Some(least_capacity(&snap, args.fraction, r.peak_reserved_bytes)?) };
     let (own, modelled) = requests(&snap, r.device, a.attribution.first());
+    let upper_bound = c.snap.estimate.as_ref().and_then(|e| upper_bound(setup, args.fraction, e));
     Ok(Est {
         peak_allocated_bytes: r.peak_allocated_bytes,
         peak_reserved_bytes: r.peak_reserved_bytes,
@@ -129,7 +145,41 @@ fn estimate(args: &EstimateArgs, setup: &Setup, c: &Captured) -> anyhow::Result<
         recording: r.recording.take(),
         own,
         modelled,
+        upper_bound,
     })
+}
+
+/// The peaks' upper bound, when a rule counted requests without sizing them:
+/// the memory the allocator may reserve (the capacity, under the fraction).
+pub(crate) fn upper_bound(setup: &Setup, fraction: Option<f64>, e: &Estimate) -> Option<UpperBound> {
+    let reasons = e.unsized_reasons();
+    if reasons.is_empty() {
+        return None;
+    }
+    let bytes = fraction.map_or(setup.capacity_bytes, |f| (setup.capacity_bytes as f64 * f) as u64);
+    Some(UpperBound {
+        bytes,
+        limit: capacity_words(setup, fraction),
+        reasons: reasons.into_iter().map(str::to_owned).collect(),
+    })
+}
+
+/// The text's lines for [`UpperBound`]: both peaks lie between the figures
+/// shown and the limit (an estimate's bound, not a figure PyTorch gave).
+pub(crate) fn upper_bound_lines(s: &mut String, b: &UpperBound, peak_reserved: u64) {
+    let _ = writeln!(s, "  peaks' bounds      lower bounds: requests the capture counted could not be sized");
+    if peak_reserved > b.bytes {
+        let _ = writeln!(
+            s,
+            "                     already over the limit, {}: the program runs out of memory whatever they add",
+            b.limit
+        );
+    } else {
+        let _ = writeln!(s, "                     upper bound {}: the estimate's bound, not a PyTorch figure", b.limit);
+    }
+    for r in &b.reasons {
+        let _ = writeln!(s, "                     {r}");
+    }
 }
 
 /// The least capacity (in bytes) under which `snap` replays under its own
@@ -259,6 +309,9 @@ fn text(args: &EstimateArgs, setup: &Setup, c: &Captured, est: &Est) -> String {
             vramlab_reports::replay_doc::exact(est.peak_reserved_downwards_bytes)
         );
     }
+    if let Some(b) = &est.upper_bound {
+        upper_bound_lines(&mut s, b, est.peak_reserved_bytes);
+    }
     let _ = writeln!(s, "  out of memory      {}", oom_words(&c.snap, est));
     let _ = writeln!(
         s,
@@ -318,6 +371,10 @@ struct Json<'a> {
     peak_reserved_bytes: u64,
     /// Peak reserved with the segments placed downwards (see the text output).
     peak_reserved_downwards_bytes: u64,
+    /// Set when the capture counted requests it could not size (cuDNN's
+    /// convolution workspaces): the peaks are then lower bounds, and each is at
+    /// most `bytes` (the memory limit; an estimate's bound, not PyTorch's figure).
+    peak_upper_bound: Option<&'a UpperBound>,
     /// The program's settings under the capacity: fits, or where it runs out.
     fits: bool,
     headroom_bytes: Option<u64>,
@@ -354,6 +411,7 @@ fn json<'a>(args: &'a EstimateArgs, setup: &Setup, c: &'a Captured, est: &'a Est
         peak_allocated_bytes: est.peak_allocated_bytes,
         peak_reserved_bytes: est.peak_reserved_bytes,
         peak_reserved_downwards_bytes: est.peak_reserved_downwards_bytes,
+        peak_upper_bound: est.upper_bound.as_ref(),
         fits: recorded.fits(),
         headroom_bytes: recorded.fits().then(|| limit.saturating_sub(recorded.replay.peak_reserved_bytes)),
         out_of_memory: recorded.first_failure().map(|(index, bytes, _)| JsonOom {

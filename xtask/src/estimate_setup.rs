@@ -15,7 +15,7 @@ use vramlab_reports::replay_doc::estimate_lines;
 use vramlab_snapshot::{self as snapshot, AllocatorSettings, Estimate, Snapshot};
 
 use crate::capture::{AssumedGpu, CaptureError, CaptureOptions, capture};
-use crate::cli::{EstimateArgs, WhatifArgs};
+use crate::cli::{EstimateArgs, SnapshotWindow, WhatifArgs};
 use crate::size::Size;
 
 /// The exit status of a refused program (an op that cannot run without a GPU).
@@ -159,9 +159,7 @@ pub(crate) fn whatif_args(args: &EstimateArgs, setup: &Setup, sweep: bool) -> Wh
         fraction: args.fraction,
         sweep,
         alloc_conf: Vec::new(),
-        device: None,
-        from_us: None,
-        to_us: None,
+        window: SnapshotWindow::default(),
         top: args.top,
         json: false,
         report: None,

@@ -49,6 +49,8 @@
 //! - `src/capture/` — `estimate`'s capture: the program run with no GPU under a fake CUDA
 //!   runtime (`fakecuda/fakecuda.rs`, built by `build.rs`) and `capture/hook.py`, every
 //!   request the CUDA caching allocator would receive written as a raw capture pickle.
+//! - `src/sitecustomize_chain.py` — what the two `sitecustomize.py` hooks share (written
+//!   before each): running the `sitecustomize` a hook hides.
 //! - `tests/` — end-to-end tests of the binaries (`terminal/` checks every line
 //!   fits in 100 columns; `common/` runs PyTorch's `_memory_viz.py`).
 

@@ -67,8 +67,8 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     if args.report.is_some()
         || args.export_snapshot.is_some()
         || args.chrome_trace.is_some()
-        || args.from_us.is_some()
-        || args.to_us.is_some()
+        || args.window.from_us.is_some()
+        || args.window.to_us.is_some()
         || args.alloc_conf.is_some()
         || args.fraction.is_some()
     {
@@ -81,7 +81,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
     let files: Vec<&PathBuf> = std::iter::once(&args.file).chain(&args.more).collect();
     let mut rows = Vec::new();
     for path in files {
-        rows.extend(rows_of(path, args.device, args.capacity_bytes(), args.on_oom.into())?);
+        rows.extend(rows_of(path, args.window.device, args.capacity_bytes(), args.on_oom.into())?);
     }
     let doc = summarise(rows);
     let out = if args.json {

@@ -30,7 +30,7 @@ use vramlab_reports::record::{
 use vramlab_reports::replay_page::{self, Fact, ReplayPage};
 use vramlab_snapshot::{self as snapshot, SWEEP_GRID, SnapshotReplayOptions, WhatIf};
 
-use crate::cli::{CheckOptions, RecordArgs, WhatifArgs};
+use crate::cli::{CheckOptions, RecordArgs, SnapshotWindow, WhatifArgs};
 use crate::memory_gate;
 use crate::ranks_cmd::{is_oom_dump, is_part};
 use crate::whatif_cmd;
@@ -40,7 +40,7 @@ const PART_REASON: &str = "cut short: its process ended while writing it (left a
 use vramlab_reports::replay_doc;
 
 /// The hook, written as `sitecustomize.py` into the child's `PYTHONPATH`.
-pub const HOOK: &str = include_str!("record_hook.py");
+pub const HOOK: &str = concat!(include_str!("sitecustomize_chain.py"), include_str!("record_hook.py"));
 /// The exit status for a command that cannot be found, as a shell gives it.
 pub const NOT_FOUND: u8 = 127;
 /// The exit status for a command found but not runnable (permissions, format).
@@ -404,9 +404,7 @@ fn replay_one(path: &Path, report_dir: &Path) -> (RecordRow, String) {
             fraction: None,
             sweep: false,
             alloc_conf: oom_settings().into_iter().flatten().collect(),
-            device: Some(doc.device as usize),
-            from_us: None,
-            to_us: None,
+            window: SnapshotWindow { device: Some(doc.device as usize), ..Default::default() },
             top: replay_doc::ATTRIBUTION_ROWS,
             json: false,
             report: None,

@@ -40,21 +40,8 @@ def _failed(what, e):
         _note("the recording hook failed %s (%s: %s); the program runs on" % (what, type(e).__name__, e))
 
 
-def _chain():
-    """Runs the sitecustomize this file hides, as Python would have."""
-    try:
-        import importlib.machinery
-        import importlib.util
-
-        path = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE]
-        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
-        if spec is None or spec.loader is None:
-            return
-        module = importlib.util.module_from_spec(spec)
-        _sys.modules["sitecustomize"] = module
-        spec.loader.exec_module(module)
-    except Exception as e:
-        _note("the program's own sitecustomize raised %s: %s" % (type(e).__name__, e))
+def _chain_failed(e):
+    _note("the program's own sitecustomize raised %s: %s" % (type(e).__name__, e))
 
 
 def _rank():
@@ -278,7 +265,8 @@ class _TorchFinder:
             return None
 
 
-_chain()
+# `_chain_sitecustomize` is `sitecustomize_chain.py`'s, written before this file.
+_chain_sitecustomize(_HERE, _chain_failed)
 if _DIR:
     try:
         if "torch" in _sys.modules:

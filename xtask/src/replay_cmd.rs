@@ -47,10 +47,10 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<u8> {
                 .map(|()| 0);
         }
     }
-    if args.device.is_some()
+    if args.window.device.is_some()
         || args.fraction.is_some()
-        || args.from_us.is_some()
-        || args.to_us.is_some()
+        || args.window.from_us.is_some()
+        || args.window.to_us.is_some()
         || args.export_snapshot.is_some()
         || args.chrome_trace.is_some()
     {

@@ -43,15 +43,15 @@ pub fn replay(
     len: Option<u64>,
     tail: Tail<'_>,
 ) -> anyhow::Result<Vec<u8>> {
-    if let (Some(from), Some(to)) = (args.from_us, args.to_us)
+    if let (Some(from), Some(to)) = (args.window.from_us, args.window.to_us)
         && from > to
     {
         bail!("--from-us {from} is after --to-us {to}: the window is empty");
     }
     let opts = SnapshotReplayOptions {
-        device: args.device,
-        from_us: args.from_us,
-        to_us: args.to_us,
+        device: args.window.device,
+        from_us: args.window.from_us,
+        to_us: args.window.to_us,
         capacity_bytes: args.capacity_bytes(),
         memory_fraction: args.fraction,
         config: args.alloc_conf.clone(),
@@ -59,7 +59,7 @@ pub fn replay(
         record: args.export_snapshot.is_some() || args.chrome_trace.is_some(),
         ..Default::default()
     };
-    let read = ReadOptions { from_us: args.from_us };
+    let read = ReadOptions { from_us: args.window.from_us };
     let bar = len.filter(|&n| n >= PROGRESS_FROM_BYTES).map(|n| {
         let style = ProgressStyle::with_template("{prefix:>9} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
             .expect("a valid template")

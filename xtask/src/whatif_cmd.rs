@@ -44,7 +44,7 @@ pub fn run(args: &WhatifArgs) -> anyhow::Result<u8> {
 /// `--report`, the page written first. The command and `crate::api` share it.
 pub(crate) fn output(args: &WhatifArgs, name: &str, snap: Snapshot) -> anyhow::Result<(Vec<u8>, u8)> {
     // A snapshot of several devices, none picked: a row per device, as for several files.
-    if args.device.is_none() && args.report.is_none() && devices_with_entries(&snap).len() > 1 {
+    if args.window.device.is_none() && args.report.is_none() && devices_with_entries(&snap).len() > 1 {
         return run_many(args, Some(snap));
     }
     let mut a = analyse(args, name, &snap, args.report.is_some())?;
@@ -125,7 +125,7 @@ pub(crate) struct Analysis {
 
 /// Replays `snap` under every setting of `args` (the recorded first).
 pub(crate) fn analyse(args: &WhatifArgs, name: &str, snap: &Snapshot, timelines: bool) -> anyhow::Result<Analysis> {
-    let base = base_options(args, args.device);
+    let base = base_options(args, args.window.device);
     let configs = configs(args)?;
     let (results, timelines) = if timelines {
         let both = what_if_timelines(snap, &base, &configs).with_context(|| format!("cannot replay {name}"))?;
@@ -591,8 +591,8 @@ pub(crate) fn settings_table(results: &[WhatIf], best: Option<usize>, own: &str)
 pub(crate) fn base_options(args: &WhatifArgs, device: Option<usize>) -> SnapshotReplayOptions {
     SnapshotReplayOptions {
         device,
-        from_us: args.from_us,
-        to_us: args.to_us,
+        from_us: args.window.from_us,
+        to_us: args.window.to_us,
         capacity_bytes: args.capacity_bytes(),
         memory_fraction: args.fraction,
         ..Default::default()
@@ -701,13 +701,13 @@ fn run_many(args: &WhatifArgs, loaded: Option<Snapshot>) -> anyhow::Result<(Vec<
                 match read {
                     Ok(s) => s,
                     Err(e) => {
-                        rows.push(row(args.device.unwrap_or(0), e));
+                        rows.push(row(args.window.device.unwrap_or(0), e));
                         continue;
                     }
                 }
             }
         };
-        let devices = match args.device {
+        let devices = match args.window.device {
             Some(d) => vec![d],
             None => devices_with_entries(&snap),
         };

@@ -7,7 +7,9 @@
 //! default and `expandable_segments:True`) equal to that of the real recording's
 //! replay (`tests/data/torch-snapshots`), and the recorded peaks: allocated
 //! exact, reserved one of the estimate's two segment placements; and `--search` over the transformer's
-//! batch, its answer confirmed by captures at that batch and one more.
+//! batch, its answer confirmed by captures at that batch and one more; and the CNN under
+//! `cudnn.benchmark`, whose unsized cuDNN workspaces make its peaks lower bounds under an upper
+//! one (the memory limit) that contains the recorded peaks.
 
 mod terminal;
 mod torch_python;
@@ -135,6 +137,69 @@ fn a_refused_program_exits_2_naming_the_op_and_line_and_writes_nothing() {
 }
 
 /// Whether `path` replays under its own settings in `capacity` bytes with no out-of-memory.
+/// PyTorch's own peak of a recording (its `.stats.json`, written beside it on the GPU).
+fn recorded_peak(name: &str, key: &str) -> u64 {
+    let path = root().join(format!("tests/data/torch-snapshots/{name}.stats.json"));
+    let stats: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    stats["memory_stats"][key].as_u64().unwrap_or_else(|| panic!("{name}: no {key}"))
+}
+
+/// The CNN under `cudnn.benchmark`: cuDNN's convolution workspaces are counted,
+/// not sized, so the estimate's peaks are lower bounds and the memory limit is
+/// the upper one (PyTorch's `generate_and_filter_plans` sizes a trial workspace
+/// up to `cacheInfo`'s largest block, which starts from the GPU's free memory).
+/// The recorded peaks, allocated and reserved, default and expandable, lie
+/// inside; the text, `--fraction`'s limit, and every view of the `--out`
+/// snapshot show the bound and its reason.
+#[test]
+fn the_cnn_under_cudnn_benchmark_is_bounded_and_its_recorded_peaks_lie_inside() {
+    let dir = tmp("cnn-bound");
+    let out = dir.join("cnn.pickle");
+    let script = capture_script("cnn.py");
+    for (setting, conf) in [("default", ""), ("expandable", "expandable_segments:True")] {
+        let mut args = vec!["--json"];
+        if conf.is_empty() {
+            args.extend(["--out", out.to_str().unwrap()]);
+        } else {
+            args.extend(["--alloc-conf", conf]);
+        }
+        let j = json(&estimate(&args, &script, &[]));
+        let b = &j["peak_upper_bound"];
+        let upper = b["bytes"].as_u64().unwrap();
+        assert_eq!(upper, j["estimate"]["gpu"]["total_memory"].as_u64().unwrap(), "the assumed GPU's memory");
+        let reason = b["reasons"][0].as_str().unwrap();
+        assert!(reason.contains("generate_and_filter_plans") && reason.contains("cacheInfo"), "{reason}");
+        let lower_reserved = [&j["peak_reserved_bytes"], &j["peak_reserved_downwards_bytes"]]
+            .map(|v| v.as_u64().unwrap())
+            .into_iter()
+            .min()
+            .unwrap();
+        let name = format!("cnn-{setting}");
+        for (what, lower, key) in [
+            ("allocated", j["peak_allocated_bytes"].as_u64().unwrap(), "allocated_bytes.all.peak"),
+            ("reserved", lower_reserved, "reserved_bytes.all.peak"),
+        ] {
+            let recorded = recorded_peak(&name, key);
+            eprintln!("{name}: peak {what} recorded {recorded}, estimated [{lower}, {upper}]");
+            assert!(lower <= recorded && recorded <= upper, "{name} {what}: {recorded} not in [{lower}, {upper}]");
+        }
+    }
+    // The text: both bounds with the reason, the limit under --fraction.
+    let t = text(&estimate(&["--fraction", "0.5"], &script, &[]));
+    for needle in ["peaks' bounds      lower bounds", "x 0.5 = ", "not a PyTorch figure", "generate_and_filter_plans"] {
+        assert!(t.contains(needle), "{needle}:\n{t}");
+    }
+    // Every view of the snapshot: the replay's text and page say it too.
+    let page = dir.join("page");
+    let replay = terminal::fits(vramlab().arg("replay").arg(&out).arg("--report").arg(&page).output().unwrap());
+    assert!(text(&replay).contains("peaks: lower bounds; each is at most"), "{}", text(&replay));
+    let html = std::fs::read_to_string(page.join("index.html")).unwrap();
+    assert!(html.contains("peaks: lower bounds") && html.contains("generate_and_filter_plans"), "the page says it");
+    let diff = terminal::fits(vramlab().arg("diff").arg(&out).arg(&out).output().unwrap());
+    assert!(text(&diff).contains("its peaks are lower bounds (requests counted, not sized), at most"), "diff");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn fits(path: &Path, capacity: u64) -> bool {
     let snap = read_snapshot_file(path).unwrap();
     let opts = SnapshotReplayOptions { capacity_bytes: Some(capacity), ..Default::default() };

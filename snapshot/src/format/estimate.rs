@@ -4,6 +4,7 @@
 //! `estimate_import.rs` reads it from the pickle's values, `export.rs` writes it back.
 
 use serde::Serialize;
+use vramlab_display::format::fmt_bytes;
 
 /// The marker's key at the top of the snapshot dict.
 pub const ESTIMATE_KEY: &str = "vramlab_estimate";
@@ -75,11 +76,33 @@ pub struct ModelledRule {
     pub bytes: u64,
     /// Why a GPU makes these requests (the source it follows).
     pub why: String,
+    /// Set when the rule only counts requests a GPU makes and adds no bytes
+    /// for them (cuDNN's convolution workspaces): the peaks are then a lower
+    /// bound, and this says, naming PyTorch's function, why the memory the
+    /// allocator may reserve bounds them above.
+    pub bound: Option<String>,
 }
 
 impl Estimate {
-    /// One line: "estimated (no GPU ran): assumed NVIDIA H100 ..., torch 2.11.0".
+    /// One line: "estimated (no GPU ran): assumed NVIDIA H100 ..., torch 2.11.0",
+    /// and where some requests were counted but not sized, the peaks' bounds.
     pub fn headline(&self) -> String {
-        format!("estimated (no GPU ran): assumed {}, torch {}", self.gpu.describe(), self.torch)
+        let mut s = format!("estimated (no GPU ran): assumed {}, torch {}", self.gpu.describe(), self.torch);
+        if !self.unsized_reasons().is_empty() {
+            s += &format!(
+                "; its peaks are lower bounds (requests counted, not sized), at most {} (the assumed GPU's \
+                 memory: an estimate's bound)",
+                fmt_bytes(self.gpu.total_memory)
+            );
+        }
+        s
+    }
+
+    /// When some requests a GPU makes were counted but not sized (a rule
+    /// with a [`ModelledRule::bound`] that fired): the reasons the peaks are
+    /// bounded above only by the memory the allocator may reserve. Empty when
+    /// every such request is modelled, and the peaks are the estimate's own.
+    pub fn unsized_reasons(&self) -> Vec<&str> {
+        self.rules.iter().filter(|r| r.count > 0).filter_map(|r| r.bound.as_deref()).collect()
     }
 }

@@ -56,6 +56,10 @@ pub(crate) fn estimate(heap: &Heap, v: Value) -> Result<Estimate, SnapshotError>
             count: count(heap, heap.get(r, "count"), &format!("rules[{i}].count"))?,
             bytes: count(heap, heap.get(r, "bytes"), &format!("rules[{i}].bytes"))?,
             why: string(heap, heap.get(r, "why"), &format!("rules[{i}].why"))?,
+            bound: match heap.get(r, "bound") {
+                None | Some(Value::None) => None,
+                b => Some(string(heap, b, &format!("rules[{i}].bound"))?),
+            },
         });
     }
     let argv = list(heap, heap.get(d, "argv"), "argv")?

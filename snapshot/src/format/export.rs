@@ -284,6 +284,10 @@ fn estimate<W: Write>(p: &mut Pickler<W>, e: &Estimate) -> io::Result<()> {
         p.key_int("bytes", r.bytes as i128)?;
         p.str("why")?;
         p.str(&r.why)?;
+        if let Some(b) = &r.bound {
+            p.str("bound")?;
+            p.str(b)?;
+        }
         p.dict_end()?;
     }
     p.list_end()?;

@@ -292,6 +292,17 @@ def _install():
                        "workspaces of up to hundreds of MB at a shape's first call) whose size depends on "
                        "the plans cuDNN picks on the GPU; the capture counts the calls and adds no bytes, "
                        "so its peaks are a lower bound where convolutions run",
+                # PyTorch 2.11, aten/src/ATen/native/cudnn/Conv_v8.cpp: generate_and_filter_plans
+                # keeps the plans whose workspace is at most get_available_workspace() (cacheInfo's
+                # largest block, which starts from cudaMemGetInfo's free bytes) and halves the
+                # largest until allocate() succeeds; run_conv_plan and try_configs allocate a
+                # plan's workspace and move on to another plan on OutOfMemoryError.
+                "bound": "PyTorch's generate_and_filter_plans (cuDNN's Conv_v8.cpp) sizes a benchmark "
+                         "trial workspace up to CUDACachingAllocator::cacheInfo's largest block, which "
+                         "starts from the GPU's free memory, and halves it until it is allocated; each "
+                         "call allocates its plan's workspace and takes another plan when that runs "
+                         "out of memory. So the workspaces can take whatever the allocator may still "
+                         "reserve, and only that limit bounds the peaks from above.",
             })
             r["count"] += 1
         elif func is aten._scaled_dot_product_cudnn_attention.default:
@@ -684,24 +695,11 @@ def _install():
     atexit.register(write)
 
 
-def _chain():
-    """Runs the sitecustomize this file hides, as Python would have."""
-    try:
-        import importlib.machinery
-        import importlib.util
-
-        here = os.path.dirname(os.path.abspath(__file__))
-        path = [p for p in sys.path if os.path.abspath(p or ".") != here]
-        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
-        if spec is None or spec.loader is None:
-            return
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["sitecustomize"] = module
-        spec.loader.exec_module(module)
-    except Exception as e:
-        sys.stderr.write("vramlab estimate: the program's own sitecustomize failed: %r\n" % (e,))
+def _chain_failed(e):
+    sys.stderr.write("vramlab estimate: the program's own sitecustomize failed: %r\n" % (e,))
 
 
-_chain()
+# `_chain_sitecustomize` is `sitecustomize_chain.py`'s, written before this file.
+_chain_sitecustomize(os.path.dirname(os.path.abspath(__file__)), _chain_failed)
 if os.environ.get("VRAMLAB_CAPTURE_OUT"):
     _install()

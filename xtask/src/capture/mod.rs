@@ -27,7 +27,7 @@ pub use error::CaptureError;
 pub use gpu::AssumedGpu;
 
 /// The Python hook, written as `sitecustomize.py` on the child's `PYTHONPATH`.
-pub const HOOK: &str = include_str!("hook.py");
+pub const HOOK: &str = concat!(include_str!("../sitecustomize_chain.py"), include_str!("hook.py"));
 
 /// The fake CUDA runtime and driver, built by `build.rs` (Linux only).
 #[cfg(vramlab_fakecuda)]

@@ -26,7 +26,7 @@ pub use estimate::{EstimateArgs, Search};
 pub use gpu_check::GpuCheckArgs;
 pub use history::HistoryArgs;
 pub use record::RecordArgs;
-pub use replay::ReplayArgs;
+pub use replay::{ReplayArgs, SnapshotWindow};
 pub use report::ReportArgs;
 pub use whatif::WhatifArgs;
 

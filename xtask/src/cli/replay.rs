@@ -27,8 +27,9 @@ id: any integer, unique among live allocations. size: bytes. stream (default 0) 
 optional; tags: parameter, gradient, activation, optimizer_state, input, temporary, workspace.
 
 PyTorch memory snapshots (torch.cuda.memory._dump_snapshot(), pickle protocols 2 to 5) are
-recognised by their content: one device's trace is replayed (--device, --from-us/--to-us), with
-the memory live before the recording placed first; under the snapshot's own allocator settings
+recognised by their content: one device's trace is replayed (--device, --from-us/--to-us; the
+entries before --from-us are dropped as the file is read, for less memory and time on large
+files), with the memory live before the recording placed first; under the snapshot's own allocator settings
 the replay is checked against the recorded segments (the fidelity check).";
 
 pub const AFTER_HELP: &str = "\
@@ -76,26 +77,13 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// PyTorch snapshots: the device whose trace to replay [default: the one with the most entries]
-    #[arg(long, value_name = "N")]
-    pub device: Option<usize>,
+    #[command(flatten)]
+    pub window: SnapshotWindow,
 
     /// PyTorch snapshots: torch.cuda.set_per_process_memory_fraction(F) on the simulated
     /// device: the replay may reserve F x --capacity (or F x the capacity the recorded OOMs imply)
     #[arg(long, value_name = "F")]
     pub fraction: Option<f64>,
-
-    /// PyTorch snapshots: keep only entries at or after this time_us. The
-    /// entries before it are dropped as the file is read (less memory and
-    /// time on large files); the state at the window's start is rewound from
-    /// the final segments, and blocks allocated before it are attributed by
-    /// the final segments' frames only
-    #[arg(long, value_name = "US", allow_hyphen_values = true)]
-    pub from_us: Option<i64>,
-
-    /// PyTorch snapshots: keep only entries at or before this time_us
-    #[arg(long, value_name = "US", allow_hyphen_values = true)]
-    pub to_us: Option<i64>,
 
     /// PyTorch snapshots: write the replay as a snapshot pickle (for pytorch.org/memory_viz)
     #[arg(long, value_name = "OUT")]
@@ -110,6 +98,26 @@ pub struct ReplayArgs {
     /// figures; charts as PNG and SVG, and trace.json for Perfetto
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
+}
+
+/// Which part of a PyTorch snapshot to replay: the device and the time
+/// window (`replay` and `whatif` take the same three flags).
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct SnapshotWindow {
+    /// PyTorch snapshots: the device whose trace to replay [default: the one with the most entries]
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
+
+    /// PyTorch snapshots: keep only entries at or after this time_us. The
+    /// state at the window's start is rewound from the final segments, and
+    /// blocks allocated before it are attributed by the final segments'
+    /// frames only
+    #[arg(long, value_name = "US", allow_hyphen_values = true)]
+    pub from_us: Option<i64>,
+
+    /// PyTorch snapshots: keep only entries at or before this time_us
+    #[arg(long, value_name = "US", allow_hyphen_values = true)]
+    pub to_us: Option<i64>,
 }
 
 impl ReplayArgs {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use vramlab_engine::alloc::AllocatorConfig;
 
-use super::replay::parse_capacity;
+use super::replay::{SnapshotWindow, parse_capacity};
 use crate::size::Size;
 
 pub const ABOUT: &str =
@@ -63,17 +63,8 @@ pub struct WhatifArgs {
     #[arg(long, value_name = "STR", value_parser = AllocatorConfig::parse)]
     pub alloc_conf: Vec<AllocatorConfig>,
 
-    /// The device whose trace to replay [default: the one with the most entries]
-    #[arg(long, value_name = "N")]
-    pub device: Option<usize>,
-
-    /// Keep only entries at or after this time_us
-    #[arg(long, value_name = "US", allow_hyphen_values = true)]
-    pub from_us: Option<i64>,
-
-    /// Keep only entries at or before this time_us
-    #[arg(long, value_name = "US", allow_hyphen_values = true)]
-    pub to_us: Option<i64>,
+    #[command(flatten)]
+    pub window: SnapshotWindow,
 
     /// Rows of the "who holds memory at the peak" table
     #[arg(long, value_name = "N", default_value_t = 10)]
