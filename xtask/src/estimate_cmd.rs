@@ -250,7 +250,13 @@ fn oom_words(snap: &Snapshot, est: &Est) -> String {
     match recorded.first_failure() {
         None => {
             let limit = recorded.replay.memory_limit_bytes.or(recorded.replay.capacity_bytes).unwrap_or(0);
-            format!("no: headroom {}", fmt_bytes(limit.saturating_sub(recorded.replay.peak_reserved_bytes)))
+            let headroom = fmt_bytes(limit.saturating_sub(recorded.replay.peak_reserved_bytes));
+            if est.upper_bound.is_some() {
+                // The peaks are lower bounds: the requests counted but not sized may take the headroom.
+                format!("no, at the lower bounds: headroom at most {headroom}")
+            } else {
+                format!("no: headroom {headroom}")
+            }
         }
         Some((index, bytes, _)) => {
             let at = snap

@@ -186,7 +186,13 @@ fn the_cnn_under_cudnn_benchmark_is_bounded_and_its_recorded_peaks_lie_inside() 
     }
     // The text: both bounds with the reason, the limit under --fraction.
     let t = text(&estimate(&["--fraction", "0.5"], &script, &[]));
-    for needle in ["peaks' bounds      lower bounds", "x 0.5 = ", "not a PyTorch figure", "generate_and_filter_plans"] {
+    for needle in [
+        "peaks' bounds      lower bounds",
+        "x 0.5 = ",
+        "not a PyTorch figure",
+        "generate_and_filter_plans",
+        "out of memory      no, at the lower bounds: headroom at most",
+    ] {
         assert!(t.contains(needle), "{needle}:\n{t}");
     }
     // Every view of the snapshot: the replay's text and page say it too.
