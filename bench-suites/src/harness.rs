@@ -6,8 +6,10 @@
 //! valgrind's callgrind) the harness instead makes one warm-up call and then
 //! one call inside [`measured_region`], the one function callgrind collects
 //! in: instruction counts are deterministic, so one call is the figure. Only
-//! the region runs instrumented, and its counts are one profile of their own
-//! ([`crate::valgrind`]'s client requests; no-ops outside valgrind).
+//! the warm-up call and the region run instrumented (the warm-up so that the
+//! simulated caches enter the region warm), and only the region's counts are
+//! kept, one profile of their own ([`crate::valgrind`]'s client requests;
+//! no-ops outside valgrind).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -15,6 +17,7 @@ use std::time::Duration;
 use vramlab_engine::hooks::now_ns;
 
 use crate::schema::TimingStats;
+use crate::valgrind::CountRequests;
 
 /// How much to measure.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +80,6 @@ pub fn regions_entered() -> u64 {
 /// generic: it stays one symbol, named in the profiles.
 #[inline(never)]
 pub fn measured_region(work: &mut dyn FnMut() -> bool) -> bool {
-    REGIONS.fetch_add(1, Ordering::Relaxed);
     std::hint::black_box(work())
 }
 
@@ -86,8 +88,20 @@ pub const MEASURED_REGION: &str = "vramlab_suites::harness::measured_region";
 
 /// One call of `work` inside [`measured_region`], its error kept; its wall time
 /// in nanoseconds. Under callgrind: instrumented, counted from zero, and
-/// dumped as one profile.
+/// dumped as one profile; the instrumentation is off afterwards.
 pub fn in_measured_region<E>(mut work: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    region_call(&mut work, CountRequests::COUNTED)
+}
+
+/// One call of `work` through [`measured_region`], with `requests` around it:
+/// counted ([`CountRequests::COUNTED`]: the instrumentation started, which
+/// callgrind ignores while it is on, and stopped after the dump), or a
+/// warm-up ([`CountRequests::WARM_UP`]) that runs the counted call's
+/// instructions, from the zero request to the dump, in the same code: never
+/// inlined, so both calls share this one copy of it.
+#[inline(never)]
+fn region_call<E>(work: &mut impl FnMut() -> Result<(), E>, requests: CountRequests) -> Result<f64, E> {
+    let counted = requests == CountRequests::COUNTED;
     let mut error = None;
     let mut region = || match work() {
         Ok(()) => true,
@@ -97,10 +111,13 @@ pub fn in_measured_region<E>(mut work: impl FnMut() -> Result<(), E>) -> Result<
         }
     };
     let t0 = now_ns();
-    let instrumented = crate::valgrind::Instrumented::start();
-    crate::valgrind::zero_stats();
+    let instrumented = counted.then(crate::valgrind::Instrumented::start);
+    requests.zero();
     let ok = measured_region(&mut region);
-    crate::valgrind::dump_stats();
+    requests.dump();
+    if counted {
+        REGIONS.fetch_add(1, Ordering::Relaxed);
+    }
     drop(instrumented);
     let ns = (now_ns() - t0) as f64;
     match error {
@@ -112,14 +129,26 @@ pub fn in_measured_region<E>(mut work: impl FnMut() -> Result<(), E>) -> Result<
 /// A simulated run's measurement: one warm-up call (first-touch pages, lazy
 /// set-up, an autotuner's choice made outside the region), then one call in
 /// the region.
+///
+/// The warm-up runs instrumented, though not counted: callgrind's simulated
+/// caches see only instrumented code, so an uninstrumented warm-up would
+/// leave them as the previous case's region left them, and the counted call
+/// would pay its own code's and data's first misses (35 estimated cycles
+/// each). How many lines those are depends on where the linker put the code,
+/// so a tiny case's estimated cycles moved with changes to unrelated
+/// functions. The warm-up goes through the region's own code
+/// ([`CountRequests::WARM_UP`]), so the counted call enters the caches in the
+/// state one identical call leaves, as each timed call after the first does.
 fn simulated<E>(
     mut prepare: impl FnMut() -> Result<(), E>,
     mut work: impl FnMut() -> Result<(), E>,
 ) -> Result<TimingStats, E> {
     prepare()?;
-    work()?;
+    let warming = crate::valgrind::Instrumented::start();
+    region_call(&mut work, CountRequests::WARM_UP)?;
     prepare()?;
-    let ns = in_measured_region(&mut work)?;
+    let ns = region_call(&mut work, CountRequests::COUNTED)?;
+    drop(warming);
     Ok(summarize(vec![ns], 1, "simulated"))
 }
 

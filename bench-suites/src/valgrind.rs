@@ -1,9 +1,10 @@
 //! valgrind's client requests that a simulated run needs: callgrind's
 //! START_INSTRUMENTATION and STOP_INSTRUMENTATION, so that only a case's own
-//! work runs under callgrind's instrumentation (the rest of the process runs
+//! work (its warm-up call and its measured call) runs under callgrind's
+//! instrumentation (the rest of the process runs
 //! at valgrind's plain speed, several times faster), ZERO_STATS and
-//! DUMP_STATS, so that each measured call is one profile of its own, and
-//! RUNNING_ON_VALGRIND.
+//! DUMP_STATS, so that each measured call is one profile of its own
+//! ([`CountRequests`]), and RUNNING_ON_VALGRIND.
 //!
 //! A client request is the magic instruction sequence of valgrind's
 //! `valgrind.h` (x86-64: four rotations of `rdi` that add up to 128 bits, then
@@ -77,17 +78,36 @@ pub fn stop_instrumentation() {
     client_request(0, STOP_INSTRUMENTATION);
 }
 
-/// callgrind: the counts so far are forgotten.
-#[inline(always)]
-pub fn zero_stats() {
-    client_request(0, ZERO_STATS);
+/// The two requests around a call: ZERO_STATS before it (the counts so far
+/// are forgotten) and DUMP_STATS after it (the counts since are written as the
+/// next profile, `callgrind.out.N`, N counting the dumps from 1) — or, for a
+/// warm-up call, RUNNING_ON_VALGRIND in their place, which changes nothing:
+/// the warm-up then executes the very instructions the counted call will,
+/// since only the requests' data differ, so the simulated caches hold every
+/// line the counted call touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountRequests {
+    zero: usize,
+    dump: usize,
 }
 
-/// callgrind: the counts since the last zero or dump are written as the
-/// next profile (`callgrind.out.N`, N counting the dumps from 1).
-#[inline(always)]
-pub fn dump_stats() {
-    client_request(0, DUMP_STATS);
+impl CountRequests {
+    /// A counted call's: zero, then dump.
+    pub const COUNTED: CountRequests = CountRequests { zero: ZERO_STATS, dump: DUMP_STATS };
+    /// A warm-up call's: nothing.
+    pub const WARM_UP: CountRequests = CountRequests { zero: RUNNING_ON_VALGRIND, dump: RUNNING_ON_VALGRIND };
+
+    /// Before the call.
+    #[inline(always)]
+    pub fn zero(self) {
+        client_request(0, self.zero);
+    }
+
+    /// After the call.
+    #[inline(always)]
+    pub fn dump(self) {
+        client_request(0, self.dump);
+    }
 }
 
 /// Instrumentation on from [`Instrumented::start`] until dropped (an error
@@ -118,6 +138,8 @@ mod tests {
         // instrumentation requests neither fault nor change anything.
         assert!(!running_on_valgrind());
         start_instrumentation();
+        CountRequests::COUNTED.zero();
+        CountRequests::WARM_UP.dump();
         stop_instrumentation();
         assert_eq!(START_INSTRUMENTATION, 0x4354_0004);
     }

@@ -3,7 +3,8 @@
 //! region; this module reads them ([`read_profile`], the documented
 //! callgrind format with name compression), sums a case's parts and turns
 //! them into the results' [`SimulatedCpu`] figures ([`simulated_figures`]),
-//! and clears a previous run's dumps ([`clear_dumps`]).
+//! clears a previous run's dumps ([`clear_dumps`]) and links the program the
+//! simulated processes run ([`link_program`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -91,6 +92,30 @@ pub fn clear_dumps(dir: &Path) -> Result<(), crate::ReportError> {
         }
     }
     Ok(())
+}
+
+/// The name of [`link_program`]'s link.
+pub const PROGRAM_LINK: &str = "vramlab";
+
+/// A link named [`PROGRAM_LINK`] in `dir` to the program `exe` (replacing a
+/// previous run's), for the simulated processes to be started through: the
+/// program's path is their `argv[0]`, which the process copies to its heap,
+/// and a path of another length (another build's folder) shifts the heap
+/// under every later allocation, and with it malloc's and memcpy's counts.
+/// Returns the link's path.
+pub fn link_program(dir: &Path, exe: &Path) -> Result<PathBuf, crate::ReportError> {
+    let link = dir.join(PROGRAM_LINK);
+    let io = |source| crate::ReportError::Io { path: link.clone(), source };
+    if let Err(e) = std::fs::remove_file(&link)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(io(e));
+    }
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(exe, &link).map_err(io)?;
+    #[cfg(not(unix))]
+    std::fs::hard_link(exe, &link).map_err(io)?;
+    Ok(link)
 }
 
 /// Reads one callgrind profile.

@@ -7,9 +7,8 @@
 //! figures gate those cases. Without valgrind the test says it skipped,
 //! except in CI (`CI` set), where it fails.
 //!
-//! Four of the eight suites of the quick run that time a case, 31 cases
-//! (allocator: see [`SUITES`]). The other three are left out for the time
-//! they cost, not for their figures:
+//! Five of the eight suites of the quick run that time a case, 41 cases. The
+//! other three are left out for the time they cost, not for their figures:
 //! valgrind emulates each fused multiply-add of the matrix products lane by
 //! lane, and amp's large batch (a 2048-sample training step), autotune's
 //! benchmark mode (every algorithm of every shape tried) and input-pipeline's
@@ -28,12 +27,13 @@ fn xtask(bin: &Path, dir: &Path, args: &[&str]) -> Output {
     Command::new(bin).args(args).current_dir(dir).env_remove("GITHUB_ACTIONS").output().expect("xtask runs")
 }
 
-/// The suites of the CI's A/A pair, and how many cases they count.
-/// allocator is left out: its raw cases count glibc's malloc (about a thousand
-/// instructions), whose path moves with the heap's state (1 008 then 1 002 in
-/// one A/A pair: 0.6 %, past the tolerance).
-const SUITES: [&str; 4] = ["cpu-vs-gpu", "devices", "transfer", "async"];
-const COUNTED: usize = 31;
+/// The suites of the CI's A/A pair, and how many cases they count. The two
+/// runs' output folders differ in length on purpose: the simulated processes
+/// get the same arguments and environment whatever `--out` is (a longer path
+/// once moved glibc malloc's counts, and allocator's raw cases, a few hundred
+/// instructions of malloc and free, by 0.6 %).
+const SUITES: [&str; 5] = ["cpu-vs-gpu", "devices", "transfer", "async", "allocator"];
+const COUNTED: usize = 41;
 
 #[test]
 fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
@@ -76,7 +76,8 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     let second = xtask(
         &bin,
         &dir,
-        &[&bench[..], &["--out", &d("c"), "--baseline", "a", "--baseline-dir", &d("b"), "--json"]].concat(),
+        &[&bench[..], &["--out", &d("a-longer-output-folder"), "--baseline", "a", "--baseline-dir", &d("b"), "--json"]]
+            .concat(),
     );
     let stderr = String::from_utf8_lossy(&second.stderr);
     let took = started.elapsed();
@@ -90,7 +91,9 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     }
     let instructions = simulated.iter().filter(|r| r["metric"] == "simulated.instructions");
     for r in instructions {
-        assert!(r["change"].as_f64().unwrap().abs() < 0.001, "instructions repeat: {r}");
+        // Within 0.1 %, or, for a tiny case, within the floor (32 instructions by default).
+        let moved = (r["new"].as_f64().unwrap() - r["old"].as_f64().unwrap()).abs();
+        assert!(r["change"].as_f64().unwrap().abs() < 0.001 || moved <= 32.0, "instructions repeat: {r}");
     }
     // Their times are reported, not gated: this A/A pair cannot fail on a busy machine's clock.
     for r in rows.iter().filter(|r| r["kind"] == "time") {

@@ -48,8 +48,13 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         None => None,
     };
     let mut environment = vramlab_suites::env::detect(&ctx.device);
-    environment.rustc = command_output("rustc", &["--version"]);
-    environment.git_commit = build_key();
+    // Not in a simulated process: its results serve only to find its regions,
+    // and what git prints (the working tree's state) would move its heap, and
+    // with it malloc's counts, from one run to the next.
+    if !args.simulated_process {
+        environment.rustc = command_output("rustc", &["--version"]);
+        environment.git_commit = build_key();
+    }
     if cfg!(feature = "test-slowdown") {
         crate::output::eprint_line(
             "warning: this is a test build (feature test-slowdown): the CPU add kernel does 20 % more work",

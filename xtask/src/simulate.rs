@@ -77,9 +77,10 @@ const CACHES: [&str; 3] = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,1
 
 /// valgrind's options: callgrind, the cache model on ([`CACHES`]),
 /// instrumenting only where the process asks (`--instr-atstart=no`: each
-/// measured call, which the process zeroes before and dumps after, one
-/// profile per call).
-fn valgrind_args(dir: &Path) -> Vec<String> {
+/// case's warm-up and measured call; the process zeroes the counts before
+/// the measured call and dumps them after, one profile per call), the dumps
+/// in the process's working folder.
+fn valgrind_args() -> Vec<String> {
     vec![
         "--tool=callgrind".into(),
         "--cache-sim=yes".into(),
@@ -87,8 +88,45 @@ fn valgrind_args(dir: &Path) -> Vec<String> {
         CACHES[1].into(),
         CACHES[2].into(),
         "--instr-atstart=no".into(),
-        format!("--callgrind-out-file={}", dir.join(callgrind::DUMP_STEM).display()),
+        format!("--callgrind-out-file={}", callgrind::DUMP_STEM),
     ]
+}
+
+/// The environment of a simulated process, all of it: the same on every run
+/// and machine, since what the process holds in memory moves the counts (the
+/// environment's size shifts the stack, so the cache events of stack
+/// buffers). `PYTORCH_CUDA_ALLOC_CONF` is passed on (it configures the
+/// allocator the cases count, as in the timed run), and `VALGRIND_LIB`
+/// (where valgrind finds its tools, where it is installed off its default
+/// path).
+///
+/// glibc's malloc gets one arena (`glibc.malloc.arena_max=1`): with several,
+/// a thread is served from an arena chosen by contention at the moment it
+/// first allocates, so a case with worker threads (input-pipeline's
+/// workers) copied between differently aligned buffers from run to run (an
+/// A/A pair of its cases differed by up to 0.2 % in instructions; one arena:
+/// 0.005 %). valgrind runs a process's threads one at a time, so the arenas
+/// that spare real threads their contention have none to spare here.
+const PASSED_ENV: [&str; 2] = ["PYTORCH_CUDA_ALLOC_CONF", "VALGRIND_LIB"];
+const MALLOC_TUNABLES: (&str, &str) = ("GLIBC_TUNABLES", "glibc.malloc.arena_max=1");
+
+/// `program`'s path on this process's `PATH` (the simulated processes get no
+/// `PATH`: see [`PASSED_ENV`]).
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
+/// `path` relative to the folder `from`, both relative to the same folder
+/// (or both absolute), as the simulated processes are given their paths:
+/// the same length whatever the run's `--out`, since the process copies its
+/// arguments to its heap and a longer one shifts every later allocation
+/// (malloc's and memcpy's paths, and counts, depend on it).
+fn relative_to(from: &Path, path: &Path) -> PathBuf {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), path.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut out: PathBuf = from[common..].iter().map(|_| std::path::Component::ParentDir).collect();
+    out.extend(&to[common..]);
+    out
 }
 
 /// Runs the simulated pass of `suites` (longest first: they are started in
@@ -108,7 +146,7 @@ pub fn run(args: &BenchArgs, device: &str, suites: &[String]) -> Result<Pass> {
         bail!("--simulate needs an x86-64 machine (valgrind's client requests are written for it)");
     }
     let version = Command::new("valgrind").arg("--version").output();
-    if !version.is_ok_and(|o| o.status.success()) {
+    if on_path("valgrind").is_none() || !version.is_ok_and(|o| o.status.success()) {
         bail!(
             "--simulate runs the suites under valgrind's callgrind, and valgrind was not found on the PATH: install it (Debian and Ubuntu: apt-get install valgrind)"
         );
@@ -116,6 +154,9 @@ pub fn run(args: &BenchArgs, device: &str, suites: &[String]) -> Result<Pass> {
     let dir = args.out.join("simulated");
     vramlab_reports::prepare_out_dir(&dir).with_context(|| format!("cannot write into {}", dir.display()))?;
     let exe = std::env::current_exe().context("finding this program to run it under callgrind")?;
+    // Started through a link of one name, whatever this build's folder (see `link_program`).
+    let exe = callgrind::link_program(&dir, &exe)
+        .with_context(|| format!("linking this program into {} to run it under callgrind", dir.display()))?;
     // The timed run's autotuner choices, for the simulated processes to count
     // what benchmark mode chose there (tuning again under the simulator would
     // time every candidate at its speed, and choose by its clock).
@@ -163,8 +204,24 @@ fn run_suite(args: &BenchArgs, exe: &Path, suite: &str, dir: &Path, choices: &Pa
     callgrind::clear_dumps(dir)?;
     let log_path = dir.join("simulated.log");
     let log = vramlab_reports::create_log(dir, "simulated.log")?;
-    let mut cmd = Command::new("valgrind");
-    cmd.args(valgrind_args(dir)).arg(exe).args(process_args(args, &[suite.to_owned()], dir, choices));
+    // Run in `dir`, every path relative to it, with a fixed environment: the
+    // same arguments and environment, byte for byte, whatever `--out` and the
+    // caller's shell (see `relative_to` and `PASSED_ENV`).
+    let valgrind = on_path("valgrind").context("valgrind is no longer on the PATH")?;
+    let mut cmd = Command::new(valgrind);
+    cmd.current_dir(dir).env_clear().env(MALLOC_TUNABLES.0, MALLOC_TUNABLES.1);
+    for var in PASSED_ENV {
+        if let Some(value) = std::env::var_os(var) {
+            cmd.env(var, value);
+        }
+    }
+    let here = Path::new(".");
+    cmd.args(valgrind_args()).arg(relative_to(dir, exe)).args(process_args(
+        args,
+        &[suite.to_owned()],
+        here,
+        &relative_to(dir, choices),
+    ));
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     let status = cmd.status().context("starting valgrind")?;
     if !status.success() {

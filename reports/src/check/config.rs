@@ -12,6 +12,8 @@
 //! seed = 42
 //! gate_times = true               # false: times reported, never a regression
 //! simulated_tolerance_percent = 0.5   # `bench --simulate`: instructions may grow this much
+//! simulated_floor_instructions = 32   # … and a growth of at most this many is not a regression
+//! simulated_floor_estimated_cycles = 350  # the same for estimated cycles (10 LL misses)
 //! gate_simulated_times = false    # a case with a simulated figure: its time is reported only
 //! max_time_noise_percent = 25.0   # a time noisier than this between runs is not judged
 //!
@@ -61,6 +63,10 @@ pub struct Overrides {
     pub gate_times: Option<bool>,
     /// The simulated figures (`bench --simulate`): a growth beyond this percentage is a regression.
     pub simulated_tolerance_percent: Option<f64>,
+    /// A growth of at most this many instructions is not a regression, whatever its percentage.
+    pub simulated_floor_instructions: Option<u64>,
+    /// A growth of at most this many estimated cycles is not a regression, whatever its percentage.
+    pub simulated_floor_estimated_cycles: Option<u64>,
     /// True: a case with simulated figures on both sides has its time gated too.
     pub gate_simulated_times: Option<bool>,
 }
@@ -76,6 +82,8 @@ struct CheckSection {
     seed: Option<u64>,
     gate_times: Option<bool>,
     simulated_tolerance_percent: Option<f64>,
+    simulated_floor_instructions: Option<u64>,
+    simulated_floor_estimated_cycles: Option<u64>,
     gate_simulated_times: Option<bool>,
     max_time_noise_percent: Option<f64>,
 }
@@ -105,6 +113,12 @@ pub struct CheckConfig {
     pub gate_times: bool,
     /// The simulated figures' tolerance, percent of the baseline's count.
     pub simulated_tolerance_percent: f64,
+    /// The growth in instructions, and in estimated cycles, that is never a
+    /// regression: what a tiny case's count moves between runs of one build
+    /// (glibc malloc's path through a heap laid out a little differently, a
+    /// few cache misses), a percent of a case of a few thousand instructions.
+    pub simulated_floor_instructions: u64,
+    pub simulated_floor_estimated_cycles: u64,
     /// Whether a case with simulated figures on both sides has its time gated too.
     pub gate_simulated_times: bool,
     /// A time whose between-run noise (σ of ln(time), the runs' or the
@@ -126,6 +140,9 @@ pub struct Resolved {
     pub gate_times: bool,
     /// The simulated figures' tolerance (fraction).
     pub simulated_tolerance: f64,
+    /// The growth in instructions, and in estimated cycles, that is never a regression.
+    pub simulated_floor_instructions: u64,
+    pub simulated_floor_estimated_cycles: u64,
     pub gate_simulated_times: bool,
 }
 
@@ -140,6 +157,8 @@ impl Default for CheckConfig {
             seed: 42,
             gate_times: true,
             simulated_tolerance_percent: 0.5,
+            simulated_floor_instructions: 32,
+            simulated_floor_estimated_cycles: 350,
             gate_simulated_times: false,
             max_time_noise_percent: 25.0,
             suites: BTreeMap::new(),
@@ -181,6 +200,10 @@ impl CheckConfig {
             seed: c.seed.unwrap_or(d.seed),
             gate_times: c.gate_times.unwrap_or(d.gate_times),
             simulated_tolerance_percent: c.simulated_tolerance_percent.unwrap_or(d.simulated_tolerance_percent),
+            simulated_floor_instructions: c.simulated_floor_instructions.unwrap_or(d.simulated_floor_instructions),
+            simulated_floor_estimated_cycles: c
+                .simulated_floor_estimated_cycles
+                .unwrap_or(d.simulated_floor_estimated_cycles),
             gate_simulated_times: c.gate_simulated_times.unwrap_or(d.gate_simulated_times),
             max_time_noise_percent: c.max_time_noise_percent.unwrap_or(d.max_time_noise_percent),
             suites: file.suite.clone(),
@@ -227,6 +250,8 @@ impl CheckConfig {
             ignore: false,
             gate_times: self.gate_times,
             simulated_tolerance: self.simulated_tolerance_percent / 100.0,
+            simulated_floor_instructions: self.simulated_floor_instructions,
+            simulated_floor_estimated_cycles: self.simulated_floor_estimated_cycles,
             gate_simulated_times: self.gate_simulated_times,
         };
         let mut apply = |o: &Overrides| {
@@ -244,6 +269,12 @@ impl CheckConfig {
             }
             if let Some(t) = o.simulated_tolerance_percent {
                 r.simulated_tolerance = t / 100.0;
+            }
+            if let Some(n) = o.simulated_floor_instructions {
+                r.simulated_floor_instructions = n;
+            }
+            if let Some(n) = o.simulated_floor_estimated_cycles {
+                r.simulated_floor_estimated_cycles = n;
             }
             if let Some(g) = o.gate_simulated_times {
                 r.gate_simulated_times = g;
@@ -307,9 +338,17 @@ mod tests {
                 ignore: false,
                 gate_times: true,
                 simulated_tolerance: 0.005,
+                simulated_floor_instructions: 32,
+                simulated_floor_estimated_cycles: 350,
                 gate_simulated_times: false
             }
         );
+        let c = CheckConfig::parse(
+            "[check]\nsimulated_floor_instructions = 0\n[suite.allocator]\nsimulated_floor_estimated_cycles = 35\n",
+        )
+        .unwrap();
+        let r = c.resolve("allocator", "raw/4KiB", "simulated.estimated_cycles");
+        assert_eq!((r.simulated_floor_instructions, r.simulated_floor_estimated_cycles), (0, 35));
         let c = CheckConfig::parse(
             "[check]\nsimulated_tolerance_percent = 1\n[case.\"cpu-vs-gpu/add*\"]\nsimulated_tolerance_percent = 0.1\n",
         )

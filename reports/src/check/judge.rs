@@ -143,12 +143,14 @@ fn memory(f: &Figure<'_>, old: Option<f64>, new: Option<f64>) -> Row {
 /// Functions named in a simulated row's detail.
 const NAMED_FUNCTIONS: usize = 3;
 
-/// A simulated figure: a growth beyond the tolerance (a fraction of the
-/// baseline's count) is a regression, a fall beyond it an improvement; with
-/// the functions whose own instructions grew most.
+/// A simulated figure: a change beyond the tolerance (a fraction of the
+/// baseline's count) and beyond the figure's floor (a count) is a regression
+/// or an improvement; with the functions whose own instructions grew most.
 fn simulated(f: &Figure<'_>, old: &SimulatedCpu, new: &SimulatedCpu) -> Row {
     let (o, n) = (simulated_value(old, &f.metric), simulated_value(new, &f.metric));
     let tol = f.rule.simulated_tolerance;
+    let cycles = f.metric.ends_with("estimated_cycles");
+    let floor = if cycles { f.rule.simulated_floor_estimated_cycles } else { f.rule.simulated_floor_instructions };
     let change = if o > 0 {
         n as f64 / o as f64 - 1.0
     } else if n > 0 {
@@ -156,26 +158,34 @@ fn simulated(f: &Figure<'_>, old: &SimulatedCpu, new: &SimulatedCpu) -> Row {
     } else {
         0.0
     };
+    let beyond_floor = n.abs_diff(o) > floor;
     let status = if f.rule.ignore {
         Status::NotCompared
-    } else if change > tol {
+    } else if change > tol && beyond_floor {
         Status::Regression
-    } else if change < -tol {
+    } else if change < -tol && beyond_floor {
         Status::Improvement
     } else {
         Status::NoChange
     };
-    let what = if f.metric.ends_with("estimated_cycles") { "estimated cycles" } else { "instructions" };
+    let what = if cycles { "estimated cycles" } else { "instructions" };
     let mut detail = if o == n {
         format!("{} {what} on both sides (simulated)", group(n))
     } else {
         format!(
-            "{} → {} {what} ({:+.2} %, simulated; tolerance ±{} %{})",
+            "{} → {} {what} ({:+.2} %, simulated; tolerance ±{} % and ±{} {what}{})",
             group(o),
             group(n),
             change * 100.0,
             tol * 100.0,
-            if f.rule.ignore { ", ignored by vramlab.toml" } else { "" }
+            group(floor),
+            if f.rule.ignore {
+                ", ignored by vramlab.toml"
+            } else if change.abs() > tol && !beyond_floor {
+                ": within the floor"
+            } else {
+                ""
+            }
         )
     };
     let grew = grew_most(old, new);

@@ -164,6 +164,9 @@ pub struct Method {
     pub gate_times: bool,
     /// The simulated figures' tolerance, percent.
     pub simulated_tolerance_percent: f64,
+    /// The growth in instructions, and in estimated cycles, that is never a regression.
+    pub simulated_floor_instructions: u64,
+    pub simulated_floor_estimated_cycles: u64,
     /// How many figures were simulated-CPU figures (0 without `--simulate` on both sides).
     pub simulated_figures: usize,
     pub config_file: Option<PathBuf>,
@@ -195,6 +198,8 @@ impl Method {
             seed: cfg.seed,
             gate_times: cfg.gate_times,
             simulated_tolerance_percent: cfg.simulated_tolerance_percent,
+            simulated_floor_instructions: cfg.simulated_floor_instructions,
+            simulated_floor_estimated_cycles: cfg.simulated_floor_estimated_cycles,
             simulated_figures,
             config_file: cfg.source.clone(),
             time_tests,

@@ -85,8 +85,8 @@ fn simulated_sentence(m: &super::model::Method) -> String {
         return String::new();
     }
     format!(
-        " CPU cases with simulated figures (`bench --simulate`: callgrind's instruction count and an estimated cycle count, L1 hits + 5 × LL hits + 35 × LL misses, in each case's measured region) are gated by those: counts of the same code and inputs repeat to within {} % on any machine, whatever its load, so a change of a few percent shows; their times are reported, not gated, since a shared runner's wall time cannot see a change that small. GPU cases and CPU cases without simulated figures are gated by time.",
-        m.simulated_tolerance_percent
+        " CPU cases with simulated figures (`bench --simulate`: callgrind's instruction count and an estimated cycle count, L1 hits + 5 × LL hits + 35 × LL misses, in each case's measured region, entered with the caches as one warm-up call left them) are gated by those: counts of the same code and inputs repeat to within {} % on any machine, whatever its load, so a change of a few percent shows; their times are reported, not gated, since a shared runner's wall time cannot see a change that small. A change of at most {} instructions or {} estimated cycles is not gated: a tiny case's count moves that much between runs of one build (malloc's path through a heap laid out a little differently, a few cache misses), so the smallest cases are gated by their instructions and only a larger change of their estimated cycles counts. GPU cases and CPU cases without simulated figures are gated by time.",
+        m.simulated_tolerance_percent, m.simulated_floor_instructions, m.simulated_floor_estimated_cycles
     )
 }
 

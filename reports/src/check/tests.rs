@@ -629,6 +629,18 @@ fn simulated_figures_gate_within_their_tolerance_and_name_what_grew() {
     assert_ne!(t.status, Status::Regression);
     assert!(t.detail.contains("gated by its simulated figures"), "{}", t.detail);
     assert!(!slow.has_regression());
+    // A growth no larger than the floor is not a regression, whatever its
+    // percentage (a tiny case's count moves a few dozen instructions between runs).
+    let floored = CheckConfig::parse("[check]\nsimulated_floor_instructions = 1800\n").unwrap();
+    let c = compare_runs(&old, &side(91_800, 1000.0), &floored, CompareOptions::default(), labels());
+    assert_eq!(sim_row(&c).status, Status::NoChange, "{}", sim_row(&c).detail);
+    assert!(
+        sim_row(&c).detail.contains("tolerance ±0.5 % and ±1 800 instructions: within the floor"),
+        "{}",
+        sim_row(&c).detail
+    );
+    let c = compare_runs(&old, &side(91_801, 1000.0), &floored, CompareOptions::default(), labels());
+    assert_eq!(sim_row(&c).status, Status::Regression, "{}", sim_row(&c).detail);
     let gate_both = CheckConfig::parse("[check]\ngate_simulated_times = true\n").unwrap();
     let both = compare_runs(&old, &side(90_000, 2000.0), &gate_both, CompareOptions::default(), labels());
     assert_eq!(time_row(&both).status, Status::Regression, "{}", time_row(&both).detail);
