@@ -1,5 +1,5 @@
 //! `bench --simulate` end to end, the simulated A/A check CI runs: the quick
-//! CPU suites below twice under callgrind through the release binary, the
+//! CPU run twice under callgrind through the release binary, the
 //! first saved as a baseline, the second compared with it. Every timed case
 //! gets simulated figures (instructions counted in its measured region, the
 //! functions that executed them), and the two runs' figures agree within the
@@ -7,15 +7,9 @@
 //! figures gate those cases. Without valgrind the test says it skipped,
 //! except in CI (`CI` set), where it fails.
 //!
-//! Five of the eight suites of the quick run that time a case, 41 cases. The
-//! other three are left out for the time they cost, not for their figures:
-//! valgrind emulates each fused multiply-add of the matrix products lane by
-//! lane, and amp's large batch (a 2048-sample training step), autotune's
-//! benchmark mode (every algorithm of every shape tried) and input-pipeline's
-//! training epochs are matrix products. A simulated pass of amp or of autotune
-//! alone took several times as long as all the suites here together
-//! (docs/src/check.md, "Simulated sittings"; input-pipeline's was not
-//! measured), and a pair of them would overrun CI's 30 minutes on two cores.
+//! The whole quick run: every suite that times a case, 71 cases (amp counts one
+//! training step after a small warm-up step, autotune's benchmark mode the
+//! algorithm its timed run chose: docs/src/check.md, "Simulated sittings").
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -27,13 +21,12 @@ fn xtask(bin: &Path, dir: &Path, args: &[&str]) -> Output {
     Command::new(bin).args(args).current_dir(dir).env_remove("GITHUB_ACTIONS").output().expect("xtask runs")
 }
 
-/// The suites of the CI's A/A pair, and how many cases they count. The two
-/// runs' output folders differ in length on purpose: the simulated processes
-/// get the same arguments and environment whatever `--out` is (a longer path
-/// once moved glibc malloc's counts, and allocator's raw cases, a few hundred
-/// instructions of malloc and free, by 0.6 %).
-const SUITES: [&str; 5] = ["cpu-vs-gpu", "devices", "transfer", "async", "allocator"];
-const COUNTED: usize = 41;
+/// How many cases the quick run counts. The two runs' output folders differ
+/// in length on purpose: the simulated processes get the same arguments and
+/// environment whatever `--out` is (a longer path once moved glibc malloc's
+/// counts, and allocator's raw cases, a few hundred instructions of malloc and
+/// free, by 0.6 %).
+const COUNTED: usize = 71;
 
 #[test]
 fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
@@ -47,10 +40,7 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let d = |p: &str| dir.join(p).to_str().unwrap().to_owned();
-    let mut bench = vec!["bench", "--quick", "--device", "cpu", "--simulate", "--samples", "5"];
-    for suite in SUITES {
-        bench.extend(["--suite", suite]);
-    }
+    let bench = ["bench", "--quick", "--device", "cpu", "--simulate", "--samples", "5"];
 
     let started = std::time::Instant::now();
     let first = xtask(
