@@ -64,7 +64,8 @@ impl HarnessConfig {
     }
 }
 
-/// Measured regions entered so far in this process (see [`measured_region`]).
+/// Measured regions counted so far in this process (see [`measured_region`];
+/// a warm-up call goes through the region uncounted).
 static REGIONS: AtomicU64 = AtomicU64::new(0);
 
 /// How many measured regions this process has entered: the runner reads it

@@ -81,9 +81,10 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     }
     let instructions = simulated.iter().filter(|r| r["metric"] == "simulated.instructions");
     for r in instructions {
-        // Within 0.1 %, or, for a tiny case, within the floor (32 instructions by default).
-        let moved = (r["new"].as_f64().unwrap() - r["old"].as_f64().unwrap()).abs();
-        assert!(r["change"].as_f64().unwrap().abs() < 0.001 || moved <= 32.0, "instructions repeat: {r}");
+        // Neither way past the tolerance (0.5 %). Not to the instruction: cpu-vs-gpu's
+        // process still moves glibc malloc's path by up to a few hundred instructions
+        // between runs (`mlp_train_step/cpu/b8_…`: 207 835 → 208 107 in one pair).
+        assert!(r["change"].as_f64().unwrap().abs() < 0.005, "instructions repeat: {r}");
     }
     // Their times are reported, not gated: this A/A pair cannot fail on a busy machine's clock.
     for r in rows.iter().filter(|r| r["kind"] == "time") {
