@@ -126,6 +126,9 @@ fn run_case(case: Case, ctx: &Context, suite: &str, sink: Option<&dyn SnapshotSi
     match outcome {
         Ok(Ok(CaseOutput { not_available: Some(reason), .. })) => result.outcome = Outcome::NotAvailable { reason },
         Ok(Ok(out)) => {
+            if let Some(counted) = result.simulated.as_mut() {
+                counted.timed_choice = out.timed_choice;
+            }
             result.timing = out.timing;
             result.metrics = out.metrics;
             result.notes = out.notes;

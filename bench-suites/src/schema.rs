@@ -255,6 +255,12 @@ pub struct SimulatedCpu {
     /// callees'), largest first, demangled (the first [`SIMULATED_FUNCTIONS`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub functions: Vec<FunctionCount>,
+    /// What the counted call ran when the case's work follows a choice made
+    /// by the clock (autotune's benchmark mode: the algorithm its timed run
+    /// chose). Two sides with different choices counted different code: their
+    /// figures are not compared, and the case's time gates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_choice: Option<String>,
 }
 
 /// Functions kept per simulated case.

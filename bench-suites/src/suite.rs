@@ -68,6 +68,9 @@ pub struct CaseOutput {
     pub notes: Vec<String>,
     /// Set when the case does not apply here; the rest is ignored.
     pub not_available: Option<String>,
+    /// In a simulated run: what the counted call ran when it follows a choice
+    /// made by the clock ([`SimulatedCpu::timed_choice`](crate::SimulatedCpu::timed_choice)).
+    pub timed_choice: Option<String>,
 }
 
 impl CaseOutput {
@@ -87,6 +90,12 @@ impl CaseOutput {
 
     pub fn note(mut self, text: impl Into<String>) -> CaseOutput {
         self.notes.push(text.into());
+        self
+    }
+
+    /// In a simulated run: the counted call follows this choice, made by the clock.
+    pub fn timed_choice(mut self, choice: impl Into<String>) -> CaseOutput {
+        self.timed_choice = Some(choice.into());
         self
     }
 }

@@ -220,6 +220,7 @@ pub fn simulated_figures(p: &Profile) -> SimulatedCpu {
         ll_misses,
         estimated_cycles,
         functions,
+        timed_choice: None,
     }
 }
 

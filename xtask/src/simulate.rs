@@ -231,8 +231,10 @@ fn run_suite(args: &BenchArgs, exe: &Path, suite: &str, dir: &Path, choices: &Pa
     let mut figures = Vec::new();
     for suite in &simulated.suites {
         for case in suite.cases.iter().filter(|c| c.outcome.is_ok()) {
-            let Some(regions) = case.simulated.as_ref().and_then(|s| s.regions) else { continue };
-            let counted = callgrind::read_case(dir, regions, &log_path)?;
+            let Some(process) = case.simulated.as_ref() else { continue };
+            let Some(regions) = process.regions else { continue };
+            let mut counted = callgrind::read_case(dir, regions, &log_path)?;
+            counted.timed_choice = process.timed_choice.clone();
             figures.push((suite.name.clone(), case.name.clone(), case.params.clone(), counted));
         }
     }

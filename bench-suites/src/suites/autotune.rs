@@ -553,7 +553,10 @@ fn simulated_case(ctx: &Context, shape: Shape, mode: TuneMode) -> Result<CaseOut
     });
     hub.unsubscribe(id);
     let algorithm = ops.algorithm_in(&log)?;
-    Ok(CaseOutput::timed(timing?).note(format!("{ALGORITHM_NOTE}{algorithm}")))
+    let out = CaseOutput::timed(timing?).note(format!("{ALGORITHM_NOTE}{algorithm}"));
+    // Benchmark mode's algorithm is the timed run's, chosen by its clock: the
+    // gate compares the figures of two runs only where both counted the same.
+    Ok(if mode == TuneMode::Benchmark { out.timed_choice(algorithm) } else { out })
 }
 
 /// What a case ran: its algorithm, its median time per call and its timing.
@@ -1049,6 +1052,9 @@ mod tests {
         assert_eq!(tunings(), tuned, "a simulated case never tunes");
         let algorithm = |notes: &[String]| notes.iter().find(|n| n.starts_with(ALGORITHM_NOTE)).cloned();
         assert_eq!(algorithm(&out.notes), algorithm(&timed.notes));
+        // The gate compares two runs' figures only where both counted the same choice.
+        let chosen = algorithm(&timed.notes).unwrap();
+        assert_eq!(out.timed_choice.as_deref(), chosen.strip_prefix(ALGORITHM_NOTE));
         let timing = out.timing.expect("timed");
         assert_eq!((timing.samples_ns.len(), timing.clock.as_str()), (1, "simulated"));
     }

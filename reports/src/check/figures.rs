@@ -43,7 +43,12 @@ pub fn resolve<'a>(matched: &Matched<'a>, cfg: &CheckConfig) -> Vec<Figure<'a>> 
     let mut out = Vec::new();
     for m in &matched.cases {
         let simulated = |side: &[&'a CaseResult]| side.iter().find_map(|c| c.simulated.as_ref());
-        let sims = simulated(&m.old).zip(simulated(&m.new));
+        // Figures of two different timed choices count different code: not
+        // compared (the case's time gates it), and said in one row.
+        let (sims, choices) = match simulated(&m.old).zip(simulated(&m.new)) {
+            Some((o, n)) if !same_choice(o, n) => (None, Some((o, n))),
+            both => (both, None),
+        };
         let figure = |metric: &str, evidence| Figure {
             case: m.key.clone(),
             metric: metric.to_owned(),
@@ -71,6 +76,9 @@ pub fn resolve<'a>(matched: &Matched<'a>, cfg: &CheckConfig) -> Vec<Figure<'a>> 
                 out.push(figure(name, Evidence::Simulated { old, new }));
             }
         }
+        if let Some((old, new)) = choices {
+            out.push(figure(SIMULATED_CHOICE, Evidence::Simulated { old, new }));
+        }
         let samples = |side: &[&'a CaseResult]| -> Vec<&'a [f64]> {
             side.iter()
                 .filter(|c| c.outcome.is_ok())
@@ -87,6 +95,18 @@ pub fn resolve<'a>(matched: &Matched<'a>, cfg: &CheckConfig) -> Vec<Figure<'a>> 
 
 /// The simulated figures each case with them gets, in this order.
 pub const SIMULATED_METRICS: [&str; 2] = ["simulated.instructions", "simulated.estimated_cycles"];
+
+/// The one row of a case whose two sides counted different timed choices.
+pub const SIMULATED_CHOICE: &str = "simulated.timed_choice";
+
+/// Whether two sides' simulated figures count the same code: the same timed
+/// choice, or none on either side.
+fn same_choice(old: &SimulatedCpu, new: &SimulatedCpu) -> bool {
+    match (&old.timed_choice, &new.timed_choice) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
 
 /// A simulated figure's value.
 pub fn simulated_value(s: &SimulatedCpu, metric: &str) -> u64 {

@@ -10,7 +10,7 @@ use vramlab_suites::Outcome;
 
 use super::config::CheckConfig;
 use super::figures::simulated_value;
-use super::figures::{Evidence, Figure, amount_text};
+use super::figures::{Evidence, Figure, SIMULATED_CHOICE, amount_text};
 use super::model::{Design, FunctionChange, Kind, KnownNoise, MIN_SAMPLES, Row, Status};
 use super::stats::{self, RunsEstimate, Unjudged};
 use vramlab_suites::SimulatedCpu;
@@ -147,6 +147,21 @@ const NAMED_FUNCTIONS: usize = 3;
 /// baseline's count) and beyond the figure's floor (a count) is a regression
 /// or an improvement; with the functions whose own instructions grew most.
 fn simulated(f: &Figure<'_>, old: &SimulatedCpu, new: &SimulatedCpu) -> Row {
+    if f.metric == SIMULATED_CHOICE {
+        let choice = |s: &SimulatedCpu| s.timed_choice.clone().unwrap_or_default();
+        return row(
+            f,
+            Kind::Simulated,
+            Status::NotCompared,
+            format!(
+                "the counted calls ran different choices made by the clock ({} → {}, as benchmark mode chose in each \
+                 timed run): their simulated figures count different code and are not compared; the case's time \
+                 gates it",
+                choice(old),
+                choice(new)
+            ),
+        );
+    }
     let (o, n) = (simulated_value(old, &f.metric), simulated_value(new, &f.metric));
     let tol = f.rule.simulated_tolerance;
     let cycles = f.metric.ends_with("estimated_cycles");

@@ -589,12 +589,59 @@ fn simulated(add_ir: u64) -> vramlab_suites::SimulatedCpu {
         ll_misses: 0,
         estimated_cycles: add_ir + 10_002,
         functions: vec![f("vramlab_cpu_kernels::elementwise::add", add_ir), f("malloc", 6_000), f("memset", 4_000)],
+        timed_choice: None,
     }
 }
 
 fn with_simulated(mut run: RunResults, add_ir: u64) -> RunResults {
     run.suites[0].cases[0].simulated = Some(simulated(add_ir));
     run
+}
+
+#[test]
+fn simulated_figures_of_different_timed_choices_are_not_compared_and_the_time_gates() {
+    let cfg = CheckConfig::default();
+    let side = |choice: &str, add_ir, time| {
+        let mut r = run(vec![case("t", vec![time; 20], 1.0)]);
+        let mut counted = simulated(add_ir);
+        counted.timed_choice = Some(choice.to_owned());
+        r.suites[0].cases[0].simulated = Some(counted);
+        RunSet::new(vec![r.clone(), r]).unwrap()
+    };
+    // Benchmark mode chose another algorithm: 20 % more instructions, but different code.
+    let c = compare_runs(
+        &side("gemm_rayon", 90_000, 1000.0),
+        &side("gemm_split_k", 110_000, 1000.0),
+        &cfg,
+        CompareOptions::default(),
+        labels(),
+    );
+    assert!(!c.rows.iter().any(|r| r.metric == "simulated.instructions"), "not compared");
+    let choice = c.rows.iter().find(|r| r.metric == "simulated.timed_choice").expect("one row says why");
+    assert_eq!(choice.status, Status::NotCompared);
+    assert!(choice.detail.contains("gemm_rayon → gemm_split_k"), "{}", choice.detail);
+    assert!(!c.has_regression());
+    // Its time gates it instead: twice as slow is a regression.
+    let slow = compare_runs(
+        &side("gemm_rayon", 90_000, 1000.0),
+        &side("gemm_split_k", 90_000, 2000.0),
+        &cfg,
+        CompareOptions::default(),
+        labels(),
+    );
+    let t = time_row(&slow);
+    assert!(t.gated && !t.gated_by_simulation, "{t:?}");
+    assert_eq!(t.status, Status::Regression, "{}", t.detail);
+    // The same choice on both sides: compared as usual.
+    let same = compare_runs(
+        &side("gemm_rayon", 90_000, 1000.0),
+        &side("gemm_rayon", 91_800, 1000.0),
+        &cfg,
+        CompareOptions::default(),
+        labels(),
+    );
+    let r = same.rows.iter().find(|r| r.metric == "simulated.instructions").expect("compared");
+    assert_eq!(r.status, Status::Regression, "{}", r.detail);
 }
 
 #[test]
