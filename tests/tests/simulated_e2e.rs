@@ -13,7 +13,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use vramlab_tests::xtask_release;
+use vramlab_tests::{workspace_root, xtask_release};
 
 use serde_json::Value;
 
@@ -63,11 +63,17 @@ fn a_simulated_aa_pair_of_the_quick_cpu_suite_has_no_regression() {
     let add = suite.cases.iter().find(|c| c.name == "add/cpu/1024").and_then(|c| c.simulated.as_ref()).unwrap();
     assert!(add.functions.iter().any(|f| f.name == "vramlab_cpu_kernels::elementwise::add"), "{:?}", add.functions);
 
+    let config = workspace_root().join("vramlab.toml");
     let second = xtask(
         &bin,
         &dir,
-        &[&bench[..], &["--out", &d("a-longer-output-folder"), "--baseline", "a", "--baseline-dir", &d("b"), "--json"]]
-            .concat(),
+        &[
+            &bench[..],
+            &["--out", &d("a-longer-output-folder"), "--baseline", "a", "--baseline-dir", &d("b"), "--json"],
+            // The gate's settings a repository's CI uses: its vramlab.toml.
+            &["--config", config.to_str().unwrap()],
+        ]
+        .concat(),
     );
     let stderr = String::from_utf8_lossy(&second.stderr);
     let took = started.elapsed();
